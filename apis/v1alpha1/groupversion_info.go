@@ -1,0 +1,37 @@
+package v1alpha1
+
+import (
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/scheme"
+)
+
+var (
+	// GroupVersion is the group and version of this API.
+	GroupVersion = schema.GroupVersion{Group: "tiled.blueskyproject.io", Version: "v1alpha1"}
+
+	// SchemeBuilder registers the types of this API with a runtime.Scheme.
+	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+
+	// AddToScheme adds the types of this API to a runtime.Scheme.
+	AddToScheme = SchemeBuilder.AddToScheme
+)
+
+// Well-known labels and values shared by the operator, the webhooks and kubectl-tiled.
+const (
+	// LabelCluster names the TiledCluster a TiledInstance (and each of its objects) belongs to.
+	LabelCluster = "tiled.blueskyproject.io/cluster"
+	// LabelInstance names the instance (the beamline) of a TiledInstance and its objects.
+	LabelInstance = "tiled.blueskyproject.io/instance"
+	// LabelManagedBy marks every object the operator manages; its caches select on it.
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	// ManagedByValue is the value of LabelManagedBy on objects the operator manages.
+	ManagedByValue = "tiled-operator"
+)
+
+// SchemeGroupVersion is GroupVersion under the name client-go's generated code expects.
+var SchemeGroupVersion = GroupVersion
+
+// Resource takes an unqualified resource and returns a group-qualified GroupResource.
+func Resource(resource string) schema.GroupResource {
+	return GroupVersion.WithResource(resource).GroupResource()
+}

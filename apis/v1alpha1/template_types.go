@@ -1,0 +1,439 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// InstanceTemplate holds the settings of one Tiled deployment. A TiledProfile, the template of a
+// TiledCluster and the overrides of one of its instances each set some of these fields; the operator
+// layers them, lowest to highest: built-in defaults, profiles by (priority, name), the cluster
+// template, the instance overrides. Maps merge, scalars replace, keyed lists (env by name, read-only
+// mounts by name) merge by key, other lists are replaced whole. A field whose name ends in
+// "Expression" holds a CEL expression that computes its sibling field for each instance, over
+// `instance` (name, labels), `cluster` (name, labels) and `namespace`.
+type InstanceTemplate struct {
+	// Tiled configures the Tiled server container and its pods.
+	// +optional
+	Tiled *TiledServerSpec `json:"tiled,omitempty"`
+
+	// Storage configures the writable data volume and the read-only detector data mounts.
+	// +optional
+	Storage *StorageSpec `json:"storage,omitempty"`
+
+	// Database configures the PostgreSQL database that holds Tiled's catalog: one managed by the
+	// operator, or an external one referenced by a Secret.
+	// +optional
+	Database *DatabaseSpec `json:"database,omitempty"`
+
+	// Auth configures how clients authenticate: a single-user API key, or OIDC providers.
+	// +optional
+	Auth *AuthSpec `json:"auth,omitempty"`
+
+	// Expose configures how Tiled is reached: its Service and an optional Ingress.
+	// +optional
+	Expose *ExposeSpec `json:"expose,omitempty"`
+
+	// Monitoring configures Prometheus scraping of Tiled's metrics endpoint.
+	// +optional
+	Monitoring *MonitoringSpec `json:"monitoring,omitempty"`
+
+	// Config is a free-form fragment of Tiled's own configuration file, merged over the configuration
+	// the operator renders (maps merge, other values replace). Tiled rejects unknown keys, so only keys
+	// of Tiled's config schema belong here, e.g. `{response_bytesize_limit: 500000000}`.
+	// +optional
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:validation:Type=object
+	Config *apiextensionsv1.JSON `json:"config,omitempty"`
+}
+
+// TiledServerSpec configures the Tiled server container and the pods that run it.
+type TiledServerSpec struct {
+	// Image is the Tiled container image, e.g. ghcr.io/bluesky/tiled:0.2.20 (Tiled's tags have no "v").
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	Image string `json:"image,omitempty"`
+
+	// ImagePullPolicy is the pull policy of the Tiled image: Always, IfNotPresent or Never.
+	// +optional
+	// +kubebuilder:validation:Enum=Always;IfNotPresent;Never
+	ImagePullPolicy corev1.PullPolicy `json:"imagePullPolicy,omitempty"`
+
+	// Replicas is the number of Tiled server pods. More than one adds a PodDisruptionBudget; Tiled
+	// runs with --scalable so that replicas share the database.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	Replicas *int32 `json:"replicas,omitempty"`
+
+	// Resources are the CPU and memory requests and limits of the Tiled container.
+	// +optional
+	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// Env lists extra environment variables of the Tiled container, merged across layers by name.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=100
+	Env []EnvVar `json:"env,omitempty"`
+
+	// NodeSelector constrains the Tiled pods to nodes with these labels; maps merge across layers.
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+
+	// Tolerations of the Tiled pods. The list is replaced whole by a higher layer.
+	// +optional
+	// +listType=atomic
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+
+	// PodAnnotations are added to the Tiled pods; maps merge across layers.
+	// +optional
+	PodAnnotations map[string]string `json:"podAnnotations,omitempty"`
+
+	// PodLabels are added to the Tiled pods; maps merge across layers. The operator's own labels win.
+	// +optional
+	PodLabels map[string]string `json:"podLabels,omitempty"`
+
+	// PriorityClassName is the priority class of the Tiled pods.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	PriorityClassName string `json:"priorityClassName,omitempty"`
+
+	// ServiceAccountName runs the Tiled pods under this service account instead of the default one.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	ServiceAccountName string `json:"serviceAccountName,omitempty"`
+}
+
+// EnvVar is an environment variable of the Tiled container: a literal value, a value computed per
+// instance by a CEL expression, or a key of a Secret or ConfigMap.
+// +kubebuilder:validation:XValidation:rule="[has(self.value), has(self.valueExpression), has(self.valueFrom)].filter(x, x).size() <= 1",message="value, valueExpression and valueFrom are mutually exclusive"
+type EnvVar struct {
+	// Name of the variable; the key by which layers merge the env list.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[-._a-zA-Z][-._a-zA-Z0-9]*$`
+	Name string `json:"name"`
+
+	// Value is the literal value of the variable.
+	// +optional
+	Value *string `json:"value,omitempty"`
+
+	// ValueExpression is a CEL expression returning a string, evaluated per instance, e.g.
+	// `'https://' + instance.name + '.example.org'`.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	ValueExpression *string `json:"valueExpression,omitempty"`
+
+	// ValueFrom takes the value from a key of a Secret or ConfigMap.
+	// +optional
+	ValueFrom *corev1.EnvVarSource `json:"valueFrom,omitempty"`
+}
+
+// RetentionPolicy says what happens to an instance's data volumes and database volume when the
+// instance is removed from its cluster or the cluster is deleted.
+// +kubebuilder:validation:Enum=Retain;Delete
+type RetentionPolicy string
+
+const (
+	// RetentionRetain keeps the volumes: they are released from the instance, labelled, and reported.
+	RetentionRetain RetentionPolicy = "Retain"
+	// RetentionDelete deletes the volumes with the instance.
+	RetentionDelete RetentionPolicy = "Delete"
+)
+
+// StorageSpec configures the volumes of a Tiled instance.
+type StorageSpec struct {
+	// Data is the writable volume where Tiled stores the arrays and files clients upload.
+	// +optional
+	Data *DataVolume `json:"data,omitempty"`
+
+	// ReadOnlyMounts are volumes of existing detector data that Tiled serves read-only, merged across
+	// layers by name.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=32
+	ReadOnlyMounts []ReadOnlyMount `json:"readOnlyMounts,omitempty"`
+
+	// Retention says whether the data volume and the database volume are kept (Retain, the default)
+	// or deleted (Delete) when the instance is removed or its cluster deleted.
+	// +optional
+	Retention RetentionPolicy `json:"retention,omitempty"`
+}
+
+// DataVolume is the writable volume of a Tiled instance: a PersistentVolumeClaim the operator creates
+// (storageClassName, size, accessModes), the institution's NFS (through a PersistentVolume and claim
+// the operator creates, as the restricted Pod Security Standard forbids inline NFS), or an existing
+// claim.
+// +kubebuilder:validation:XValidation:rule="!(has(self.nfs) && has(self.existingClaimName))",message="nfs and existingClaimName are mutually exclusive"
+// +kubebuilder:validation:XValidation:rule="!has(self.size) || quantity(string(self.size)).sign() == 1",message="size must be a positive quantity, e.g. 50Gi"
+type DataVolume struct {
+	// Size is the capacity of the volume, e.g. 50Gi.
+	// +optional
+	Size *resource.Quantity `json:"size,omitempty"`
+
+	// StorageClassName is the storage class of the claim the operator creates. Empty uses the
+	// cluster's default class.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	StorageClassName *string `json:"storageClassName,omitempty"`
+
+	// AccessModes of the claim, e.g. [ReadWriteOnce]. Replicas > 1 need ReadWriteMany.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=4
+	AccessModes []corev1.PersistentVolumeAccessMode `json:"accessModes,omitempty"`
+
+	// NFS puts the volume on an NFS export.
+	// +optional
+	NFS *NFSVolumeSource `json:"nfs,omitempty"`
+
+	// ExistingClaimName uses an existing PersistentVolumeClaim in the instance's namespace.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	ExistingClaimName string `json:"existingClaimName,omitempty"`
+}
+
+// NFSVolumeSource is an NFS export. The path is given literally or computed per instance.
+// +kubebuilder:validation:XValidation:rule="!(has(self.path) && has(self.pathExpression))",message="path and pathExpression are mutually exclusive"
+type NFSVolumeSource struct {
+	// Server is the host name or address of the NFS server.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Server string `json:"server,omitempty"`
+
+	// Path is the exported directory, an absolute path.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('/')",message="path must be absolute"
+	Path string `json:"path,omitempty"`
+
+	// PathExpression is a CEL expression returning the path per instance, e.g.
+	// `'/nsls2/data/' + instance.name + '/proposals'`.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	PathExpression string `json:"pathExpression,omitempty"`
+}
+
+// ReadOnlyMount is existing data, such as a beamline's detector files, that Tiled serves read-only.
+// +kubebuilder:validation:XValidation:rule="!(has(self.nfs) && has(self.existingClaimName))",message="nfs and existingClaimName are mutually exclusive"
+type ReadOnlyMount struct {
+	// Name identifies the mount; layers merge read-only mounts by name. It becomes part of the names
+	// of the volume and claim, so it is a DNS label.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=40
+	// +kubebuilder:validation:Pattern=`^[a-z]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// MountPath is where the data appears in the Tiled container; defaults to /data/<name>.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('/')",message="mountPath must be absolute"
+	MountPath string `json:"mountPath,omitempty"`
+
+	// NFS serves an NFS export, mounted through a PersistentVolume and claim the operator creates.
+	// +optional
+	NFS *NFSVolumeSource `json:"nfs,omitempty"`
+
+	// ExistingClaimName serves an existing PersistentVolumeClaim in the instance's namespace.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	ExistingClaimName string `json:"existingClaimName,omitempty"`
+}
+
+// DatabaseSpec selects Tiled's PostgreSQL database: managed by the operator, or external.
+// +kubebuilder:validation:XValidation:rule="!(has(self.managed) && has(self.external))",message="managed and external are mutually exclusive"
+type DatabaseSpec struct {
+	// Managed runs PostgreSQL as a StatefulSet beside Tiled, with the catalog, storage and auth
+	// databases created by the operator.
+	// +optional
+	Managed *ManagedDatabase `json:"managed,omitempty"`
+
+	// External uses a PostgreSQL server run apart from Tiled, whose connection URI is in a Secret.
+	// +optional
+	External *ExternalDatabase `json:"external,omitempty"`
+}
+
+// ManagedDatabase is a PostgreSQL StatefulSet the operator runs for one Tiled instance.
+// +kubebuilder:validation:XValidation:rule="!has(self.size) || quantity(string(self.size)).sign() == 1",message="size must be a positive quantity, e.g. 20Gi"
+type ManagedDatabase struct {
+	// Image is the PostgreSQL image, e.g. postgres:16.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	Image string `json:"image,omitempty"`
+
+	// Size is the capacity of the database volume, e.g. 20Gi.
+	// +optional
+	Size *resource.Quantity `json:"size,omitempty"`
+
+	// StorageClassName is the storage class of the database volume. Empty uses the cluster default.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	StorageClassName *string `json:"storageClassName,omitempty"`
+
+	// Resources are the CPU and memory requests and limits of the PostgreSQL container.
+	// +optional
+	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
+}
+
+// ExternalDatabase is a PostgreSQL server run apart from Tiled.
+type ExternalDatabase struct {
+	// URISecretRef names the Secret and key holding the catalog's connection URI,
+	// postgresql://user:password@host:5432/dbname.
+	// +optional
+	URISecretRef *SecretKeyRef `json:"uriSecretRef,omitempty"`
+}
+
+// SecretKeyRef names a key of a Secret in the instance's namespace.
+type SecretKeyRef struct {
+	// Name of the Secret.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// Key within the Secret.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Key string `json:"key,omitempty"`
+}
+
+// AuthSpec selects how clients authenticate to Tiled.
+// +kubebuilder:validation:XValidation:rule="!(has(self.singleUserAPIKey) && has(self.oidc))",message="singleUserAPIKey and oidc are mutually exclusive"
+type AuthSpec struct {
+	// SingleUserAPIKey protects Tiled with one API key, generated once per instance and kept in its
+	// Secret (or taken from the Secret named here).
+	// +optional
+	SingleUserAPIKey *SingleUserAPIKey `json:"singleUserAPIKey,omitempty"`
+
+	// OIDC authenticates users with OpenID Connect providers; sessions are kept in the auth database.
+	// +optional
+	OIDC *OIDCAuth `json:"oidc,omitempty"`
+
+	// AllowAnonymousAccess lets clients without credentials read public data.
+	// +optional
+	AllowAnonymousAccess *bool `json:"allowAnonymousAccess,omitempty"`
+}
+
+// SingleUserAPIKey protects Tiled with one API key.
+type SingleUserAPIKey struct {
+	// SecretRef takes the key from an existing Secret instead of generating one.
+	// +optional
+	SecretRef *SecretKeyRef `json:"secretRef,omitempty"`
+}
+
+// OIDCAuth authenticates users with OpenID Connect providers.
+type OIDCAuth struct {
+	// Providers are the identity providers users may log in with, merged across layers by name.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=8
+	Providers []OIDCProvider `json:"providers,omitempty"`
+
+	// Admins are identities (provider and id, e.g. "orcid:0000-0001-2345-6789") given admin rights.
+	// +optional
+	// +listType=atomic
+	Admins []string `json:"admins,omitempty"`
+}
+
+// OIDCProvider is one OpenID Connect identity provider.
+type OIDCProvider struct {
+	// Name of the provider as Tiled shows it, e.g. orcid; the key by which layers merge providers.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// ClientID registered with the provider.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	ClientID string `json:"clientID,omitempty"`
+
+	// ClientSecretRef names the Secret and key holding the client secret.
+	// +optional
+	ClientSecretRef *SecretKeyRef `json:"clientSecretRef,omitempty"`
+
+	// WellKnownURI is the provider's OpenID configuration document.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('https://')",message="wellKnownURI must be an https:// URL"
+	WellKnownURI string `json:"wellKnownURI,omitempty"`
+}
+
+// ExposeSpec configures how Tiled is reached.
+type ExposeSpec struct {
+	// Service configures the Service in front of Tiled (port 8000, named http).
+	// +optional
+	Service *ServiceSpec `json:"service,omitempty"`
+
+	// Ingress exposes Tiled through an Ingress.
+	// +optional
+	Ingress *IngressSpec `json:"ingress,omitempty"`
+}
+
+// ServiceSpec configures the Service in front of Tiled.
+type ServiceSpec struct {
+	// Type of the Service: ClusterIP (the default), NodePort or LoadBalancer.
+	// +optional
+	// +kubebuilder:validation:Enum=ClusterIP;NodePort;LoadBalancer
+	Type corev1.ServiceType `json:"type,omitempty"`
+
+	// Annotations of the Service; maps merge across layers.
+	// +optional
+	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+// IngressSpec exposes Tiled through an Ingress.
+// +kubebuilder:validation:XValidation:rule="!(has(self.host) && has(self.hostExpression))",message="host and hostExpression are mutually exclusive"
+type IngressSpec struct {
+	// Enabled creates the Ingress; a higher layer sets false to turn off an Ingress a profile enables.
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+
+	// ClassName is the ingress class, e.g. nginx.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	ClassName string `json:"className,omitempty"`
+
+	// Host is the DNS name Tiled is served at.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Host string `json:"host,omitempty"`
+
+	// HostExpression is a CEL expression returning the host per instance, e.g.
+	// `instance.name + '.tiled.example.org'`.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	HostExpression string `json:"hostExpression,omitempty"`
+
+	// TLSSecretName is the Secret with the certificate for the host; empty serves plain HTTP.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	TLSSecretName string `json:"tlsSecretName,omitempty"`
+
+	// Annotations of the Ingress; maps merge across layers.
+	// +optional
+	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+// MonitoringSpec configures Prometheus scraping of Tiled's metrics at /api/v1/metrics.
+type MonitoringSpec struct {
+	// ServiceMonitor creates a prometheus-operator ServiceMonitor when that CRD exists in the cluster.
+	// +optional
+	ServiceMonitor *bool `json:"serviceMonitor,omitempty"`
+
+	// Interval between scrapes, e.g. 30s.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^([0-9]+(ms|s|m|h))+$`
+	Interval string `json:"interval,omitempty"`
+}

@@ -1,0 +1,154 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// TiledClusterSpec lists the Tiled instances (one per beamline) of a facility and the profiles
+// their settings come from. It is written by people (usually through Git) and never by the operator.
+type TiledClusterSpec struct {
+	// ProfileSelector selects the TiledProfiles, in the cluster's namespace, that every instance
+	// takes its defaults from. `{}` selects all profiles in the namespace; it is required so that a
+	// cluster never takes profiles by accident.
+	// +required
+	ProfileSelector *metav1.LabelSelector `json:"profileSelector"`
+
+	// Template holds cluster-wide settings; they win over every profile and lose to an instance's
+	// overrides.
+	// +optional
+	Template *InstanceTemplate `json:"template,omitempty"`
+
+	// Instances are the Tiled instances of the cluster, one per beamline, keyed by name. Each becomes
+	// a TiledInstance named <cluster>-<name>.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=2000
+	Instances []ClusterInstance `json:"instances,omitempty"`
+
+	// Paused stops every write the operator makes for this cluster: its instances and their objects
+	// are left as they are until it is unset.
+	// +optional
+	Paused bool `json:"paused,omitempty"`
+
+	// Rollout limits how a change reaches the instances.
+	// +optional
+	Rollout *RolloutSpec `json:"rollout,omitempty"`
+}
+
+// ClusterInstance is one instance (one beamline) of a TiledCluster.
+type ClusterInstance struct {
+	// Name of the instance, e.g. the beamline's name; a DNS label, unique within the cluster.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// Labels are added to the TiledInstance and are visible to expressions as instance.labels.
+	// +optional
+	Labels map[string]string `json:"labels,omitempty"`
+
+	// ProfileSelector selects further profiles for this instance only, beside those the cluster's
+	// profileSelector selects (for example the profile of a family of beamlines).
+	// +optional
+	ProfileSelector *metav1.LabelSelector `json:"profileSelector,omitempty"`
+
+	// Overrides are settings of this instance alone; they win over every other layer.
+	// +optional
+	Overrides *InstanceTemplate `json:"overrides,omitempty"`
+}
+
+// RolloutSpec limits how a change reaches the instances of a cluster.
+type RolloutSpec struct {
+	// MaxUnavailable is how many instances (a number, or a percentage of the instances) may be
+	// updating at once when a profile or the template changes. Defaults to 1.
+	// +optional
+	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 1 : self.matches('^[1-9][0-9]?%$|^100%$')",message="maxUnavailable must be a positive number or a percentage from 1% to 100%"
+	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
+}
+
+// SelectedProfile records a profile a cluster's instances take settings from, at the generation used.
+type SelectedProfile struct {
+	// Name of the profile.
+	Name string `json:"name"`
+	// UID of the profile.
+	UID types.UID `json:"uid"`
+	// Generation of the profile that was expanded.
+	Generation int64 `json:"generation"`
+	// Priority of the profile at that generation.
+	Priority int32 `json:"priority"`
+}
+
+// TiledClusterStatus is the observed state of a TiledCluster.
+type TiledClusterStatus struct {
+	// ObservedGeneration is the generation of the cluster this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Conditions: Ready, Reconciling, Stalled (read by kstatus, ArgoCD and Flux) and ProfilesResolved.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// Profiles are the profiles selected, ordered by (priority, name).
+	// +optional
+	// +listType=atomic
+	Profiles []SelectedProfile `json:"profiles,omitempty"`
+
+	// Instances is the number of instances the cluster lists.
+	// +optional
+	Instances int32 `json:"instances,omitempty"`
+
+	// ReadyInstances is the number of instances that are ready.
+	// +optional
+	ReadyInstances int32 `json:"readyInstances,omitempty"`
+
+	// UpdatedInstances is the number of instances whose spec matches the current expansion.
+	// +optional
+	UpdatedInstances int32 `json:"updatedInstances,omitempty"`
+
+	// InstanceSelector selects the cluster's TiledInstances: `kubectl get ti -l <instanceSelector>`.
+	// +optional
+	InstanceSelector string `json:"instanceSelector,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=tc,categories=tiled
+// +kubebuilder:printcolumn:name="Profiles",type=string,JSONPath=`.status.profiles[*].name`
+// +kubebuilder:printcolumn:name="Instances",type=integer,JSONPath=`.status.instances`
+// +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyInstances`
+// +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+
+// TiledCluster is a terse list of Tiled instances (one per beamline) that the operator expands,
+// through the TiledProfiles it selects, into fully populated TiledInstances.
+type TiledCluster struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec lists the instances and selects the profiles.
+	// +required
+	Spec TiledClusterSpec `json:"spec"`
+
+	// Status is the observed state of the cluster.
+	// +optional
+	Status TiledClusterStatus `json:"status,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+
+// TiledClusterList is a list of TiledClusters.
+type TiledClusterList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []TiledCluster `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&TiledCluster{}, &TiledClusterList{})
+}
