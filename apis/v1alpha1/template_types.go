@@ -3,7 +3,6 @@ package v1alpha1
 import (
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 // InstanceTemplate holds the settings of one Tiled deployment. A TiledProfile, the template of a
@@ -110,7 +109,7 @@ type TiledServerSpec struct {
 
 // EnvVar is an environment variable of the Tiled container: a literal value, a value computed per
 // instance by a CEL expression, or a key of a Secret or ConfigMap.
-// +kubebuilder:validation:XValidation:rule="[has(self.value), has(self.valueExpression), has(self.valueFrom)].filter(x, x).size() <= 1",message="value, valueExpression and valueFrom are mutually exclusive"
+// +kubebuilder:validation:XValidation:rule="(has(self.value) ? 1 : 0) + (has(self.valueExpression) ? 1 : 0) + (has(self.valueFrom) ? 1 : 0) <= 1",message="value, valueExpression and valueFrom are mutually exclusive"
 type EnvVar struct {
 	// Name of the variable; the key by which layers merge the env list.
 	// +kubebuilder:validation:MinLength=1
@@ -170,11 +169,12 @@ type StorageSpec struct {
 // the operator creates, as the restricted Pod Security Standard forbids inline NFS), or an existing
 // claim.
 // +kubebuilder:validation:XValidation:rule="!(has(self.nfs) && has(self.existingClaimName))",message="nfs and existingClaimName are mutually exclusive"
-// +kubebuilder:validation:XValidation:rule="!has(self.size) || quantity(string(self.size)).sign() == 1",message="size must be a positive quantity, e.g. 50Gi"
 type DataVolume struct {
 	// Size is the capacity of the volume, e.g. 50Gi.
 	// +optional
-	Size *resource.Quantity `json:"size,omitempty"`
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="isQuantity(self) && quantity(self).isGreaterThan(quantity('0'))",message="size must be a positive quantity, e.g. 50Gi"
+	Size string `json:"size,omitempty"`
 
 	// StorageClassName is the storage class of the claim the operator creates. Empty uses the
 	// cluster's default class.
@@ -261,7 +261,6 @@ type DatabaseSpec struct {
 }
 
 // ManagedDatabase is a PostgreSQL StatefulSet the operator runs for one Tiled instance.
-// +kubebuilder:validation:XValidation:rule="!has(self.size) || quantity(string(self.size)).sign() == 1",message="size must be a positive quantity, e.g. 20Gi"
 type ManagedDatabase struct {
 	// Image is the PostgreSQL image, e.g. postgres:16.
 	// +optional
@@ -271,7 +270,9 @@ type ManagedDatabase struct {
 
 	// Size is the capacity of the database volume, e.g. 20Gi.
 	// +optional
-	Size *resource.Quantity `json:"size,omitempty"`
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="isQuantity(self) && quantity(self).isGreaterThan(quantity('0'))",message="size must be a positive quantity, e.g. 20Gi"
+	Size string `json:"size,omitempty"`
 
 	// StorageClassName is the storage class of the database volume. Empty uses the cluster default.
 	// +optional

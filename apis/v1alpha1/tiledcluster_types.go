@@ -25,7 +25,7 @@ type TiledClusterSpec struct {
 	// +optional
 	// +listType=map
 	// +listMapKey=name
-	// +kubebuilder:validation:MaxItems=2000
+	// +kubebuilder:validation:MaxItems=1000
 	Instances []ClusterInstance `json:"instances,omitempty"`
 
 	// Paused stops every write the operator makes for this cluster: its instances and their objects
@@ -66,6 +66,7 @@ type RolloutSpec struct {
 	// updating at once when a profile or the template changes. Defaults to 1.
 	// +optional
 	// +kubebuilder:validation:XIntOrString
+	// +kubebuilder:validation:MaxLength=4
 	// +kubebuilder:validation:XValidation:rule="type(self) == int ? self >= 1 : self.matches('^[1-9][0-9]?%$|^100%$')",message="maxUnavailable must be a positive number or a percentage from 1% to 100%"
 	MaxUnavailable *intstr.IntOrString `json:"maxUnavailable,omitempty"`
 }
@@ -99,6 +100,10 @@ type TiledClusterStatus struct {
 	// +listType=atomic
 	Profiles []SelectedProfile `json:"profiles,omitempty"`
 
+	// ProfileNames is the names of the selected profiles, comma-separated in order, for display.
+	// +optional
+	ProfileNames string `json:"profileNames,omitempty"`
+
 	// Instances is the number of instances the cluster lists.
 	// +optional
 	Instances int32 `json:"instances,omitempty"`
@@ -119,7 +124,7 @@ type TiledClusterStatus struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=tc,categories=tiled
-// +kubebuilder:printcolumn:name="Profiles",type=string,JSONPath=`.status.profiles[*].name`
+// +kubebuilder:printcolumn:name="Profiles",type=string,JSONPath=`.status.profileNames`
 // +kubebuilder:printcolumn:name="Instances",type=integer,JSONPath=`.status.instances`
 // +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyInstances`
 // +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1

@@ -75,7 +75,7 @@ var schemaYAML = typed.YAMLObject(`types:
         namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.NFSVolumeSource
     - name: size
       type:
-        namedType: io.k8s.apimachinery.pkg.api.resource.Quantity
+        scalar: string
     - name: storageClassName
       type:
         scalar: string
@@ -195,7 +195,7 @@ var schemaYAML = typed.YAMLObject(`types:
         namedType: io.k8s.api.core.v1.ResourceRequirements
     - name: size
       type:
-        namedType: io.k8s.apimachinery.pkg.api.resource.Quantity
+        scalar: string
     - name: storageClassName
       type:
         scalar: string
@@ -394,6 +394,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: observedGeneration
       type:
         scalar: numeric
+    - name: profileNames
+      type:
+        scalar: string
     - name: profiles
       type:
         list:

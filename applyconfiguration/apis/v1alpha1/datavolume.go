@@ -10,7 +10,6 @@ package v1alpha1
 
 import (
 	v1 "k8s.io/api/core/v1"
-	resource "k8s.io/apimachinery/pkg/api/resource"
 )
 
 // DataVolumeApplyConfiguration represents a declarative configuration of the DataVolume type for use
@@ -22,7 +21,7 @@ import (
 // claim.
 type DataVolumeApplyConfiguration struct {
 	// Size is the capacity of the volume, e.g. 50Gi.
-	Size *resource.Quantity `json:"size,omitempty"`
+	Size *string `json:"size,omitempty"`
 	// StorageClassName is the storage class of the claim the operator creates. Empty uses the
 	// cluster's default class.
 	StorageClassName *string `json:"storageClassName,omitempty"`
@@ -43,7 +42,7 @@ func DataVolume() *DataVolumeApplyConfiguration {
 // WithSize sets the Size field in the declarative configuration to the given value
 // and returns the receiver, so that objects can be built by chaining "With" function invocations.
 // If called multiple times, the Size field is set to the value of the last call.
-func (b *DataVolumeApplyConfiguration) WithSize(value resource.Quantity) *DataVolumeApplyConfiguration {
+func (b *DataVolumeApplyConfiguration) WithSize(value string) *DataVolumeApplyConfiguration {
 	b.Size = &value
 	return b
 }

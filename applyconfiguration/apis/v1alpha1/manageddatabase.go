@@ -10,7 +10,6 @@ package v1alpha1
 
 import (
 	v1 "k8s.io/api/core/v1"
-	resource "k8s.io/apimachinery/pkg/api/resource"
 )
 
 // ManagedDatabaseApplyConfiguration represents a declarative configuration of the ManagedDatabase type for use
@@ -21,7 +20,7 @@ type ManagedDatabaseApplyConfiguration struct {
 	// Image is the PostgreSQL image, e.g. postgres:16.
 	Image *string `json:"image,omitempty"`
 	// Size is the capacity of the database volume, e.g. 20Gi.
-	Size *resource.Quantity `json:"size,omitempty"`
+	Size *string `json:"size,omitempty"`
 	// StorageClassName is the storage class of the database volume. Empty uses the cluster default.
 	StorageClassName *string `json:"storageClassName,omitempty"`
 	// Resources are the CPU and memory requests and limits of the PostgreSQL container.
@@ -45,7 +44,7 @@ func (b *ManagedDatabaseApplyConfiguration) WithImage(value string) *ManagedData
 // WithSize sets the Size field in the declarative configuration to the given value
 // and returns the receiver, so that objects can be built by chaining "With" function invocations.
 // If called multiple times, the Size field is set to the value of the last call.
-func (b *ManagedDatabaseApplyConfiguration) WithSize(value resource.Quantity) *ManagedDatabaseApplyConfiguration {
+func (b *ManagedDatabaseApplyConfiguration) WithSize(value string) *ManagedDatabaseApplyConfiguration {
 	b.Size = &value
 	return b
 }

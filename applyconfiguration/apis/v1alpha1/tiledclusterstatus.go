@@ -23,6 +23,8 @@ type TiledClusterStatusApplyConfiguration struct {
 	Conditions []v1.ConditionApplyConfiguration `json:"conditions,omitempty"`
 	// Profiles are the profiles selected, ordered by (priority, name).
 	Profiles []SelectedProfileApplyConfiguration `json:"profiles,omitempty"`
+	// ProfileNames is the names of the selected profiles, comma-separated in order, for display.
+	ProfileNames *string `json:"profileNames,omitempty"`
 	// Instances is the number of instances the cluster lists.
 	Instances *int32 `json:"instances,omitempty"`
 	// ReadyInstances is the number of instances that are ready.
@@ -70,6 +72,14 @@ func (b *TiledClusterStatusApplyConfiguration) WithProfiles(values ...*SelectedP
 		}
 		b.Profiles = append(b.Profiles, *values[i])
 	}
+	return b
+}
+
+// WithProfileNames sets the ProfileNames field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ProfileNames field is set to the value of the last call.
+func (b *TiledClusterStatusApplyConfiguration) WithProfileNames(value string) *TiledClusterStatusApplyConfiguration {
+	b.ProfileNames = &value
 	return b
 }
 

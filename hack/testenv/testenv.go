@@ -1,0 +1,301 @@
+package testenv
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+)
+
+// Options choose what Start runs beside kube-apiserver and etcd.
+type Options struct {
+	// ControllerManager also runs kube-controller-manager (garbage collector and namespace
+	// controllers), for tests that check what happens to owned objects on deletion.
+	ControllerManager bool
+	// SkipCRDs leaves the operator's CRDs out.
+	SkipCRDs bool
+}
+
+// Env is a running control plane.
+type Env struct {
+	// Config reaches the apiserver as an administrator.
+	Config *rest.Config
+	// Client is a controller-runtime client with the operator's scheme.
+	Client client.Client
+	// Clientset is a client-go clientset.
+	Clientset kubernetes.Interface
+	// Scheme holds client-go's types and the operator's.
+	Scheme *k8sruntime.Scheme
+	// Kubeconfig is the path of an administrator kubeconfig file, for kubectl.
+	Kubeconfig string
+
+	env     *envtest.Environment
+	dir     string
+	kcm     *exec.Cmd
+	kcmDone chan struct{}
+	kcmLog  *bytes.Buffer
+}
+
+// RepoRoot is the root of the checkout this package was built from.
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+var (
+	assetsOnce sync.Once
+	assetsDir  string
+	assetsErr  error
+)
+
+// AssetsDir returns the folder holding kube-apiserver, etcd and kube-controller-manager: the user's
+// KUBEBUILDER_ASSETS when set, otherwise the project's cache, built by hack/controlplane.sh if needed.
+func AssetsDir() (string, error) {
+	assetsOnce.Do(func() {
+		if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
+			assetsDir = dir
+			return
+		}
+		script := filepath.Join(RepoRoot(), "hack", "controlplane.sh")
+		var stderr bytes.Buffer
+		cmd := exec.Command("bash", script)
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			assetsErr = fmt.Errorf("building the control plane with %s failed: %w\n%s", script, err, stderr.String())
+			return
+		}
+		assetsDir = strings.TrimSpace(string(out))
+	})
+	if assetsErr != nil {
+		return "", assetsErr
+	}
+	for _, b := range []string{"kube-apiserver", "etcd"} {
+		if _, err := os.Stat(filepath.Join(assetsDir, b)); err != nil {
+			return "", fmt.Errorf("control plane binary %s missing in %s (KUBEBUILDER_ASSETS or hack/controlplane.sh): %w", b, assetsDir, err)
+		}
+	}
+	return assetsDir, nil
+}
+
+// NewScheme returns a scheme with client-go's types and the operator's.
+func NewScheme() *k8sruntime.Scheme {
+	s := k8sruntime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	if err := apiextensionsv1.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	if err := tiledv1alpha1.AddToScheme(s); err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// Start starts a control plane and installs the operator's CRDs.
+func Start(opts Options) (*Env, error) {
+	dir, err := AssetsDir()
+	if err != nil {
+		return nil, err
+	}
+	e := &Env{Scheme: NewScheme()}
+	e.env = &envtest.Environment{
+		BinaryAssetsDirectory: dir,
+		ErrorIfCRDPathMissing: true,
+		Scheme:                e.Scheme,
+	}
+	if !opts.SkipCRDs {
+		e.env.CRDDirectoryPaths = []string{filepath.Join(RepoRoot(), "config", "crd", "bases")}
+	}
+	if opts.ControllerManager {
+		if _, err := os.Stat(filepath.Join(dir, "kube-controller-manager")); err != nil {
+			return nil, fmt.Errorf("kube-controller-manager missing in %s: run hack/controlplane.sh: %w", dir, err)
+		}
+	}
+	cfg, err := e.env.Start()
+	if err != nil {
+		return nil, fmt.Errorf("starting kube-apiserver and etcd from %s: %w", dir, err)
+	}
+	e.Config = cfg
+	ok := false
+	defer func() {
+		if !ok {
+			_ = e.Stop()
+		}
+	}()
+
+	if e.dir, err = os.MkdirTemp("", "tiled-testenv-"); err != nil {
+		return nil, err
+	}
+	admin, err := e.env.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("adding an admin user: %w", err)
+	}
+	kubeconfig, err := admin.KubeConfig()
+	if err != nil {
+		return nil, err
+	}
+	e.Kubeconfig = filepath.Join(e.dir, "kubeconfig")
+	if err := os.WriteFile(e.Kubeconfig, kubeconfig, 0o600); err != nil {
+		return nil, err
+	}
+	if e.Client, err = client.New(cfg, client.Options{Scheme: e.Scheme}); err != nil {
+		return nil, err
+	}
+	if e.Clientset, err = kubernetes.NewForConfig(cfg); err != nil {
+		return nil, err
+	}
+	if opts.ControllerManager {
+		if err := e.startControllerManager(dir); err != nil {
+			return nil, err
+		}
+	}
+	ok = true
+	return e, nil
+}
+
+// startControllerManager runs kube-controller-manager with the controllers the tests rely on.
+func (e *Env) startControllerManager(dir string) error {
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	e.kcmLog = &bytes.Buffer{}
+	e.kcm = exec.Command(filepath.Join(dir, "kube-controller-manager"),
+		"--kubeconfig="+e.Kubeconfig,
+		"--authentication-kubeconfig="+e.Kubeconfig,
+		"--authorization-kubeconfig="+e.Kubeconfig,
+		"--controllers=garbagecollector,namespace",
+		"--leader-elect=false",
+		"--bind-address=127.0.0.1",
+		fmt.Sprintf("--secure-port=%d", port),
+		"--cert-dir="+filepath.Join(e.dir, "kcm-certs"),
+		"--concurrent-gc-syncs=5",
+		"--v=1",
+	)
+	e.kcm.Stdout = e.kcmLog
+	e.kcm.Stderr = e.kcmLog
+	if err := e.kcm.Start(); err != nil {
+		return fmt.Errorf("starting kube-controller-manager: %w", err)
+	}
+	e.kcmDone = make(chan struct{})
+	go func() { _ = e.kcm.Wait(); close(e.kcmDone) }()
+
+	// Ready when its health endpoint answers; it exits early on bad flags, which is reported.
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-e.kcmDone:
+			return fmt.Errorf("kube-controller-manager exited early:\n%s", tail(e.kcmLog.String(), 40))
+		default:
+		}
+		conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
+		if err == nil {
+			_ = conn.Close()
+			return nil
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return fmt.Errorf("kube-controller-manager did not start listening within 60s:\n%s", tail(e.kcmLog.String(), 40))
+}
+
+// ControllerManagerLog returns what kube-controller-manager printed so far.
+func (e *Env) ControllerManagerLog() string {
+	if e.kcmLog == nil {
+		return ""
+	}
+	return e.kcmLog.String()
+}
+
+// Stop stops every process Start started and removes its files.
+func (e *Env) Stop() error {
+	var errs []error
+	if e.kcm != nil && e.kcm.Process != nil {
+		_ = e.kcm.Process.Signal(os.Interrupt)
+		select {
+		case <-e.kcmDone:
+		case <-time.After(10 * time.Second):
+			_ = e.kcm.Process.Kill()
+			<-e.kcmDone
+		}
+	}
+	if e.env != nil {
+		if err := e.env.Stop(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if e.dir != "" {
+		errs = append(errs, os.RemoveAll(e.dir))
+	}
+	return errors.Join(errs...)
+}
+
+// Kubectl runs kubectl against the control plane and returns its standard output and error. kubectl
+// must be on PATH: its absence is an error.
+func (e *Env) Kubectl(ctx context.Context, args ...string) (string, string, error) {
+	path, err := exec.LookPath("kubectl")
+	if err != nil {
+		return "", "", fmt.Errorf("kubectl is not on PATH: %w", err)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, path, append([]string{"--kubeconfig", e.Kubeconfig}, args...)...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Run()
+	return stdout.String(), stderr.String(), err
+}
+
+// WaitForResource waits until discovery serves the given resource (CRDs take a moment).
+func (e *Env) WaitForResource(ctx context.Context, gvr schema.GroupVersionResource) error {
+	for {
+		list, err := e.Clientset.Discovery().ServerResourcesForGroupVersion(gvr.GroupVersion().String())
+		if err == nil {
+			for _, r := range list.APIResources {
+				if r.Name == gvr.Resource {
+					return nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("resource %s not served: %w", gvr, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func tail(s string, lines int) string {
+	parts := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(parts) > lines {
+		parts = parts[len(parts)-lines:]
+	}
+	return strings.Join(parts, "\n")
+}

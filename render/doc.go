@@ -1,0 +1,53 @@
+// Package render turns one fully expanded TiledInstance into the Kubernetes objects that run it, as
+// client-go typed apply configurations ready for server-side apply.
+//
+// # Contract
+//
+// render is pure: it holds no client, reads no clock, draws no randomness except from the io.Reader a
+// caller passes to GenerateSecretData, and iterates no map into its output, so the same inputs give
+// byte-identical objects. It trusts that the TiledInstance has every field populated by the expansion
+// engine (package expansion); where a field is still empty it falls back to the small defaults
+// documented on each function rather than failing, except for choices it cannot make (no database at
+// all, OIDC on an external database without an auth URI), which are errors.
+//
+// What the render package cannot know comes in through Inputs: the address of the managed database
+// when a test points it elsewhere, whether the ServiceMonitor CRD exists, which keys the external
+// database Secret holds. Object names come from NamesFor, a small helper meant to be replaced by the
+// expansion package's naming function once it lands; callers should only use the Names it returns.
+//
+// # Objects
+//
+// For each instance, Render returns:
+//
+//   - the ConfigMap holding config.yml for `tiled serve config`: the catalog on PostgreSQL, writable
+//     storage (the data volume and, for appendable tables, the PostgreSQL storage database), readable
+//     storage (the read-only detector mounts), authentication, the auth database for OIDC, metrics,
+//     uvicorn host and port and the pool sizes at the top level, with the spec's free-form config
+//     fragment merged over it. Passwords never appear in it: Tiled expands ${VAR} references in its
+//     configuration from the environment (tiled.utils.parse, os.path.expandvars), and the variables
+//     come from Secrets;
+//   - the Secret with TILED_SINGLE_USER_API_KEY, TILED_SECRET_KEYS and DATABASE_PASSWORD (see
+//     GenerateSecretData: values are generated once, only for missing keys);
+//   - the Tiled StatefulSet (restricted Pod Security Standard, an init container running the database
+//     migrations of InitScript, probes on /healthz, a hash of config.yml on the pod template);
+//   - a ClusterIP Service (port 8000, named http) and a headless Service for the StatefulSet;
+//   - an Ingress when enabled, a PodDisruptionBudget when replicas > 1;
+//   - a PersistentVolume and claim for every NFS volume (inline nfs volumes are forbidden by the
+//     restricted Pod Security Standard);
+//   - for a managed database, a PostgreSQL StatefulSet, its Service and an init ConfigMap creating the
+//     catalog, storage and auth databases;
+//   - a prometheus-operator ServiceMonitor (unstructured) when asked for and its CRD exists.
+//
+// Every object carries app.kubernetes.io/{name,instance,component,managed-by} and the
+// tiled.blueskyproject.io/{cluster,instance} labels.
+//
+// # Tiled facts this package relies on (Tiled 0.2.20)
+//
+// The configuration is validated by the pydantic model tiled.config.Config, which forbids unknown keys
+// (the YAML schema in tiled/config_schemas is documentation only and lacks `catalog`); knownConfigKeys
+// mirrors that model and UnknownConfigKeys reports keys outside it. The single-user API key and the
+// token signing keys are read from the environment variables TILED_SINGLE_USER_API_KEY and
+// TILED_SECRET_KEYS (a JSON list) by tiled.server.settings. Clients authenticate with the header
+// `Authorization: Apikey <key>`. `tiled catalog init --if-not-exists` is idempotent, `tiled admin
+// initialize-database` is not, and both upgrade-database commands fail on an empty database.
+package render
