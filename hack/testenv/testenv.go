@@ -134,6 +134,8 @@ func Start(opts Options) (*Env, error) {
 	}
 	cfg, err := e.env.Start()
 	if err != nil {
+		// envtest leaves kube-apiserver and etcd running when a later step (CRD install) fails.
+		_ = e.env.Stop()
 		return nil, fmt.Errorf("starting kube-apiserver and etcd from %s: %w", dir, err)
 	}
 	e.Config = cfg
