@@ -3,6 +3,7 @@ package render
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"sort"
 
 	v1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 )
@@ -126,4 +127,9 @@ func SelectorLabels(ti *v1alpha1.TiledInstance, component string) map[string]str
 		"app.kubernetes.io/instance":  ti.Name,
 		"app.kubernetes.io/component": component,
 	}
+}
+
+func sortStrings(s []string) []string {
+	sort.Strings(s)
+	return s
 }

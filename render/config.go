@@ -1,0 +1,370 @@
+package render
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	"sigs.k8s.io/yaml"
+
+	v1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
+)
+
+// Fixed facts of the rendered deployment.
+const (
+	// ConfigKey is the key of the ConfigMap holding Tiled's configuration file.
+	ConfigKey = "config.yml"
+	// ConfigDir is where the ConfigMap is mounted; TILED_CONFIG points at it.
+	ConfigDir = "/deploy/config"
+	// DataPath is where the writable data volume is mounted. Read-only mounts default to
+	// /data/<name>, so the writable volume lives apart from them.
+	DataPath = "/storage"
+	// Port is the port Tiled listens on, named PortName in the Services.
+	Port     = 8000
+	PortName = "http"
+	// PostgresPort is the port of the managed PostgreSQL.
+	PostgresPort = 5432
+	// DatabaseUser owns the catalog, storage and auth databases of a managed PostgreSQL.
+	DatabaseUser = "tiled"
+	// Database names in a managed PostgreSQL.
+	CatalogDatabase = "catalog"
+	StorageDatabase = "storage"
+	AuthDatabase    = "auth"
+	// ConfigHashAnnotation on the Tiled pod template changes with config.yml, so a new config rolls out.
+	ConfigHashAnnotation = "tiled.blueskyproject.io/config-hash"
+)
+
+// Environment variables of the Tiled containers. Tiled reads TILED_SINGLE_USER_API_KEY and
+// TILED_SECRET_KEYS itself; the others are referenced as ${VAR} in config.yml and the init script.
+// The operator's own variables deliberately avoid the TILED_ prefix, which Tiled's settings claim.
+const (
+	EnvAPIKey           = "TILED_SINGLE_USER_API_KEY"
+	EnvSecretKeys       = "TILED_SECRET_KEYS"
+	EnvConfig           = "TILED_CONFIG"
+	EnvDatabasePassword = "DATABASE_PASSWORD"
+	EnvCatalogURI       = "CATALOG_DATABASE_URI"
+	EnvStorageURI       = "STORAGE_DATABASE_URI"
+	EnvAuthURI          = "AUTH_DATABASE_URI"
+)
+
+// Keys of the external database Secret (ExternalDatabase.URISecretRef). The catalog URI is under the
+// reference's key (default ExternalKeyURI); the storage and auth URIs are optional keys of the same
+// Secret.
+const (
+	ExternalKeyURI        = "uri"
+	ExternalKeyStorageURI = "storage-uri"
+	ExternalKeyAuthURI    = "auth-uri"
+)
+
+// Inputs are what rendering needs beyond the TiledInstance.
+type Inputs struct {
+	// Names of the objects; the zero value means NamesFor(instance).
+	Names *Names
+	// DatabaseAddress overrides host:port of the managed PostgreSQL (the conformance suite points it
+	// at a local server). Empty means the managed Service's in-cluster DNS name.
+	DatabaseAddress string
+	// DataPath overrides where writable data lives (the conformance suite uses a temporary
+	// directory). Empty means DataPath.
+	DataPath string
+	// ExternalSecretKeys are the keys present in the external database Secret, so that the optional
+	// storage and auth URIs are used only when present.
+	ExternalSecretKeys []string
+	// ServiceMonitorAvailable says the monitoring.coreos.com/v1 ServiceMonitor CRD exists.
+	ServiceMonitorAvailable bool
+	// SecretData is the complete data of the instance's Secret: the existing keys plus those
+	// GenerateSecretData returned. It is written only into the Secret, never into other objects.
+	SecretData map[string][]byte
+}
+
+func (in Inputs) names(ti *v1alpha1.TiledInstance) Names {
+	if in.Names != nil {
+		return *in.Names
+	}
+	return NamesFor(ti)
+}
+
+func (in Inputs) dataPath() string {
+	if in.DataPath != "" {
+		return in.DataPath
+	}
+	return DataPath
+}
+
+func (in Inputs) hasExternalKey(k string) bool {
+	for _, x := range in.ExternalSecretKeys {
+		if x == k {
+			return true
+		}
+	}
+	return false
+}
+
+// authMode is how clients authenticate.
+type authMode int
+
+const (
+	authSingleUser authMode = iota
+	authOIDC
+)
+
+func modeOf(ti *v1alpha1.TiledInstance) authMode {
+	if a := ti.Spec.Auth; a != nil && a.OIDC != nil {
+		return authOIDC
+	}
+	return authSingleUser
+}
+
+// databaseURIs are the connection URIs Tiled uses, with ${VAR} references instead of secrets; the same
+// text is valid in config.yml (Tiled expands it) and inside double quotes in the init shell script.
+type databaseURIs struct {
+	catalog, storage, auth string
+}
+
+func uris(ti *v1alpha1.TiledInstance, in Inputs) (databaseURIs, error) {
+	db := ti.Spec.Database
+	switch {
+	case db != nil && db.External != nil:
+		if db.External.URISecretRef == nil || db.External.URISecretRef.Name == "" {
+			return databaseURIs{}, fmt.Errorf("spec.database.external.uriSecretRef: a Secret holding the catalog URI is required")
+		}
+		u := databaseURIs{catalog: "${" + EnvCatalogURI + "}"}
+		if in.hasExternalKey(ExternalKeyStorageURI) {
+			u.storage = "${" + EnvStorageURI + "}"
+		}
+		if in.hasExternalKey(ExternalKeyAuthURI) {
+			u.auth = "${" + EnvAuthURI + "}"
+		}
+		if modeOf(ti) == authOIDC && u.auth == "" {
+			return databaseURIs{}, fmt.Errorf("spec.database.external.uriSecretRef: OIDC keeps sessions in an auth database; Secret %q needs key %q", db.External.URISecretRef.Name, ExternalKeyAuthURI)
+		}
+		return u, nil
+	case db != nil && db.Managed != nil:
+		addr := in.DatabaseAddress
+		if addr == "" {
+			addr = fmt.Sprintf("%s.%s.svc:%d", in.names(ti).Postgres, ti.Namespace, PostgresPort)
+		}
+		base := "postgresql://" + DatabaseUser + ":${" + EnvDatabasePassword + "}@" + addr + "/"
+		u := databaseURIs{catalog: base + CatalogDatabase, storage: base + StorageDatabase}
+		if modeOf(ti) == authOIDC {
+			u.auth = base + AuthDatabase
+		}
+		return u, nil
+	default:
+		return databaseURIs{}, fmt.Errorf("spec.database: one of managed or external is required")
+	}
+}
+
+// oidcSecretEnv is the variable holding provider p's client secret.
+func oidcSecretEnv(p string) string {
+	return "OIDC_" + strings.ToUpper(strings.ReplaceAll(p, "-", "_")) + "_CLIENT_SECRET"
+}
+
+// Config returns Tiled's configuration as a map: the rendered settings with spec.config merged over
+// them (maps merge, other values replace).
+func Config(ti *v1alpha1.TiledInstance, in Inputs) (map[string]any, error) {
+	u, err := uris(ti, in)
+	if err != nil {
+		return nil, err
+	}
+	writable := []any{in.dataPath()}
+	if u.storage != "" {
+		writable = append(writable, u.storage)
+	}
+	catalog := map[string]any{
+		"uri":                u.catalog,
+		"writable_storage":   writable,
+		"init_if_not_exists": false, // the init container migrates before the server starts
+	}
+	var readable []any
+	if s := ti.Spec.Storage; s != nil {
+		for _, m := range s.ReadOnlyMounts {
+			readable = append(readable, mountPath(m))
+		}
+	}
+	if len(readable) > 0 {
+		catalog["readable_storage"] = readable
+	}
+
+	auth := map[string]any{}
+	if a := ti.Spec.Auth; a != nil && a.AllowAnonymousAccess != nil {
+		auth["allow_anonymous_access"] = *a.AllowAnonymousAccess
+	} else {
+		auth["allow_anonymous_access"] = false
+	}
+	cfg := map[string]any{
+		"catalog":        catalog,
+		"authentication": auth,
+		"metrics":        map[string]any{"prometheus": true},
+		"uvicorn":        map[string]any{"host": "0.0.0.0", "port": Port},
+		// Tiled 0.2.20 copies these top-level values into the catalog's arguments.
+		"catalog_pool_size":    5,
+		"catalog_max_overflow": 10,
+		"storage_pool_size":    5,
+		"storage_max_overflow": 10,
+	}
+	if modeOf(ti) == authOIDC {
+		o := ti.Spec.Auth.OIDC
+		var providers []any
+		for _, p := range o.Providers {
+			args := map[string]any{
+				"audience":       p.ClientID,
+				"client_id":      p.ClientID,
+				"client_secret":  "${" + oidcSecretEnv(p.Name) + "}",
+				"well_known_uri": p.WellKnownURI,
+			}
+			providers = append(providers, map[string]any{
+				"provider":      p.Name,
+				"authenticator": "tiled.authenticators:OIDCAuthenticator",
+				"args":          args,
+			})
+		}
+		auth["providers"] = providers
+		var admins []any
+		for _, a := range o.Admins {
+			prov, id, ok := strings.Cut(a, ":")
+			if !ok {
+				return nil, fmt.Errorf("spec.auth.oidc.admins: %q is not provider:id", a)
+			}
+			admins = append(admins, map[string]any{"provider": prov, "id": id})
+		}
+		if len(admins) > 0 {
+			auth["tiled_admins"] = admins
+		}
+		// The signing keys come from TILED_SECRET_KEYS (a JSON list), which Tiled reads itself.
+		cfg["database"] = map[string]any{
+			"uri":          u.auth,
+			"pool_size":    5,
+			"max_overflow": 10,
+		}
+	}
+
+	if ti.Spec.Config != nil && len(ti.Spec.Config.Raw) > 0 {
+		var frag map[string]any
+		if err := json.Unmarshal(ti.Spec.Config.Raw, &frag); err != nil {
+			return nil, fmt.Errorf("spec.config: %w", err)
+		}
+		mergeInto(cfg, frag)
+	}
+	return cfg, nil
+}
+
+// mergeInto merges src over dst: maps merge recursively, other values replace.
+func mergeInto(dst, src map[string]any) {
+	for k, v := range src {
+		if sm, ok := v.(map[string]any); ok {
+			if dm, ok := dst[k].(map[string]any); ok {
+				mergeInto(dm, sm)
+				continue
+			}
+		}
+		dst[k] = v
+	}
+}
+
+// ConfigYAML returns config.yml. Keys are sorted, so the bytes are deterministic.
+func ConfigYAML(ti *v1alpha1.TiledInstance, in Inputs) ([]byte, error) {
+	cfg, err := Config(ti, in)
+	if err != nil {
+		return nil, err
+	}
+	return yaml.Marshal(cfg)
+}
+
+// Hash is the short hex SHA-256 the pod template carries for config.yml.
+func Hash(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])[:16]
+}
+
+// ConfigMap returns the ConfigMap holding config.yml and the hash of its content.
+func ConfigMap(ti *v1alpha1.TiledInstance, in Inputs) (*corev1ac.ConfigMapApplyConfiguration, string, error) {
+	b, err := ConfigYAML(ti, in)
+	if err != nil {
+		return nil, "", err
+	}
+	n := in.names(ti)
+	cm := corev1ac.ConfigMap(n.ConfigMap, ti.Namespace).
+		WithLabels(Labels(ti, ComponentServer)).
+		WithData(map[string]string{ConfigKey: string(b)})
+	return cm, Hash(b), nil
+}
+
+// knownConfigKeys mirrors the pydantic models of tiled.config in Tiled 0.2.20 (Config and the models
+// of its fields), which forbid unknown keys. A nil value means any key below is accepted (free-form
+// arguments, media types); a non-nil map lists the accepted keys.
+var knownConfigKeys = map[string]any{
+	"catalog": map[string]any{
+		"uri": nil, "metadata": nil, "specs": nil, "writable_storage": nil, "readable_storage": nil,
+		"init_if_not_exists": nil, "adapters_by_mimetype": nil, "top_level_access_tags": nil,
+		"mount_node": nil, "catalog_pool_size": nil, "storage_pool_size": nil,
+		"catalog_max_overflow": nil, "storage_max_overflow": nil,
+	},
+	"trees": nil, "media_types": nil, "file_extensions": nil,
+	"authentication": map[string]any{
+		"providers": nil, "tiled_admins": nil, "secret_keys": nil, "allow_anonymous_access": nil,
+		"single_user_api_key": nil, "access_token_max_age": nil, "refresh_token_max_age": nil,
+		"session_max_age": nil,
+	},
+	"database": map[string]any{
+		"uri": nil, "init_if_not_exists": nil, "pool_pre_ping": nil, "pool_size": nil, "max_overflow": nil,
+	},
+	"access_control":          nil,
+	"response_bytesize_limit": nil, "exact_count_limit": nil, "allow_origins": nil,
+	"uvicorn": map[string]any{
+		"host": nil, "port": nil, "workers": nil, "root_path": nil, "proxy_headers": nil,
+		"forwarded_allow_ips": nil, "ssl_keyfile": nil, "ssl_certfile": nil,
+		"ssl_keyfile_password": nil, "ssl_version": nil, "ssl_cert_reqs": nil, "ssl_ca_certs": nil,
+		"ssl_ciphers": nil,
+	},
+	"metrics":                 map[string]any{"prometheus": nil},
+	"specs":                   nil,
+	"reject_undeclared_specs": nil, "expose_raw_assets": nil, "routers": nil,
+	"streaming_cache": map[string]any{
+		"uri": nil, "sentinels": nil, "service_name": nil, "password": nil, "ssl": nil,
+		"data_ttl": nil, "seq_ttl": nil, "socket_timeout": nil, "socket_connect_timeout": nil,
+		"health_check_interval": nil,
+	},
+	"webhooks": map[string]any{
+		"secret_keys": nil, "blocked_networks": nil, "allow_delivery_hosts": nil,
+		"allow_http": nil, "allow_private_addresses": nil,
+	},
+	"create_mount_nodes_if_not_exist": nil,
+	"catalog_pool_size":               nil, "storage_pool_size": nil,
+	"catalog_max_overflow": nil, "storage_max_overflow": nil,
+}
+
+// UnknownConfigKeys returns the dotted paths of keys in cfg that Tiled 0.2.20's configuration model
+// does not define, sorted. Tiled refuses to start on any of them; a webhook can report them early.
+// (uvicorn is a free dict in Tiled, but keys outside uvicorn's settings break the server at start.)
+func UnknownConfigKeys(cfg map[string]any) []string {
+	var out []string
+	var walk func(prefix string, m map[string]any, known map[string]any)
+	walk = func(prefix string, m map[string]any, known map[string]any) {
+		for k, v := range m {
+			spec, ok := known[k]
+			if !ok {
+				out = append(out, prefix+k)
+				continue
+			}
+			sub, isMap := spec.(map[string]any)
+			vm, vIsMap := v.(map[string]any)
+			if isMap && vIsMap {
+				walk(prefix+k+".", vm, sub)
+			}
+		}
+	}
+	walk("", cfg, knownConfigKeys)
+	sort.Strings(out)
+	return out
+}
+
+func mountPath(m v1alpha1.ReadOnlyMount) string {
+	if m.MountPath != "" {
+		return m.MountPath
+	}
+	return "/data/" + m.Name
+}

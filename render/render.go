@@ -1,0 +1,59 @@
+package render
+
+import (
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	networkingv1ac "k8s.io/client-go/applyconfigurations/networking/v1"
+	policyv1ac "k8s.io/client-go/applyconfigurations/policy/v1"
+
+	v1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
+)
+
+// Objects are all the objects of one instance. Optional ones are nil when not wanted; the
+// controller prunes objects it owns that are no longer rendered.
+type Objects struct {
+	Names      Names
+	ConfigHash string
+
+	ConfigMap       *corev1ac.ConfigMapApplyConfiguration
+	Secret          *corev1ac.SecretApplyConfiguration
+	StatefulSet     *appsv1ac.StatefulSetApplyConfiguration
+	Service         *corev1ac.ServiceApplyConfiguration
+	HeadlessService *corev1ac.ServiceApplyConfiguration
+	Ingress         *networkingv1ac.IngressApplyConfiguration         // nil unless enabled
+	PDB             *policyv1ac.PodDisruptionBudgetApplyConfiguration // nil unless replicas > 1
+	Volumes         []Volume                                          // NFS PersistentVolumes and claims
+	PostgresInit    *corev1ac.ConfigMapApplyConfiguration             // nil for an external database
+	PostgresService *corev1ac.ServiceApplyConfiguration               // nil for an external database
+	Postgres        *appsv1ac.StatefulSetApplyConfiguration           // nil for an external database
+	ServiceMonitor  *unstructured.Unstructured                        // nil unless asked for and possible
+}
+
+// Render renders every object of the instance. The Secret holds in.SecretData as given: callers
+// merge GenerateSecretData's values into the existing data first.
+func Render(ti *v1alpha1.TiledInstance, in Inputs) (*Objects, error) {
+	cm, hash, err := ConfigMap(ti, in)
+	if err != nil {
+		return nil, err
+	}
+	sts, err := StatefulSet(ti, in, hash)
+	if err != nil {
+		return nil, err
+	}
+	o := &Objects{
+		Names:           in.names(ti),
+		ConfigHash:      hash,
+		ConfigMap:       cm,
+		Secret:          Secret(ti, in),
+		StatefulSet:     sts,
+		Service:         Service(ti, in),
+		HeadlessService: HeadlessService(ti, in),
+		Ingress:         Ingress(ti, in),
+		PDB:             PodDisruptionBudget(ti, in),
+		Volumes:         NFSVolumes(ti, in),
+		ServiceMonitor:  ServiceMonitor(ti, in),
+	}
+	o.PostgresInit, o.PostgresService, o.Postgres = Postgres(ti, in)
+	return o, nil
+}

@@ -1,0 +1,115 @@
+package render
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+
+	v1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
+)
+
+// Keys of the instance's Secret. They are also the names of the environment variables they feed.
+const (
+	SecretKeyAPIKey           = EnvAPIKey
+	SecretKeySecretKeys       = EnvSecretKeys
+	SecretKeyDatabasePassword = EnvDatabasePassword
+)
+
+const alphanumeric = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+
+// Lengths of generated values: 48 alphanumeric characters carry about 285 bits.
+const (
+	apiKeyLength   = 48
+	passwordLength = 32
+	signingKeyLen  = 64
+)
+
+// SecretKeys returns the keys the instance's Secret must hold, sorted: the single-user API key
+// (unless taken from another Secret), the token signing keys, and the managed database's password.
+func SecretKeys(ti *v1alpha1.TiledInstance) []string {
+	var keys []string
+	if modeOf(ti) == authSingleUser && !apiKeyFromRef(ti) {
+		keys = append(keys, SecretKeyAPIKey)
+	}
+	if db := ti.Spec.Database; db != nil && db.Managed != nil {
+		keys = append(keys, SecretKeyDatabasePassword)
+	}
+	keys = append(keys, SecretKeySecretKeys)
+	return sortStrings(keys)
+}
+
+func apiKeyFromRef(ti *v1alpha1.TiledInstance) bool {
+	a := ti.Spec.Auth
+	return a != nil && a.SingleUserAPIKey != nil && a.SingleUserAPIKey.SecretRef != nil && a.SingleUserAPIKey.SecretRef.Name != ""
+}
+
+// GenerateSecretData returns new values for the keys of SecretKeys(ti) that existing lacks (or holds
+// empty), and nothing for keys already present: existing values are never regenerated. random is
+// crypto/rand.Reader in production and a seeded reader in tests. The caller merges the result into
+// existing and applies the whole map with Secret; it must never log the values.
+func GenerateSecretData(ti *v1alpha1.TiledInstance, existing map[string][]byte, random io.Reader) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	for _, k := range SecretKeys(ti) {
+		if len(existing[k]) > 0 {
+			continue
+		}
+		var v string
+		var err error
+		switch k {
+		case SecretKeyAPIKey:
+			v, err = randomString(random, apiKeyLength)
+		case SecretKeyDatabasePassword:
+			v, err = randomString(random, passwordLength)
+		case SecretKeySecretKeys:
+			var s string
+			s, err = randomString(random, signingKeyLen)
+			if err == nil {
+				var b []byte
+				b, err = json.Marshal([]string{s})
+				v = string(b)
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("generating %s: %w", k, err)
+		}
+		out[k] = []byte(v)
+	}
+	return out, nil
+}
+
+// randomString draws n characters uniformly from [A-Za-z0-9] (rejection sampling, no modulo bias).
+func randomString(r io.Reader, n int) (string, error) {
+	out := make([]byte, 0, n)
+	buf := make([]byte, n)
+	for len(out) < n {
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return "", err
+		}
+		for _, b := range buf {
+			if b >= 248 { // 248 = 4 × 62: keep the distribution uniform
+				continue
+			}
+			out = append(out, alphanumeric[int(b)%len(alphanumeric)])
+			if len(out) == n {
+				break
+			}
+		}
+	}
+	return string(out), nil
+}
+
+// Secret returns the instance's Secret with data, which must be the complete data (existing keys
+// plus generated ones): server-side apply removes keys the operator owned and no longer sends.
+func Secret(ti *v1alpha1.TiledInstance, in Inputs) *corev1ac.SecretApplyConfiguration {
+	n := in.names(ti)
+	data := make(map[string][]byte, len(in.SecretData))
+	for k, v := range in.SecretData {
+		data[k] = v
+	}
+	return corev1ac.Secret(n.Secret, ti.Namespace).
+		WithLabels(Labels(ti, ComponentServer)).
+		WithType("Opaque").
+		WithData(data)
+}

@@ -1,0 +1,398 @@
+package render
+
+import (
+	"fmt"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+
+	v1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
+)
+
+// DefaultImage is used when spec.tiled.image is empty (the expansion engine normally fills it).
+const DefaultImage = "ghcr.io/bluesky/tiled:0.2.20"
+
+// RunAsUser is the uid (and gid) the Tiled and PostgreSQL containers run as.
+const RunAsUser int64 = 999
+
+// ServeCommand is the command of the Tiled container.
+func ServeCommand() []string {
+	return []string{"tiled", "serve", "config", "--host", "0.0.0.0", "--port", fmt.Sprint(Port), "--scalable"}
+}
+
+// InitScript is the shell script of the init container: it creates or upgrades the catalog database
+// and, when authentication keeps sessions in a database, the auth database. It references secrets only
+// as ${VAR}, expanded by the shell from the container's environment.
+//
+// `tiled catalog init --if-not-exists` is idempotent and stamps a new database at the latest
+// revision, so it runs first and `upgrade-database` then migrates an older one; a failing upgrade
+// fails the pod instead of being masked. `tiled admin initialize-database` refuses an initialized
+// database and `tiled admin upgrade-database` an empty one, hence upgrade || initialize there.
+func InitScript(ti *v1alpha1.TiledInstance, in Inputs) (string, error) {
+	u, err := uris(ti, in)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "tiled catalog init --if-not-exists \"%s\"\n", u.catalog)
+	fmt.Fprintf(&b, "tiled catalog upgrade-database \"%s\"\n", u.catalog)
+	if u.auth != "" {
+		fmt.Fprintf(&b, "tiled admin upgrade-database \"%s\" || tiled admin initialize-database \"%s\"\n", u.auth, u.auth)
+	}
+	return b.String(), nil
+}
+
+func restrictedContainerSecurityContext() *corev1ac.SecurityContextApplyConfiguration {
+	return corev1ac.SecurityContext().
+		WithRunAsNonRoot(true).
+		WithRunAsUser(RunAsUser).
+		WithRunAsGroup(RunAsUser).
+		WithAllowPrivilegeEscalation(false).
+		WithReadOnlyRootFilesystem(true).
+		WithCapabilities(corev1ac.Capabilities().WithDrop("ALL")).
+		WithSeccompProfile(corev1ac.SeccompProfile().WithType(corev1.SeccompProfileTypeRuntimeDefault))
+}
+
+func restrictedPodSecurityContext() *corev1ac.PodSecurityContextApplyConfiguration {
+	return corev1ac.PodSecurityContext().
+		WithRunAsNonRoot(true).
+		WithRunAsUser(RunAsUser).
+		WithRunAsGroup(RunAsUser).
+		WithFSGroup(RunAsUser).
+		WithFSGroupChangePolicy(corev1.FSGroupChangeOnRootMismatch).
+		WithSeccompProfile(corev1ac.SeccompProfile().WithType(corev1.SeccompProfileTypeRuntimeDefault))
+}
+
+func secretEnv(name, secret, key string) *corev1ac.EnvVarApplyConfiguration {
+	return corev1ac.EnvVar().WithName(name).WithValueFrom(corev1ac.EnvVarSource().
+		WithSecretKeyRef(corev1ac.SecretKeySelector().WithName(secret).WithKey(key)))
+}
+
+// tiledEnv is the environment of the Tiled init and server containers: the operator's variables,
+// then the spec's extra variables (which cannot replace the operator's).
+func tiledEnv(ti *v1alpha1.TiledInstance, n Names, in Inputs) []*corev1ac.EnvVarApplyConfiguration {
+	env := []*corev1ac.EnvVarApplyConfiguration{
+		corev1ac.EnvVar().WithName(EnvConfig).WithValue(ConfigDir),
+		corev1ac.EnvVar().WithName("HOME").WithValue("/tmp"),
+		secretEnv(EnvSecretKeys, n.Secret, SecretKeySecretKeys),
+	}
+	if modeOf(ti) == authSingleUser {
+		if apiKeyFromRef(ti) {
+			r := ti.Spec.Auth.SingleUserAPIKey.SecretRef
+			env = append(env, secretEnv(EnvAPIKey, r.Name, keyOr(r.Key, SecretKeyAPIKey)))
+		} else {
+			env = append(env, secretEnv(EnvAPIKey, n.Secret, SecretKeyAPIKey))
+		}
+	} else {
+		for _, p := range ti.Spec.Auth.OIDC.Providers {
+			if r := p.ClientSecretRef; r != nil {
+				env = append(env, secretEnv(oidcSecretEnv(p.Name), r.Name, keyOr(r.Key, "client-secret")))
+			}
+		}
+	}
+	if db := ti.Spec.Database; db != nil {
+		switch {
+		case db.Managed != nil:
+			env = append(env, secretEnv(EnvDatabasePassword, n.Secret, SecretKeyDatabasePassword))
+		case db.External != nil && db.External.URISecretRef != nil:
+			r := db.External.URISecretRef
+			env = append(env, secretEnv(EnvCatalogURI, r.Name, keyOr(r.Key, ExternalKeyURI)))
+			if in.hasExternalKey(ExternalKeyStorageURI) {
+				env = append(env, secretEnv(EnvStorageURI, r.Name, ExternalKeyStorageURI))
+			}
+			if in.hasExternalKey(ExternalKeyAuthURI) {
+				env = append(env, secretEnv(EnvAuthURI, r.Name, ExternalKeyAuthURI))
+			}
+		}
+	}
+	reserved := map[string]bool{}
+	for _, e := range env {
+		reserved[*e.Name] = true
+	}
+	if t := ti.Spec.Tiled; t != nil {
+		for _, e := range t.Env {
+			if reserved[e.Name] {
+				continue
+			}
+			ev := corev1ac.EnvVar().WithName(e.Name)
+			switch {
+			case e.Value != nil:
+				ev.WithValue(*e.Value)
+			case e.ValueFrom != nil:
+				ev.WithValueFrom(envSource(e.ValueFrom))
+			}
+			env = append(env, ev)
+		}
+	}
+	return env
+}
+
+func envSource(s *corev1.EnvVarSource) *corev1ac.EnvVarSourceApplyConfiguration {
+	out := corev1ac.EnvVarSource()
+	if r := s.SecretKeyRef; r != nil {
+		sel := corev1ac.SecretKeySelector().WithName(r.Name).WithKey(r.Key)
+		if r.Optional != nil {
+			sel.WithOptional(*r.Optional)
+		}
+		out.WithSecretKeyRef(sel)
+	}
+	if r := s.ConfigMapKeyRef; r != nil {
+		sel := corev1ac.ConfigMapKeySelector().WithName(r.Name).WithKey(r.Key)
+		if r.Optional != nil {
+			sel.WithOptional(*r.Optional)
+		}
+		out.WithConfigMapKeyRef(sel)
+	}
+	if r := s.FieldRef; r != nil {
+		out.WithFieldRef(corev1ac.ObjectFieldSelector().WithFieldPath(r.FieldPath))
+	}
+	if r := s.ResourceFieldRef; r != nil {
+		rf := corev1ac.ResourceFieldSelector().WithContainerName(r.ContainerName).WithResource(r.Resource)
+		if !r.Divisor.IsZero() {
+			rf.WithDivisor(r.Divisor)
+		}
+		out.WithResourceFieldRef(rf)
+	}
+	return out
+}
+
+func keyOr(k, def string) string {
+	if k != "" {
+		return k
+	}
+	return def
+}
+
+func resources(r *corev1.ResourceRequirements) *corev1ac.ResourceRequirementsApplyConfiguration {
+	out := corev1ac.ResourceRequirements()
+	if r == nil {
+		return out
+	}
+	if len(r.Requests) > 0 {
+		out.WithRequests(r.Requests)
+	}
+	if len(r.Limits) > 0 {
+		out.WithLimits(r.Limits)
+	}
+	return out
+}
+
+func healthProbe(period, failures int32) *corev1ac.ProbeApplyConfiguration {
+	return corev1ac.Probe().
+		WithHTTPGet(corev1ac.HTTPGetAction().WithPath("/healthz").WithPort(intstr.FromString(PortName))).
+		WithPeriodSeconds(period).
+		WithTimeoutSeconds(5).
+		WithFailureThreshold(failures)
+}
+
+func replicas(ti *v1alpha1.TiledInstance) int32 {
+	if t := ti.Spec.Tiled; t != nil && t.Replicas != nil {
+		return *t.Replicas
+	}
+	return 1
+}
+
+func retention(ti *v1alpha1.TiledInstance) appsv1.PersistentVolumeClaimRetentionPolicyType {
+	if s := ti.Spec.Storage; s != nil && s.Retention == v1alpha1.RetentionDelete {
+		return appsv1.DeletePersistentVolumeClaimRetentionPolicyType
+	}
+	return appsv1.RetainPersistentVolumeClaimRetentionPolicyType
+}
+
+// StatefulSet returns the Tiled StatefulSet. configHash is the hash ConfigMap returned.
+func StatefulSet(ti *v1alpha1.TiledInstance, in Inputs, configHash string) (*appsv1ac.StatefulSetApplyConfiguration, error) {
+	n := in.names(ti)
+	script, err := InitScript(ti, in)
+	if err != nil {
+		return nil, err
+	}
+	t := ti.Spec.Tiled
+	if t == nil {
+		t = &v1alpha1.TiledServerSpec{}
+	}
+	image := t.Image
+	if image == "" {
+		image = DefaultImage
+	}
+	pull := t.ImagePullPolicy
+	if pull == "" {
+		pull = corev1.PullIfNotPresent
+	}
+	env := tiledEnv(ti, n, in)
+
+	mounts := []*corev1ac.VolumeMountApplyConfiguration{
+		corev1ac.VolumeMount().WithName("config").WithMountPath(ConfigDir).WithReadOnly(true),
+		corev1ac.VolumeMount().WithName("tmp").WithMountPath("/tmp"),
+		corev1ac.VolumeMount().WithName("data").WithMountPath(DataPath),
+	}
+	volumes := []*corev1ac.VolumeApplyConfiguration{
+		corev1ac.Volume().WithName("config").WithConfigMap(corev1ac.ConfigMapVolumeSource().WithName(n.ConfigMap)),
+		corev1ac.Volume().WithName("tmp").WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
+	}
+	var claimTemplates []*corev1ac.PersistentVolumeClaimApplyConfiguration
+	var data *v1alpha1.DataVolume
+	if s := ti.Spec.Storage; s != nil {
+		data = s.Data
+	}
+	switch {
+	case data != nil && data.ExistingClaimName != "":
+		volumes = append(volumes, claimVolume("data", data.ExistingClaimName, false))
+	case data != nil && data.NFS != nil:
+		volumes = append(volumes, claimVolume("data", n.DataClaim, false))
+	default:
+		pvc := corev1ac.PersistentVolumeClaim(n.DataClaimTemplate, "").
+			WithLabels(Labels(ti, ComponentData)).
+			WithSpec(claimSpec(data))
+		claimTemplates = append(claimTemplates, pvc)
+	}
+	if s := ti.Spec.Storage; s != nil {
+		for _, m := range s.ReadOnlyMounts {
+			claim := m.ExistingClaimName
+			if claim == "" {
+				claim = n.ReadOnlyClaimName(m.Name)
+			}
+			vol := "ro-" + m.Name
+			volumes = append(volumes, claimVolume(vol, claim, true))
+			mounts = append(mounts, corev1ac.VolumeMount().WithName(vol).WithMountPath(mountPath(m)).WithReadOnly(true))
+		}
+	}
+
+	initC := corev1ac.Container().
+		WithName("migrate").
+		WithImage(image).
+		WithImagePullPolicy(pull).
+		WithCommand("/bin/sh", "-ec", script).
+		WithEnv(env...).
+		WithVolumeMounts(mounts[:2]...).
+		WithResources(resources(t.Resources)).
+		WithSecurityContext(restrictedContainerSecurityContext())
+	server := corev1ac.Container().
+		WithName("tiled").
+		WithImage(image).
+		WithImagePullPolicy(pull).
+		WithCommand(ServeCommand()...).
+		WithPorts(corev1ac.ContainerPort().WithName(PortName).WithContainerPort(Port).WithProtocol(corev1.ProtocolTCP)).
+		WithEnv(env...).
+		WithVolumeMounts(mounts...).
+		WithResources(resources(t.Resources)).
+		WithStartupProbe(healthProbe(5, 60)).
+		WithReadinessProbe(healthProbe(10, 3)).
+		WithLivenessProbe(healthProbe(20, 3)).
+		WithSecurityContext(restrictedContainerSecurityContext())
+
+	podLabels := map[string]string{}
+	for k, v := range t.PodLabels {
+		podLabels[k] = v
+	}
+	for k, v := range Labels(ti, ComponentServer) {
+		podLabels[k] = v
+	}
+	podAnn := map[string]string{}
+	for k, v := range t.PodAnnotations {
+		podAnn[k] = v
+	}
+	podAnn[ConfigHashAnnotation] = configHash
+
+	podSpec := corev1ac.PodSpec().
+		WithEnableServiceLinks(false). // Service links would add TILED_* variables Tiled's settings read
+		WithAutomountServiceAccountToken(false).
+		WithSecurityContext(restrictedPodSecurityContext()).
+		WithInitContainers(initC).
+		WithContainers(server).
+		WithVolumes(volumes...)
+	if len(t.NodeSelector) > 0 {
+		podSpec.WithNodeSelector(t.NodeSelector)
+	}
+	for i := range t.Tolerations {
+		podSpec.WithTolerations(toleration(t.Tolerations[i]))
+	}
+	if t.PriorityClassName != "" {
+		podSpec.WithPriorityClassName(t.PriorityClassName)
+	}
+	if t.ServiceAccountName != "" {
+		podSpec.WithServiceAccountName(t.ServiceAccountName)
+	}
+
+	spec := appsv1ac.StatefulSetSpec().
+		WithReplicas(replicas(ti)).
+		WithServiceName(n.HeadlessService).
+		WithPodManagementPolicy(appsv1.ParallelPodManagement).
+		WithSelector(metav1ac.LabelSelector().WithMatchLabels(SelectorLabels(ti, ComponentServer))).
+		WithPersistentVolumeClaimRetentionPolicy(appsv1ac.StatefulSetPersistentVolumeClaimRetentionPolicy().
+			WithWhenDeleted(retention(ti)).
+			WithWhenScaled(appsv1.RetainPersistentVolumeClaimRetentionPolicyType)).
+		WithTemplate(corev1ac.PodTemplateSpec().
+			WithLabels(podLabels).
+			WithAnnotations(podAnn).
+			WithSpec(podSpec))
+	if len(claimTemplates) > 0 {
+		spec.WithVolumeClaimTemplates(claimTemplates...)
+	}
+	return appsv1ac.StatefulSet(n.Tiled, ti.Namespace).
+		WithLabels(Labels(ti, ComponentServer)).
+		WithSpec(spec), nil
+}
+
+func toleration(t corev1.Toleration) *corev1ac.TolerationApplyConfiguration {
+	out := corev1ac.Toleration()
+	if t.Key != "" {
+		out.WithKey(t.Key)
+	}
+	if t.Operator != "" {
+		out.WithOperator(t.Operator)
+	}
+	if t.Value != "" {
+		out.WithValue(t.Value)
+	}
+	if t.Effect != "" {
+		out.WithEffect(t.Effect)
+	}
+	if t.TolerationSeconds != nil {
+		out.WithTolerationSeconds(*t.TolerationSeconds)
+	}
+	return out
+}
+
+func claimVolume(name, claim string, readOnly bool) *corev1ac.VolumeApplyConfiguration {
+	src := corev1ac.PersistentVolumeClaimVolumeSource().WithClaimName(claim)
+	if readOnly {
+		src.WithReadOnly(true)
+	}
+	return corev1ac.Volume().WithName(name).WithPersistentVolumeClaim(src)
+}
+
+var defaultSize = resource.MustParse("10Gi")
+
+func claimSpec(d *v1alpha1.DataVolume) *corev1ac.PersistentVolumeClaimSpecApplyConfiguration {
+	size := defaultSize
+	modes := []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
+	var class *string
+	if d != nil {
+		size = quantity(d.Size, size)
+		if len(d.AccessModes) > 0 {
+			modes = d.AccessModes
+		}
+		class = d.StorageClassName
+	}
+	s := corev1ac.PersistentVolumeClaimSpec().
+		WithAccessModes(modes...).
+		WithResources(corev1ac.VolumeResourceRequirements().WithRequests(corev1.ResourceList{corev1.ResourceStorage: size}))
+	if class != nil && *class != "" {
+		s.WithStorageClassName(*class)
+	}
+	return s
+}
+
+// quantity parses s (validated as a quantity by the CRD), falling back to def when empty or invalid.
+func quantity(s string, def resource.Quantity) resource.Quantity {
+	if q, err := resource.ParseQuantity(s); err == nil && s != "" {
+		return q
+	}
+	return def
+}
