@@ -118,6 +118,8 @@ var (
 	pairRule = regexp.MustCompile(`^!\(has\(self\.(\w+)\) && has\(self\.(\w+)\)\)$`)
 	// [has(self.a), has(self.b), ...].filter(x, x).size() <= 1
 	listRule = regexp.MustCompile(`^\[((?:has\(self\.\w+\)(?:, )?)+)\]\.filter\((\w+), (\w+)\)\.size\(\) <= 1$`)
+	// (has(self.a) ? 1 : 0) + (has(self.b) ? 1 : 0) + ... <= 1
+	sumRule  = regexp.MustCompile(`^\(has\(self\.\w+\) \? 1 : 0\)(?: \+ \(has\(self\.\w+\) \? 1 : 0\))+ <= 1$`)
 	hasField = regexp.MustCompile(`has\(self\.(\w+)\)`)
 )
 
@@ -131,6 +133,13 @@ func exclusiveMembers(rule string) []string {
 	if m := listRule.FindStringSubmatch(rule); m != nil && m[2] == m[3] {
 		var out []string
 		for _, f := range hasField.FindAllStringSubmatch(m[1], -1) {
+			out = append(out, f[1])
+		}
+		return out
+	}
+	if sumRule.MatchString(rule) {
+		var out []string
+		for _, f := range hasField.FindAllStringSubmatch(rule, -1) {
 			out = append(out, f[1])
 		}
 		return out
@@ -160,6 +169,10 @@ func (info *schemaInfo) walk(pattern string, s *apiextensionsv1.JSONSchemaProps)
 				}
 			}
 			info.unions = append(info.unions, unionSite{parent: pattern, members: members})
+		} else if strings.Contains(v.Message, "mutually exclusive") {
+			// A new spelling of a union rule: teach exclusiveMembers, or merged results could
+			// violate it.
+			return fmt.Errorf("%s: validation rule %q says fields are mutually exclusive in a form the expansion engine does not recognise", pattern, v.Rule)
 		}
 	}
 	names := make([]string, 0, len(s.Properties))

@@ -1,0 +1,81 @@
+package expansion
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
+
+	"github.com/bluesky/tiled-operator/apis/v1alpha1"
+)
+
+// TiledVersion is the version of Tiled the operator deploys unless a layer sets spec.tiled.image.
+// It is the one place the default image tag comes from (Tiled's tags have no "v").
+const TiledVersion = "0.2.20"
+
+// TiledImage is the default Tiled image, ghcr.io/bluesky/tiled:<TiledVersion>.
+const TiledImage = "ghcr.io/bluesky/tiled:" + TiledVersion
+
+// PostgresImage is the default image of a managed database.
+const PostgresImage = "postgres:16"
+
+// BuiltinsVersion names the set of built-in defaults below. It changes whenever a default changes,
+// so that a cluster's expansion can say which defaults it used.
+const BuiltinsVersion = "2026.11.1"
+
+// Builtins is the lowest layer of every expansion: the operator's own defaults, versioned.
+type Builtins struct {
+	// Version names this set of defaults, e.g. BuiltinsVersion.
+	Version string
+	// Defaults are the default settings; provenance calls them "default".
+	Defaults v1alpha1.InstanceTemplate
+}
+
+// DefaultBuiltins returns the operator's built-in defaults at BuiltinsVersion: a small, secure
+// Tiled (one replica, single-user API key, no anonymous access) on a 10Gi ReadWriteOnce volume of
+// the cluster's default storage class, with a managed PostgreSQL database and a ClusterIP Service.
+// Each call returns a fresh copy.
+func DefaultBuiltins() Builtins {
+	q := resource.MustParse
+	return Builtins{
+		Version: BuiltinsVersion,
+		Defaults: v1alpha1.InstanceTemplate{
+			Tiled: &v1alpha1.TiledServerSpec{
+				Image:           TiledImage,
+				ImagePullPolicy: corev1.PullIfNotPresent,
+				Replicas:        ptr.To[int32](1),
+				Resources: &corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceCPU: q("250m"), corev1.ResourceMemory: q("512Mi")},
+					Limits:   corev1.ResourceList{corev1.ResourceMemory: q("2Gi")},
+				},
+			},
+			Storage: &v1alpha1.StorageSpec{
+				Data: &v1alpha1.DataVolume{
+					Size:        "10Gi",
+					AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				},
+				Retention: v1alpha1.RetentionRetain,
+			},
+			Database: &v1alpha1.DatabaseSpec{
+				Managed: &v1alpha1.ManagedDatabase{
+					Image: PostgresImage,
+					Size:  "10Gi",
+					Resources: &corev1.ResourceRequirements{
+						Requests: corev1.ResourceList{corev1.ResourceCPU: q("100m"), corev1.ResourceMemory: q("256Mi")},
+						Limits:   corev1.ResourceList{corev1.ResourceMemory: q("1Gi")},
+					},
+				},
+			},
+			Auth: &v1alpha1.AuthSpec{
+				SingleUserAPIKey:     &v1alpha1.SingleUserAPIKey{},
+				AllowAnonymousAccess: ptr.To(false),
+			},
+			Expose: &v1alpha1.ExposeSpec{
+				Service: &v1alpha1.ServiceSpec{Type: corev1.ServiceTypeClusterIP},
+			},
+			Monitoring: &v1alpha1.MonitoringSpec{
+				ServiceMonitor: ptr.To(false),
+				Interval:       "30s",
+			},
+		},
+	}
+}

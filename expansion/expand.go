@@ -1,0 +1,354 @@
+package expansion
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+
+	"github.com/bluesky/tiled-operator/apis/v1alpha1"
+	"github.com/bluesky/tiled-operator/profiles"
+)
+
+// Result is the expansion of a TiledCluster.
+type Result struct {
+	// BuiltinsVersion is the version of the built-in defaults used.
+	BuiltinsVersion string
+	// Profiles are the profiles some instance used, by (priority, name), as the cluster's status
+	// records them.
+	Profiles []v1alpha1.SelectedProfile
+	// Instances are the expanded instances, ordered by instance name.
+	Instances []Instance
+}
+
+// Instance is one expanded instance of a cluster.
+type Instance struct {
+	// Name is the instance's short name, as listed in the cluster (e.g. the beamline, chx).
+	Name string
+	// Profiles are the names of the profiles applied to the instance, in the order applied.
+	Profiles []string
+	// Object is the TiledInstance: apiVersion and kind; metadata with name, namespace and labels
+	// (nothing else: owner references and the like are the controller's); the complete spec; and the
+	// provenance of every leaf field of the spec.
+	Object *v1alpha1.TiledInstance
+}
+
+// Expand expands a TiledCluster into the complete spec of each of its instances.
+//
+// candidates are the TiledProfiles of the cluster's namespace, in any order (profiles of other
+// namespaces are ignored); Expand selects among them with the cluster's profileSelector and each
+// instance's own profileSelector (see profiles.ForCluster). The layers, lowest to highest, are
+// builtins, the instance's profiles by (priority, name), the cluster's template and the instance's
+// overrides.
+//
+// Expand is pure and deterministic: no client, no clock, no dependence on the order of candidates or
+// of map iteration; the same input gives byte-identical Marshal output. On error it returns no
+// result at all, and the error is one of *SelectorError, *NoProfilesError, *ConflictError,
+// *ExpressionError, *UnknownFieldError or *InvalidFieldError.
+func Expand(cluster *v1alpha1.TiledCluster, candidates []v1alpha1.TiledProfile, builtins Builtins) (*Result, error) {
+	if cluster == nil {
+		return nil, fmt.Errorf("expand: nil TiledCluster")
+	}
+	sel, err := profiles.ForCluster(cluster, candidates)
+	if err != nil {
+		return nil, err
+	}
+	e, err := newEngine()
+	if err != nil {
+		return nil, err
+	}
+	base, err := e.newLayer(SourceDefault, &builtins.Defaults)
+	if err != nil {
+		return nil, err
+	}
+	profileLayers := make(map[string]*layer, len(sel.All))
+	for _, p := range sel.All {
+		if profileLayers[p.Name], err = e.newLayer(ProfileSource(p), &p.Spec.InstanceTemplate); err != nil {
+			return nil, err
+		}
+		profileLayers[p.Name].profile = p
+		profileLayers[p.Name].priority = p.Spec.Priority
+	}
+	var template *layer
+	if cluster.Spec.Template != nil {
+		if template, err = e.newLayer(SourceClusterTemplate, cluster.Spec.Template); err != nil {
+			return nil, err
+		}
+	}
+
+	res := &Result{BuiltinsVersion: builtins.Version}
+	for _, p := range sel.All {
+		res.Profiles = append(res.Profiles, v1alpha1.SelectedProfile{Name: p.Name, UID: p.UID, Generation: p.Generation, Priority: p.Spec.Priority})
+	}
+	items := slices.Clone(cluster.Spec.Instances)
+	slices.SortStableFunc(items, func(a, b v1alpha1.ClusterInstance) int { return strings.Compare(a.Name, b.Name) })
+	for i, item := range items {
+		if i > 0 && items[i-1].Name == item.Name {
+			return nil, &InvalidFieldError{Layer: "cluster/" + cluster.Name, Field: "spec.instances[name=" + item.Name + "]",
+				Reason: "instance names must be unique"}
+		}
+	}
+	res.Instances = make([]Instance, 0, len(items))
+	for _, item := range items {
+		name := InstanceName(cluster.Name, item.Name)
+		lbls := make(map[string]string, len(item.Labels)+3)
+		maps.Copy(lbls, item.Labels)
+		lbls[v1alpha1.LabelCluster] = LabelValue(cluster.Name)
+		lbls[v1alpha1.LabelInstance] = item.Name
+		lbls[v1alpha1.LabelManagedBy] = v1alpha1.ManagedByValue
+		ctx := newExprContext(item.Name, lbls, cluster.Name, cluster.Labels, cluster.Namespace)
+
+		chosen := sel.Instances[item.Name]
+		stack := make([]*layer, 0, len(chosen)+3)
+		stack = append(stack, base)
+		names := make([]string, 0, len(chosen))
+		for _, p := range chosen {
+			stack = append(stack, profileLayers[p.Name])
+			names = append(names, p.Name)
+		}
+		if template != nil {
+			stack = append(stack, template)
+		}
+		if item.Overrides != nil {
+			ov, err := e.newLayer(OverridesSource(item.Name), item.Overrides)
+			if err != nil {
+				return nil, err
+			}
+			stack = append(stack, ov)
+		}
+		spec, prov, err := e.expandOne(item.Name, stack, ctx)
+		if err != nil {
+			return nil, err
+		}
+		res.Instances = append(res.Instances, Instance{
+			Name:     item.Name,
+			Profiles: names,
+			Object: &v1alpha1.TiledInstance{
+				TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "TiledInstance"},
+				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: cluster.Namespace, Labels: lbls},
+				Spec:       *spec,
+				Provenance: prov,
+			},
+		})
+	}
+	return res, nil
+}
+
+// ExpandInstance expands a standalone TiledInstance (one not stamped out by a TiledCluster), as the
+// mutating webhook does at admission. Its own spec is the top layer (provenance source "instance"),
+// over the profiles its spec.profileSelector selects among candidates (none without a selector) and
+// builtins. Expressions see instance.name as the instance's tiled.blueskyproject.io/instance label,
+// or its name without one; cluster.name as its tiled.blueskyproject.io/cluster label, or "";
+// cluster.labels as {}.
+//
+// The returned object is a copy of instance with the expanded spec and provenance; status and
+// metadata are kept as they were. Expanding the result again gives the same spec (idempotence).
+func ExpandInstance(instance *v1alpha1.TiledInstance, candidates []v1alpha1.TiledProfile, builtins Builtins) (*v1alpha1.TiledInstance, error) {
+	if instance == nil {
+		return nil, fmt.Errorf("expand: nil TiledInstance")
+	}
+	chosen, err := profiles.ForInstance(instance, candidates)
+	if err != nil {
+		return nil, err
+	}
+	e, err := newEngine()
+	if err != nil {
+		return nil, err
+	}
+	stack := make([]*layer, 0, len(chosen)+2)
+	base, err := e.newLayer(SourceDefault, &builtins.Defaults)
+	if err != nil {
+		return nil, err
+	}
+	stack = append(stack, base)
+	for _, p := range chosen {
+		l, err := e.newLayer(ProfileSource(p), &p.Spec.InstanceTemplate)
+		if err != nil {
+			return nil, err
+		}
+		l.profile, l.priority = p, p.Spec.Priority
+		stack = append(stack, l)
+	}
+	own, err := e.newLayer(SourceInstance, &instance.Spec)
+	if err != nil {
+		return nil, err
+	}
+	stack = append(stack, own)
+	short := instance.Name
+	if v := instance.Labels[v1alpha1.LabelInstance]; v != "" {
+		short = v
+	}
+	ctx := newExprContext(short, instance.Labels, instance.Labels[v1alpha1.LabelCluster], nil, instance.Namespace)
+	spec, prov, err := e.expandOne(short, stack, ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := instance.DeepCopy()
+	out.Spec = *spec
+	out.Provenance = prov
+	return out, nil
+}
+
+// expandOne merges the stack of layers (lowest first) for one instance.
+func (e *engine) expandOne(instance string, stack []*layer, ctx *exprContext) (*v1alpha1.TiledInstanceSpec, map[string]string, error) {
+	mats := make([]*material, len(stack))
+	for i, l := range stack {
+		m, err := e.instantiate(l, ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		mats[i] = m
+	}
+	if err := e.checkConflicts(instance, stack, mats); err != nil {
+		return nil, nil, err
+	}
+	acc := mats[0].tv
+	for _, m := range mats[1:] {
+		if m.removals != nil {
+			acc = acc.RemoveItems(m.removals)
+		}
+		merged, err := acc.Merge(m.tv)
+		if err != nil {
+			return nil, nil, schemaError(m.source, err)
+		}
+		acc = merged
+	}
+	fs, err := acc.ToFieldSet()
+	if err != nil {
+		return nil, nil, schemaError(mats[len(mats)-1].source, err)
+	}
+	prov := provenance(fs.Leaves(), mats)
+
+	obj, _ := acc.AsValue().Unstructured().(map[string]interface{})
+	specMap, _ := obj["spec"].(map[string]interface{})
+	spec := &v1alpha1.TiledInstanceSpec{}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(specMap, spec); err != nil {
+		return nil, nil, &InvalidFieldError{Layer: mats[len(mats)-1].source, Field: "spec", Reason: err.Error()}
+	}
+	return spec, prov, nil
+}
+
+// provenance maps every leaf of the spec to the highest layer whose field set holds it.
+func provenance(leaves *fieldpath.Set, mats []*material) map[string]string {
+	prov := make(map[string]string, leaves.Size())
+	leaves.Iterate(func(p fieldpath.Path) {
+		if len(p) == 0 || p[0].FieldName == nil || *p[0].FieldName != "spec" {
+			return
+		}
+		owner := -1
+		for i := len(mats) - 1; i >= 0 && owner < 0; i-- {
+			if mats[i].fs.Has(p) {
+				owner = i
+			}
+		}
+		// A leaf no layer names itself (an object emptied by the removal of an exclusive member)
+		// belongs to the highest layer that set something beneath its parent.
+		for q := p; owner < 0 && len(q) > 1; q = q[:len(q)-1] {
+			for i := len(mats) - 1; i >= 0 && owner < 0; i-- {
+				if hasPrefix(mats[i].fs, q[:len(q)-1]) {
+					owner = i
+				}
+			}
+		}
+		if owner < 0 {
+			owner = 0
+		}
+		rendered := renderPath(p)
+		src := mats[owner].source
+		if mats[owner].computed[rendered] {
+			src += ExpressionSuffix
+		}
+		prov[rendered] = src
+	})
+	return prov
+}
+
+func hasPrefix(s *fieldpath.Set, prefix fieldpath.Path) bool {
+	for _, pe := range prefix {
+		s = s.WithPrefix(pe)
+		if s.Empty() {
+			return false
+		}
+	}
+	return true
+}
+
+// checkConflicts reports two profiles of equal priority that set one field differently, or pick
+// different members of an exclusive group.
+func (e *engine) checkConflicts(instance string, stack []*layer, mats []*material) error {
+	for i := range stack {
+		if stack[i].profile == nil {
+			continue
+		}
+		for j := i + 1; j < len(stack) && stack[j].profile != nil && stack[j].priority == stack[i].priority; j++ {
+			static := stack[i].static != nil && stack[j].static != nil
+			key := [2]string{stack[i].source, stack[j].source}
+			if static {
+				if err, ok := e.conflicts[key]; ok {
+					if err != nil {
+						c := *err.(*ConflictError)
+						c.Instance = instance
+						return &c
+					}
+					continue
+				}
+			}
+			err := conflict(mats[i], mats[j], stack[i].priority)
+			if static {
+				e.conflicts[key] = err
+			}
+			if err != nil {
+				err.Instance = instance
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func conflict(a, b *material, priority int32) *ConflictError {
+	mk := func(field, va, vb string) *ConflictError {
+		return &ConflictError{Field: field, Profiles: [2]string{a.source, b.source}, Priority: priority, Values: [2]string{va, vb}}
+	}
+	var found []string
+	values := map[string][2]string{}
+	if both := a.fs.Intersection(b.fs); !both.Empty() {
+		ea, eb := a.tv.ExtractItems(both), b.tv.ExtractItems(both)
+		cmp, err := ea.Compare(eb)
+		if err != nil {
+			return mk("spec", err.Error(), "")
+		}
+		cmp.Modified.Intersection(both).Iterate(func(p fieldpath.Path) {
+			r := renderPath(p)
+			va, _ := lookup(a.obj, p)
+			vb, _ := lookup(b.obj, p)
+			found = append(found, r)
+			values[r] = [2]string{jsonString(va), jsonString(vb)}
+		})
+	}
+	for parent, ma := range a.members {
+		if mb, ok := b.members[parent]; ok && ma != mb {
+			found = append(found, parent)
+			values[parent] = [2]string{ma, mb}
+		}
+	}
+	if len(found) == 0 {
+		return nil
+	}
+	slices.Sort(found)
+	v := values[found[0]]
+	return mk(found[0], v[0], v[1])
+}
+
+func jsonString(v interface{}) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
+}
