@@ -42,7 +42,8 @@
 //
 // A field named <x>Expression (nfs.pathExpression, ingress.hostExpression, env[].valueExpression)
 // holds a CEL expression that computes its sibling <x> for each instance, over the variables
-// instance (name, labels), cluster (name, labels) and namespace, with cel-go's string extensions.
+// instance and cluster, each with name, namespace and labels (namespace is a field, not a variable
+// of its own, because CEL reserves the word), with cel-go's string extensions.
 // Each expression is compiled once per Expand call, type-checked against the schema type of the
 // field it computes, and evaluated with a cost limit (ExpressionCostLimit). A layer's expressions
 // are evaluated before the layer is merged, and the expression field is replaced by its value: a

@@ -209,14 +209,36 @@ func (e *engine) expandOne(instance string, stack []*layer, ctx *exprContext) (*
 	}
 	acc := mats[0].tv
 	for _, m := range mats[1:] {
-		if m.removals != nil {
-			acc = acc.RemoveItems(m.removals)
-		}
 		merged, err := acc.Merge(m.tv)
 		if err != nil {
 			return nil, nil, schemaError(m.source, err)
 		}
 		acc = merged
+	}
+	// Exclusive groups: the highest layer that sets a member of a group chooses it, and the other
+	// members are dropped, whichever layers set them. The chosen member keeps what every layer set
+	// in it, so switching back to a member restores its defaults.
+	var drop *fieldpath.Set
+	decided := map[string]bool{}
+	for i := len(mats) - 1; i >= 0; i-- {
+		for _, key := range slices.Sorted(maps.Keys(mats[i].members)) {
+			if decided[key] {
+				continue
+			}
+			decided[key] = true
+			c := mats[i].members[key]
+			for _, other := range c.group {
+				if other != c.member {
+					if drop == nil {
+						drop = fieldpath.NewSet()
+					}
+					drop.Insert(child(c.parent, other))
+				}
+			}
+		}
+	}
+	if drop != nil {
+		acc = acc.RemoveItems(drop)
 	}
 	fs, err := acc.ToFieldSet()
 	if err != nil {
@@ -332,9 +354,9 @@ func conflict(a, b *material, priority int32) *ConflictError {
 		})
 	}
 	for parent, ma := range a.members {
-		if mb, ok := b.members[parent]; ok && ma != mb {
+		if mb, ok := b.members[parent]; ok && ma.member != mb.member {
 			found = append(found, parent)
-			values[parent] = [2]string{ma, mb}
+			values[parent] = [2]string{ma.member, mb.member}
 		}
 	}
 	if len(found) == 0 {

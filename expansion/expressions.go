@@ -17,15 +17,19 @@ import (
 // this API is for (strings built from names and labels) cost well under a hundred.
 const ExpressionCostLimit = 100_000
 
-// celInstance and celCluster are the variables `instance` and `cluster` of expressions.
+// celInstance and celCluster are the variables `instance` and `cluster` of expressions. The
+// namespace is a field of both rather than a variable of its own: `namespace` is a reserved word
+// of CEL.
 type celInstance struct {
-	Name   string            `cel:"name"`
-	Labels map[string]string `cel:"labels"`
+	Name      string            `cel:"name"`
+	Namespace string            `cel:"namespace"`
+	Labels    map[string]string `cel:"labels"`
 }
 
 type celCluster struct {
-	Name   string            `cel:"name"`
-	Labels map[string]string `cel:"labels"`
+	Name      string            `cel:"name"`
+	Namespace string            `cel:"namespace"`
+	Labels    map[string]string `cel:"labels"`
 }
 
 // exprContext is what an expression sees when it is evaluated for one instance.
@@ -44,9 +48,8 @@ func newExprContext(instanceName string, instanceLabels map[string]string, clust
 	return &exprContext{
 		instanceName: instanceName,
 		vars: map[string]any{
-			"instance":  celInstance{Name: instanceName, Labels: instanceLabels},
-			"cluster":   celCluster{Name: clusterName, Labels: clusterLabels},
-			"namespace": namespace,
+			"instance": celInstance{Name: instanceName, Namespace: namespace, Labels: instanceLabels},
+			"cluster":  celCluster{Name: clusterName, Namespace: namespace, Labels: clusterLabels},
 		},
 	}
 }
@@ -57,8 +60,9 @@ var (
 	celEnvErr  error
 )
 
-// environment returns the CEL environment shared by all expressions: the variables instance,
-// cluster and namespace, and cel-go's string extensions (lowerAscii, replace, split, ...).
+// environment returns the CEL environment shared by all expressions: the variables instance and
+// cluster (each with name, namespace and labels), and cel-go's string extensions (lowerAscii,
+// replace, split, ...).
 func environment() (*cel.Env, error) {
 	celEnvOnce.Do(func() {
 		celEnv, celEnvErr = cel.NewEnv(
@@ -66,7 +70,6 @@ func environment() (*cel.Env, error) {
 			ext.Strings(),
 			cel.Variable("instance", cel.ObjectType("expansion.celInstance")),
 			cel.Variable("cluster", cel.ObjectType("expansion.celCluster")),
-			cel.Variable("namespace", cel.StringType),
 		)
 	})
 	return celEnv, celEnvErr

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/bluesky/tiled-operator/apis/v1alpha1"
 )
@@ -71,4 +73,68 @@ func mustMarshal(t testing.TB, res *Result) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+const testNS = "beamlines"
+
+// P builds a profile labelled facility=test from the YAML of its template.
+func P(t testing.TB, name string, priority int32, template string) v1alpha1.TiledProfile {
+	t.Helper()
+	p := v1alpha1.TiledProfile{}
+	p.Name, p.Namespace, p.Generation = name, testNS, 1
+	p.Labels = map[string]string{"facility": "test"}
+	p.Spec.Priority = priority
+	if err := yaml.UnmarshalStrict([]byte(template), &p.Spec.InstanceTemplate); err != nil {
+		t.Fatalf("profile %s: %v", name, err)
+	}
+	return p
+}
+
+// T parses the YAML of an InstanceTemplate (nil for "").
+func T(t testing.TB, template string) *v1alpha1.InstanceTemplate {
+	t.Helper()
+	if template == "" {
+		return nil
+	}
+	out := &v1alpha1.InstanceTemplate{}
+	if err := yaml.UnmarshalStrict([]byte(template), out); err != nil {
+		t.Fatalf("template: %v", err)
+	}
+	return out
+}
+
+// C builds a cluster "c" selecting facility=test, with a template and instances.
+func C(template string, instances ...v1alpha1.ClusterInstance) *v1alpha1.TiledCluster {
+	c := &v1alpha1.TiledCluster{}
+	c.Name, c.Namespace = "c", testNS
+	c.Labels = map[string]string{"site": "lab"}
+	c.Spec.ProfileSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"facility": "test"}}
+	if template != "" {
+		c.Spec.Template = &v1alpha1.InstanceTemplate{}
+		if err := yaml.UnmarshalStrict([]byte(template), c.Spec.Template); err != nil {
+			panic(err)
+		}
+	}
+	c.Spec.Instances = instances
+	return c
+}
+
+// I is an instance of a cluster, with optional overrides.
+func I(name string, overrides *v1alpha1.InstanceTemplate) v1alpha1.ClusterInstance {
+	return v1alpha1.ClusterInstance{Name: name, Overrides: overrides}
+}
+
+// leaves flattens an expanded instance into its leaf fields and their values (JSON), keyed like
+// provenance.
+func leaves(t testing.TB, obj *v1alpha1.TiledInstance) map[string]string {
+	t.Helper()
+	fs, err := Why(obj, "spec")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, f := range fs {
+		out[f.Path] = f.Value
+	}
+	return out
 }

@@ -48,6 +48,13 @@ type layer struct {
 	static *material
 }
 
+// choice is the member of an exclusive group that a layer sets.
+type choice struct {
+	parent fieldpath.Path
+	member string
+	group  []string
+}
+
 type exprUse struct {
 	src  string
 	prog *program
@@ -60,11 +67,9 @@ type material struct {
 	obj    map[string]interface{}
 	tv     *typed.TypedValue
 	fs     *fieldpath.Set
-	// removals are the members of mutually exclusive groups that this layer displaces from the
-	// layers below it.
-	removals *fieldpath.Set
-	// members maps the rendered path of each exclusive group the layer sets to the member it sets.
-	members map[string]string
+	// members maps the rendered path of each exclusive group the layer sets a member of to that
+	// member.
+	members map[string]choice
 	// computed holds the rendered paths of the fields the layer's expressions computed.
 	computed map[string]bool
 }
@@ -212,8 +217,8 @@ func (e *engine) instantiate(l *layer, ctx *exprContext) (*material, error) {
 	return e.materialize(l, obj, computed)
 }
 
-// materialize converts an evaluated layer to a typed value and derives its field set, the members
-// of exclusive groups it sets and the members it displaces.
+// materialize converts an evaluated layer to a typed value and derives its field set and the
+// members of exclusive groups it sets.
 func (e *engine) materialize(l *layer, obj map[string]interface{}, computed map[string]bool) (*material, error) {
 	tv, err := e.info.converter.ObjectToTyped(&unstructured.Unstructured{Object: obj})
 	if err != nil {
@@ -226,23 +231,13 @@ func (e *engine) materialize(l *layer, obj map[string]interface{}, computed map[
 	m := &material{source: l.source, obj: obj, tv: tv, fs: fs, computed: computed}
 	for _, u := range e.unions {
 		visit(obj, u.parent, e.info.listKeys, func(s site) {
-			set := ""
 			for _, member := range u.members {
 				if _, ok := s.obj[member]; ok {
-					set = member
-				}
-			}
-			if set == "" {
-				return
-			}
-			if m.members == nil {
-				m.members = map[string]string{}
-				m.removals = fieldpath.NewSet()
-			}
-			m.members[renderPath(s.path)] = set
-			for _, member := range u.members {
-				if member != set {
-					m.removals.Insert(child(s.path, member))
+					if m.members == nil {
+						m.members = map[string]choice{}
+					}
+					m.members[renderPath(s.path)] = choice{parent: s.path, member: member, group: u.members}
+					return
 				}
 			}
 		})

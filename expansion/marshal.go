@@ -138,9 +138,9 @@ func decodeError(object, kind string, u *unstructured.Unstructured, err error) e
 			if s, ok := unquote(`"` + m[1] + `"`); ok {
 				name = s
 			}
-			layer, field = OverridesSource(name), "spec"+smdPathToField(m[2])
+			layer, field = OverridesSource(name), "spec."+smdPathToField(m[2])
 		} else if m := templatePath.FindStringSubmatch(v.Path); m != nil {
-			layer, field = SourceClusterTemplate, "spec"+smdPathToField(m[1])
+			layer, field = SourceClusterTemplate, "spec."+smdPathToField(m[1])
 		}
 	case "TiledProfile":
 		if specPath.MatchString(v.Path) {
