@@ -249,7 +249,7 @@ func TestKubectlSeesTheKinds(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred(), stderr)
 	g.Expect(strings.Fields(strings.Split(out, "\n")[0])).To(Equal([]string{"NAME", "PRIORITY", "AGE"}))
 
-	out, stderr, err = env.Kubectl(ctx, "get", "ti", "-n", ns)
+	_, stderr, err = env.Kubectl(ctx, "get", "ti", "-n", ns)
 	g.Expect(err).NotTo(HaveOccurred(), stderr)
 	g.Expect(stderr).To(ContainSubstring("No resources found"))
 

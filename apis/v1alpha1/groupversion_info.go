@@ -1,8 +1,9 @@
 package v1alpha1
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/controller-runtime/pkg/scheme"
 )
 
 var (
@@ -10,7 +11,7 @@ var (
 	GroupVersion = schema.GroupVersion{Group: "tiled.blueskyproject.io", Version: "v1alpha1"}
 
 	// SchemeBuilder registers the types of this API with a runtime.Scheme.
-	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+	SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
 
 	// AddToScheme adds the types of this API to a runtime.Scheme.
 	AddToScheme = SchemeBuilder.AddToScheme
@@ -34,4 +35,15 @@ var SchemeGroupVersion = GroupVersion
 // Resource takes an unqualified resource and returns a group-qualified GroupResource.
 func Resource(resource string) schema.GroupResource {
 	return GroupVersion.WithResource(resource).GroupResource()
+}
+
+// addKnownTypes registers the kinds of this API and their lists.
+func addKnownTypes(s *runtime.Scheme) error {
+	s.AddKnownTypes(GroupVersion,
+		&TiledProfile{}, &TiledProfileList{},
+		&TiledCluster{}, &TiledClusterList{},
+		&TiledInstance{}, &TiledInstanceList{},
+	)
+	metav1.AddToGroupVersion(s, GroupVersion)
+	return nil
 }

@@ -23,7 +23,8 @@ func TestEveryFieldIsDocumented(t *testing.T) {
 	walk = func(path string, s *apiextensionsv1.JSONSchemaProps) {
 		for name, p := range s.Properties {
 			child := path + "." + name
-			if p.Description == "" && !(path == rootPath && (name == "metadata" || name == "apiVersion" || name == "kind")) {
+			typeMeta := path == rootPath && (name == "metadata" || name == "apiVersion" || name == "kind")
+			if p.Description == "" && !typeMeta {
 				missing = append(missing, child)
 			}
 			walk(child, &p)

@@ -153,7 +153,3 @@ type TiledClusterList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []TiledCluster `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&TiledCluster{}, &TiledClusterList{})
-}

@@ -96,7 +96,3 @@ type TiledInstanceList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []TiledInstance `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&TiledInstance{}, &TiledInstanceList{})
-}

@@ -62,7 +62,3 @@ type TiledProfileList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []TiledProfile `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&TiledProfile{}, &TiledProfileList{})
-}

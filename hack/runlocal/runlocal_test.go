@@ -76,7 +76,8 @@ func TestMakeRunWithoutACluster(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	select {
-	case <-done:
+	case err := <-done:
+		t.Logf("make run exited after Ctrl-C: %v", err)
 	case <-time.After(60 * time.Second):
 		t.Fatal("make run did not stop within 60s of Ctrl-C")
 	}
