@@ -351,8 +351,12 @@ func TestBadInput(t *testing.T) {
 			},
 		},
 		{
-			name:     "selector matching nothing",
-			cluster:  func() *v1alpha1.TiledCluster { c := C("", I("x", nil)); c.Spec.ProfileSelector.MatchLabels["facility"] = "nope"; return c }(),
+			name: "selector matching nothing",
+			cluster: func() *v1alpha1.TiledCluster {
+				c := C("", I("x", nil))
+				c.Spec.ProfileSelector.MatchLabels["facility"] = "nope"
+				return c
+			}(),
 			profiles: []v1alpha1.TiledProfile{ok},
 			check: func(g Gomega, err error) {
 				var ne *NoProfilesError

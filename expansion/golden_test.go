@@ -78,7 +78,7 @@ func TestGoldenFleet(t *testing.T) {
 			g.Expect(s.Tiled.Resources.Limits.Memory().String()).To(Equal("4Gi"))
 		}
 	}
-	golden(t, g, "fleet/expanded.golden.yaml", mustMarshal(t, res))
+	golden(t, g, "fleet.golden.yaml", mustMarshal(t, res))
 }
 
 // One override changes exactly that field of exactly that instance, and provenance says so.
