@@ -48,10 +48,10 @@ func run(args []string, streams genericiooptions.IOStreams) int {
 
 func newRootCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	root := &cobra.Command{
-		Use:   "tiled",
+		Use: "tiled",
 		// Run by kubectl as a plugin, the command is called "kubectl tiled" in messages.
 		Annotations: map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl tiled"},
-		Short: "Audit tiled-operator fleets: expand clusters and trace where every field comes from",
+		Short:       "Audit tiled-operator fleets: expand clusters and trace where every field comes from",
 		Long: `kubectl tiled expands TiledClusters and TiledProfiles read from files into the TiledInstances
 the tiled-operator would create, with the same engine, and explains where each field comes from.
 No cluster is contacted.`,
