@@ -14,9 +14,6 @@ import (
 	v1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 )
 
-// DefaultPostgresImage is used when spec.database.managed.image is empty.
-const DefaultPostgresImage = "postgres:16"
-
 const (
 	pgMount = "/var/lib/postgresql/data"
 	// pgData is a subdirectory of the volume: initdb refuses a non-empty directory, and a fresh
@@ -59,9 +56,6 @@ func Postgres(ti *v1alpha1.TiledInstance, in Inputs) (*corev1ac.ConfigMapApplyCo
 				WithTargetPort(intstr.FromString("postgresql")).WithProtocol(corev1.ProtocolTCP)))
 
 	image := m.Image
-	if image == "" {
-		image = DefaultPostgresImage
-	}
 	ready := corev1ac.Probe().
 		WithExec(corev1ac.ExecAction().WithCommand("pg_isready", "-h", "127.0.0.1", "-U", DatabaseUser, "-d", CatalogDatabase)).
 		WithPeriodSeconds(10).WithTimeoutSeconds(5).WithFailureThreshold(3)

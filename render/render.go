@@ -1,6 +1,8 @@
 package render
 
 import (
+	"fmt"
+
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
@@ -33,6 +35,9 @@ type Objects struct {
 // Render renders every object of the instance. The Secret holds in.SecretData as given: callers
 // merge GenerateSecretData's values into the existing data first.
 func Render(ti *v1alpha1.TiledInstance, in Inputs) (*Objects, error) {
+	if db := ti.Spec.Database; db != nil && db.Managed != nil && db.Managed.Image == "" {
+		return nil, fmt.Errorf("spec.database.managed.image is empty: the instance is not expanded")
+	}
 	cm, hash, err := ConfigMap(ti, in)
 	if err != nil {
 		return nil, err

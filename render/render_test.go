@@ -315,9 +315,14 @@ func TestRenderErrors(t *testing.T) {
 	g.Expect(err).To(MatchError(ContainSubstring("provider:id")))
 
 	ti = singleUserManaged()
-	ti.Spec.Config = nil
+	ti.Spec.Tiled.Image = ""
 	_, err = Render(ti, Inputs{})
-	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(err).To(MatchError(ContainSubstring("spec.tiled.image")))
+
+	ti = singleUserManaged()
+	ti.Spec.Database.Managed.Image = ""
+	_, err = Render(ti, Inputs{})
+	g.Expect(err).To(MatchError(ContainSubstring("spec.database.managed.image")))
 }
 
 func TestConfigHashFollowsConfig(t *testing.T) {

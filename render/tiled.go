@@ -15,9 +15,6 @@ import (
 	v1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 )
 
-// DefaultImage is used when spec.tiled.image is empty (the expansion engine normally fills it).
-const DefaultImage = "ghcr.io/bluesky/tiled:0.2.20"
-
 // RunAsUser is the uid (and gid) the Tiled and PostgreSQL containers run as.
 const RunAsUser int64 = 999
 
@@ -218,7 +215,8 @@ func StatefulSet(ti *v1alpha1.TiledInstance, in Inputs, configHash string) (*app
 	}
 	image := t.Image
 	if image == "" {
-		image = DefaultImage
+		// The version lives in one place, the expansion engine's built-in defaults.
+		return nil, fmt.Errorf("spec.tiled.image is empty: the instance is not expanded")
 	}
 	pull := t.ImagePullPolicy
 	if pull == "" {

@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Conformance of the rendered deployment with real Tiled (from PyPI) and a real PostgreSQL.
+#
+#   hack/tiled/conformance.sh [go test flags...]
+#
+# Installs tiled[server]==<expansion.TiledVersion> into a virtual environment cached under
+# ${TILED_OPERATOR_CACHE:-$HOME/.cache/tiled-operator}, installs PostgreSQL from Debian when absent,
+# starts it on loopback on a free port in a temporary directory, and runs the Go conformance tests
+# (build tag tiledconformance) in render/conformance. A missing prerequisite is a failure, never a skip.
+set -euo pipefail
+
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+CACHE=${TILED_OPERATOR_CACHE:-$HOME/.cache/tiled-operator}
+say() { printf '[tiled-conformance] %s\n' "$*" >&2; }
+die() { say "FAIL: $*"; exit 1; }
+START=$(date +%s)
+
+# --- Tiled ---------------------------------------------------------------------------------------
+VERSION=$(go run ./hack/tiled/version) || die "cannot read the Tiled version from the expansion package"
+[[ $VERSION =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "unexpected Tiled version '$VERSION'"
+PYTHON=${PYTHON:-python3}
+command -v "$PYTHON" >/dev/null || die "$PYTHON not found: install python3 and python3-venv"
+VENV=$CACHE/tiled-venv-$VERSION
+mkdir -p "$CACHE"
+if [[ ! -x $VENV/bin/tiled ]] || [[ $("$VENV/bin/tiled" --version 2>/dev/null | tail -n1) != "$VERSION" ]]; then
+	say "installing tiled[server]==$VERSION into $VENV"
+	rm -rf "$VENV"
+	"$PYTHON" -m venv "$VENV" || die "cannot create a virtual environment (apt-get install python3-venv)"
+	"$VENV/bin/pip" install --quiet --disable-pip-version-check "tiled[server]==$VERSION" \
+		|| { rm -rf "$VENV"; die "pip could not install tiled[server]==$VERSION from PyPI"; }
+fi
+say "Tiled $("$VENV/bin/tiled" --version | tail -n1) in $VENV"
+
+# --- PostgreSQL ----------------------------------------------------------------------------------
+pg_bin() {
+	local d
+	if command -v pg_ctl >/dev/null && command -v initdb >/dev/null; then
+		dirname "$(readlink -f "$(command -v pg_ctl)")"
+		return
+	fi
+	for d in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V -r); do
+		[[ -x $d/pg_ctl && -x $d/initdb ]] && { echo "$d"; return; }
+	done
+	return 1
+}
+if ! PGBIN=$(pg_bin); then
+	if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+		say "installing PostgreSQL from Debian"
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null \
+			|| die "apt-get could not install postgresql"
+		PGBIN=$(pg_bin) || die "postgresql installed but pg_ctl/initdb not found"
+	else
+		die "PostgreSQL (pg_ctl, initdb) not found and cannot be installed (need root and apt-get)"
+	fi
+fi
+PSQL=$PGBIN/psql
+[[ -x $PSQL ]] || PSQL=$(command -v psql) || die "psql not found"
+
+PGDIR=$(mktemp -d "${TMPDIR:-/tmp}/tiled-conformance-pg.XXXXXX")
+PGPORT=$("$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+PGPASS=$("$PYTHON" -c 'import secrets; print(secrets.token_hex(16))')
+RUNAS=()
+if [[ $(id -u) == 0 ]]; then
+	id postgres >/dev/null 2>&1 || die "running as root but there is no postgres user to run PostgreSQL as"
+	chown postgres "$PGDIR"
+	RUNAS=(runuser -u postgres --)
+fi
+cleanup() {
+	"${RUNAS[@]}" "$PGBIN/pg_ctl" -D "$PGDIR/data" -m fast -w stop >/dev/null 2>&1 || true
+	rm -rf "$PGDIR"
+}
+trap cleanup EXIT
+printf '%s\n' "$PGPASS" >"$PGDIR/pwfile"
+chmod 600 "$PGDIR/pwfile"
+[[ ${#RUNAS[@]} -gt 0 ]] && chown postgres "$PGDIR/pwfile"
+"${RUNAS[@]}" "$PGBIN/initdb" -D "$PGDIR/data" -U postgres --pwfile="$PGDIR/pwfile" \
+	--auth-local=scram-sha-256 --auth-host=scram-sha-256 >"$PGDIR/initdb.log" 2>&1 \
+	|| { cat "$PGDIR/initdb.log" >&2; die "initdb failed"; }
+"${RUNAS[@]}" "$PGBIN/pg_ctl" -D "$PGDIR/data" -l "$PGDIR/postgres.log" -w -t 60 \
+	-o "-p $PGPORT -k $PGDIR -c listen_addresses=127.0.0.1" start >/dev/null \
+	|| { cat "$PGDIR/postgres.log" >&2; die "PostgreSQL did not start"; }
+say "$("$PGBIN/postgres" --version) on 127.0.0.1:$PGPORT"
+
+# --- Go conformance tests ------------------------------------------------------------------------
+export TILED_CONFORMANCE_VENV=$VENV
+export TILED_CONFORMANCE_PG=127.0.0.1:$PGPORT
+export TILED_CONFORMANCE_PG_PASSWORD=$PGPASS
+export TILED_CONFORMANCE_PSQL=$PSQL
+status=0
+go test -tags tiledconformance -count=1 -timeout 30m "${@:--v}" ./render/conformance/ || status=$?
+say "Tiled $VERSION: $([[ $status == 0 ]] && echo PASS || echo FAIL) in $(($(date +%s) - START))s"
+exit $status
