@@ -100,7 +100,7 @@ func Postgres(ti *v1alpha1.TiledInstance, in Inputs) (*corev1ac.ConfigMapApplyCo
 			WithPersistentVolumeClaimRetentionPolicy(appsv1ac.StatefulSetPersistentVolumeClaimRetentionPolicy().
 				WithWhenDeleted(retention(ti)).
 				WithWhenScaled(appsv1.RetainPersistentVolumeClaimRetentionPolicyType)).
-			WithVolumeClaimTemplates(corev1ac.PersistentVolumeClaim("pgdata", "").
+			WithVolumeClaimTemplates(claimTemplate("pgdata").
 				WithLabels(Labels(ti, ComponentDatabase)).
 				WithSpec(claim)).
 			WithTemplate(corev1ac.PodTemplateSpec().

@@ -69,3 +69,8 @@ func NFSVolumes(ti *v1alpha1.TiledInstance, in Inputs) []Volume {
 	}
 	return out
 }
+
+// claimTemplate is a volumeClaimTemplates entry: a name and no namespace (the StatefulSet's applies).
+func claimTemplate(name string) *corev1ac.PersistentVolumeClaimApplyConfiguration {
+	return (&corev1ac.PersistentVolumeClaimApplyConfiguration{}).WithName(name)
+}

@@ -244,7 +244,7 @@ func StatefulSet(ti *v1alpha1.TiledInstance, in Inputs, configHash string) (*app
 	case data != nil && data.NFS != nil:
 		volumes = append(volumes, claimVolume("data", n.DataClaim, false))
 	default:
-		pvc := corev1ac.PersistentVolumeClaim(n.DataClaimTemplate, "").
+		pvc := claimTemplate(n.DataClaimTemplate).
 			WithLabels(Labels(ti, ComponentData)).
 			WithSpec(claimSpec(data))
 		claimTemplates = append(claimTemplates, pvc)
