@@ -12,6 +12,10 @@ import (
 // benchFleet is the NSLS-II sample scaled to n instances, with five profiles (three of them with
 // expressions): every tenth instance takes the MX family profile, every seventh has an override.
 func benchFleet(b *testing.B, n int) (*v1alpha1.TiledCluster, []v1alpha1.TiledProfile) {
+	return benchFleetT(b, n)
+}
+
+func benchFleetT(b testing.TB, n int) (*v1alpha1.TiledCluster, []v1alpha1.TiledProfile) {
 	cluster, profs := loadFleet(b)
 	extra := []v1alpha1.TiledProfile{
 		P(b, "nsls2-network", 3, `tiled:

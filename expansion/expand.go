@@ -8,8 +8,10 @@ import (
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+	"sigs.k8s.io/structured-merge-diff/v6/typed"
 
 	"github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/profiles"
@@ -51,6 +53,14 @@ type Instance struct {
 // result at all, and the error is one of *SelectorError, *NoProfilesError, *ConflictError,
 // *ExpressionError, *UnknownFieldError or *InvalidFieldError.
 func Expand(cluster *v1alpha1.TiledCluster, candidates []v1alpha1.TiledProfile, builtins Builtins) (*Result, error) {
+	return expand(cluster, candidates, builtins, (*engine).expandOne)
+}
+
+// expandFunc merges a stack of layers for one instance; the first shared layers are common to
+// many instances.
+type expandFunc func(e *engine, instance string, stack []*layer, shared int, ctx *exprContext) (*v1alpha1.TiledInstanceSpec, map[string]string, error)
+
+func expand(cluster *v1alpha1.TiledCluster, candidates []v1alpha1.TiledProfile, builtins Builtins, one expandFunc) (*Result, error) {
 	if cluster == nil {
 		return nil, fmt.Errorf("expand: nil TiledCluster")
 	}
@@ -121,7 +131,11 @@ func Expand(cluster *v1alpha1.TiledCluster, candidates []v1alpha1.TiledProfile, 
 			}
 			stack = append(stack, ov)
 		}
-		spec, prov, err := e.expandOne(item.Name, stack, ctx)
+		shared := len(stack)
+		if item.Overrides != nil {
+			shared--
+		}
+		spec, prov, err := one(e, item.Name, stack, shared, ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -184,7 +198,7 @@ func ExpandInstance(instance *v1alpha1.TiledInstance, candidates []v1alpha1.Tile
 		short = v
 	}
 	ctx := newExprContext(short, instance.Labels, instance.Labels[v1alpha1.LabelCluster], nil, instance.Namespace)
-	spec, prov, err := e.expandOne(short, stack, ctx)
+	spec, prov, err := e.expandOne(short, stack, len(stack), ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -194,41 +208,145 @@ func ExpandInstance(instance *v1alpha1.TiledInstance, candidates []v1alpha1.Tile
 	return out, nil
 }
 
-// expandOne merges the stack of layers (lowest first) for one instance.
-func (e *engine) expandOne(instance string, stack []*layer, ctx *exprContext) (*v1alpha1.TiledInstanceSpec, map[string]string, error) {
-	mats := make([]*material, len(stack))
+// expandOne merges the stack of layers (lowest first) for one instance. The first shared layers
+// are the same for many instances: their merge is computed once per Expand call.
+//
+// The result is that of merging every layer, expressions evaluated, in order; it is computed
+// faster. Layers contribute their expression-free part (typedBase), merged in order; the values
+// their expressions compute are then merged on top in one fragment, leaving out each value that a
+// higher layer sets itself, so that precedence is the same. Field sets, exclusive members and
+// computed paths do not depend on the instance and come from each layer's layout.
+func (e *engine) expandOne(instance string, stack []*layer, shared int, ctx *exprContext) (*v1alpha1.TiledInstanceSpec, map[string]string, error) {
+	layouts := make([]*material, len(stack))
 	for i, l := range stack {
-		m, err := e.instantiate(l, ctx)
+		layouts[i] = l.layout()
+	}
+	if err := e.checkConflicts(instance, stack, ctx); err != nil {
+		return nil, nil, err
+	}
+
+	// The values of the expressions that no higher layer overrides, in one fragment.
+	var frag map[string]interface{}
+	fragSource := ""
+	for i, l := range stack {
+		for k, tg := range l.targets {
+			use := l.exprs[k]
+			v, err := use.prog.eval(use.src, ctx)
+			if err != nil {
+				xe := *err.(*ExpressionError)
+				xe.Layer, xe.Field = l.source, tg.field
+				return nil, nil, &xe
+			}
+			overridden := false
+			for _, higher := range layouts[i+1:] {
+				if higher.fs.Has(tg.path) {
+					overridden = true
+					break
+				}
+			}
+			if overridden {
+				continue
+			}
+			if frag == nil {
+				frag = map[string]interface{}{"apiVersion": v1alpha1.GroupVersion.String(), "kind": "TiledInstance"}
+			}
+			setPath(frag, tg.path, v)
+			fragSource = l.source
+		}
+	}
+
+	acc, err := e.sharedBase(stack[:shared])
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, l := range stack[shared:] {
+		if acc, err = acc.Merge(l.typedBase()); err != nil {
+			return nil, nil, schemaError(l.source, err)
+		}
+	}
+	if frag != nil {
+		tv, err := e.info.converter.ObjectToTyped(&unstructured.Unstructured{Object: frag})
+		if err != nil {
+			return nil, nil, schemaError(fragSource, err)
+		}
+		if acc, err = acc.Merge(tv); err != nil {
+			return nil, nil, schemaError(fragSource, err)
+		}
+	}
+	// The exclusive members to drop and the provenance depend on the structure of the layers only,
+	// not on the values expressions compute: instances with the same stack share them.
+	var key strings.Builder
+	for _, l := range stack {
+		key.WriteString(l.source)
+		key.WriteByte(0)
+	}
+	st, ok := e.stacks[key.String()]
+	if !ok {
+		st = &stackInfo{drop: exclusiveLosers(layouts)}
+	}
+	if st.drop != nil {
+		acc = acc.RemoveItems(st.drop)
+	}
+	if ok {
+		spec, err := toSpec(acc, layouts)
 		if err != nil {
 			return nil, nil, err
 		}
-		mats[i] = m
+		return spec, maps.Clone(st.provenance), nil
 	}
-	if err := e.checkConflicts(instance, stack, mats); err != nil {
+	spec, prov, err := e.finish(acc, layouts)
+	if err != nil {
 		return nil, nil, err
 	}
-	acc := mats[0].tv
-	for _, m := range mats[1:] {
-		merged, err := acc.Merge(m.tv)
+	st.provenance = prov
+	e.stacks[key.String()] = st
+	return spec, maps.Clone(prov), nil
+}
+
+// stackInfo is what the instances of one stack of layers share.
+type stackInfo struct {
+	drop       *fieldpath.Set
+	provenance map[string]string
+}
+
+// sharedBase merges the expression-free parts of the shared layers, once per stack.
+func (e *engine) sharedBase(stack []*layer) (*typed.TypedValue, error) {
+	var key strings.Builder
+	for _, l := range stack {
+		key.WriteString(l.source)
+		key.WriteByte(0)
+	}
+	if tv, ok := e.bases[key.String()]; ok {
+		return tv, nil
+	}
+	acc := stack[0].typedBase()
+	for _, l := range stack[1:] {
+		merged, err := acc.Merge(l.typedBase())
 		if err != nil {
-			return nil, nil, schemaError(m.source, err)
+			return nil, schemaError(l.source, err)
 		}
 		acc = merged
 	}
-	// Exclusive groups: the highest layer that sets a member of a group chooses it, and the other
-	// members are dropped, whichever layers set them. The chosen member keeps what every layer set
-	// in it, so switching back to a member restores its defaults.
+	e.bases[key.String()] = acc
+	return acc, nil
+}
+
+// exclusiveLosers returns the members of exclusive groups to drop: the highest layer that sets a
+// member of a group chooses it, and the other members are dropped, whichever layers set them. The
+// chosen member keeps what every layer set in it, so switching back to a member restores its
+// defaults. Only members some layer sets are returned; nil when there are none.
+func exclusiveLosers(layouts []*material) *fieldpath.Set {
 	var drop *fieldpath.Set
 	decided := map[string]bool{}
-	for i := len(mats) - 1; i >= 0; i-- {
-		for _, key := range slices.Sorted(maps.Keys(mats[i].members)) {
+	for i := len(layouts) - 1; i >= 0; i-- {
+		for _, key := range slices.Sorted(maps.Keys(layouts[i].members)) {
 			if decided[key] {
 				continue
 			}
 			decided[key] = true
-			c := mats[i].members[key]
+			c := layouts[i].members[key]
 			for _, other := range c.group {
-				if other != c.member {
+				if other != c.member && setByAny(layouts, child(c.parent, other)) {
 					if drop == nil {
 						drop = fieldpath.NewSet()
 					}
@@ -237,22 +355,41 @@ func (e *engine) expandOne(instance string, stack []*layer, ctx *exprContext) (*
 			}
 		}
 	}
-	if drop != nil {
-		acc = acc.RemoveItems(drop)
+	return drop
+}
+
+func setByAny(layouts []*material, path fieldpath.Path) bool {
+	for _, l := range layouts {
+		if l.fs.Has(path) || hasPrefix(l.fs, path) {
+			return true
+		}
 	}
+	return false
+}
+
+// finish derives the provenance of the merged value and converts it to a spec.
+func (e *engine) finish(acc *typed.TypedValue, layouts []*material) (*v1alpha1.TiledInstanceSpec, map[string]string, error) {
 	fs, err := acc.ToFieldSet()
 	if err != nil {
-		return nil, nil, schemaError(mats[len(mats)-1].source, err)
+		return nil, nil, schemaError(layouts[len(layouts)-1].source, err)
 	}
-	prov := provenance(fs.Leaves(), mats)
+	prov := provenance(fs.Leaves(), layouts)
+	spec, err := toSpec(acc, layouts)
+	if err != nil {
+		return nil, nil, err
+	}
+	return spec, prov, nil
+}
 
+// toSpec converts the merged value to a TiledInstanceSpec.
+func toSpec(acc *typed.TypedValue, layouts []*material) (*v1alpha1.TiledInstanceSpec, error) {
 	obj, _ := acc.AsValue().Unstructured().(map[string]interface{})
 	specMap, _ := obj["spec"].(map[string]interface{})
 	spec := &v1alpha1.TiledInstanceSpec{}
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(specMap, spec); err != nil {
-		return nil, nil, &InvalidFieldError{Layer: mats[len(mats)-1].source, Field: "spec", Reason: err.Error()}
+		return nil, &InvalidFieldError{Layer: layouts[len(layouts)-1].source, Field: "spec", Reason: err.Error()}
 	}
-	return spec, prov, nil
+	return spec, nil
 }
 
 // provenance maps every leaf of the spec to the highest layer whose field set holds it.
@@ -302,7 +439,7 @@ func hasPrefix(s *fieldpath.Set, prefix fieldpath.Path) bool {
 
 // checkConflicts reports two profiles of equal priority that set one field differently, or pick
 // different members of an exclusive group.
-func (e *engine) checkConflicts(instance string, stack []*layer, mats []*material) error {
+func (e *engine) checkConflicts(instance string, stack []*layer, ctx *exprContext) error {
 	for i := range stack {
 		if stack[i].profile == nil {
 			continue
@@ -320,13 +457,21 @@ func (e *engine) checkConflicts(instance string, stack []*layer, mats []*materia
 					continue
 				}
 			}
-			err := conflict(mats[i], mats[j], stack[i].priority)
-			if static {
-				e.conflicts[key] = err
-			}
+			a, err := e.instantiate(stack[i], ctx)
 			if err != nil {
-				err.Instance = instance
 				return err
+			}
+			b, err := e.instantiate(stack[j], ctx)
+			if err != nil {
+				return err
+			}
+			cerr := conflict(a, b, stack[i].priority)
+			if static {
+				e.conflicts[key] = cerr
+			}
+			if cerr != nil {
+				cerr.Instance = instance
+				return cerr
 			}
 		}
 	}

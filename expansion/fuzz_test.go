@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 
+	. "github.com/onsi/gomega"
 	"sigs.k8s.io/yaml"
 
 	"github.com/bluesky/tiled-operator/apis/v1alpha1"
@@ -15,7 +16,8 @@ import (
 // YAML of an InstanceTemplate, and a fuzzed instance name. It checks that Expand does not panic,
 // fails only with a typed error and no result, is deterministic (also with the profiles given in
 // the other order), and that every leaf of every instance has a provenance entry and nothing else
-// has one.
+// has one. It also checks that Expand agrees with the plain definition of an expansion
+// (referenceExpandOne).
 func FuzzExpand(f *testing.F) {
 	f.Add("tiled: {image: 'x:1'}", "tiled: {image: 'x:2'}", int32(0), "", "", "chx")
 	f.Add(`storage: {readOnlyMounts: [{name: p, nfs: {server: nfs, pathExpression: "'/data/' + instance.name"}}]}`,
@@ -55,6 +57,10 @@ func FuzzExpand(f *testing.F) {
 		}
 		res, err := Expand(c, []v1alpha1.TiledProfile{pa, pb}, DefaultBuiltins())
 		res2, err2 := Expand(c, []v1alpha1.TiledProfile{pb, pa}, DefaultBuiltins())
+		ref, errRef := referenceExpand(c, []v1alpha1.TiledProfile{pa, pb})
+		if (err == nil) != (errRef == nil) {
+			t.Fatalf("the fast and the reference expansions disagree: %v versus %v", err, errRef)
+		}
 		if err != nil {
 			if res != nil {
 				t.Fatalf("a result with the error %v", err)
@@ -81,6 +87,7 @@ func FuzzExpand(f *testing.F) {
 		if !bytes.Equal(out, out2) {
 			t.Fatalf("not deterministic:\n%s\n---- versus ----\n%s", out, out2)
 		}
+		sameExpansion(NewWithT(t), t, res, ref)
 		for _, in := range res.Instances {
 			fields, err := Why(in.Object, "spec")
 			if err != nil {

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 	"sigs.k8s.io/structured-merge-diff/v6/typed"
+	"sigs.k8s.io/structured-merge-diff/v6/value"
 
 	"github.com/bluesky/tiled-operator/apis/v1alpha1"
 )
@@ -42,10 +43,40 @@ type layer struct {
 	priority int32
 	// obj is the layer as an unstructured TiledInstance ({apiVersion, kind, spec}).
 	obj map[string]interface{}
-	// exprs are the expressions of the layer, in the order visitExpressions meets them.
+	// exprs are the expressions of the layer, in the order visit meets them.
 	exprs []*exprUse
 	// static is the layer's material when it has no expressions, computed once.
 	static *material
+
+	// For a layer with expressions: base is the layer without its expression fields; shape is its
+	// material with placeholders for the computed values, whose field set, exclusive members and
+	// computed paths are those of every instance; targets are the fields computed, aligned with exprs.
+	base    *typed.TypedValue
+	shape   *material
+	targets []exprTarget
+}
+
+// exprTarget is a field that an expression of a layer computes.
+type exprTarget struct {
+	// path of the computed field, e.g. spec.storage.data.nfs.path, and of the expression field, rendered.
+	path  fieldpath.Path
+	field string
+}
+
+// typedBase is what the layer contributes to every instance before its expressions are evaluated.
+func (l *layer) typedBase() *typed.TypedValue {
+	if l.static != nil {
+		return l.static.tv
+	}
+	return l.base
+}
+
+// layout is the structure of the layer as merged: field set, exclusive members, computed paths.
+func (l *layer) layout() *material {
+	if l.static != nil {
+		return l.static
+	}
+	return l.shape
 }
 
 // choice is the member of an exclusive group that a layer sets.
@@ -83,6 +114,11 @@ type engine struct {
 	unions []unionSite
 	// conflicts caches the conflict check of two expression-free profiles.
 	conflicts map[[2]string]error
+	// bases caches the merge of the expression-free parts of a stack of shared layers, by their
+	// sources.
+	bases map[string]*typed.TypedValue
+	// stacks caches what the instances of one stack of layers share, by the layers' sources.
+	stacks map[string]*stackInfo
 }
 
 func newEngine() (*engine, error) {
@@ -94,7 +130,8 @@ func newEngine() (*engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &engine{info: info, compiler: c, conflicts: map[[2]string]error{}}
+	e := &engine{info: info, compiler: c, conflicts: map[[2]string]error{}, bases: map[string]*typed.TypedValue{},
+		stacks: map[string]*stackInfo{}}
 	exprFields := map[string]bool{}
 	for _, s := range info.expressions {
 		exprFields[s.parent+"."+s.field] = true
@@ -170,6 +207,7 @@ func (e *engine) newLayerFromMap(source string, spec map[string]interface{}) (*l
 				return
 			}
 			l.exprs = append(l.exprs, &exprUse{src: src, prog: prog})
+			l.targets = append(l.targets, exprTarget{path: child(s.path, x.target), field: renderPath(child(s.path, x.field))})
 		})
 	}
 	if err != nil {
@@ -179,8 +217,91 @@ func (e *engine) newLayerFromMap(source string, spec map[string]interface{}) (*l
 		if l.static, err = e.materialize(l, l.obj, nil); err != nil {
 			return nil, err
 		}
+		return l, nil
+	}
+	// The layer without its expressions, and with placeholders in their stead.
+	base, shape := runtime.DeepCopyJSON(l.obj), runtime.DeepCopyJSON(l.obj)
+	computed := make(map[string]bool, len(l.exprs))
+	for _, x := range e.info.expressions {
+		placeholder := zeroOf(x.targetType)
+		visit(base, x.parent, e.info.listKeys, func(s site) { delete(s.obj, x.field) })
+		visit(shape, x.parent, e.info.listKeys, func(s site) {
+			if _, ok := s.obj[x.field]; ok {
+				delete(s.obj, x.field)
+				s.obj[x.target] = placeholder
+				computed[renderPath(child(s.path, x.target))] = true
+			}
+		})
+	}
+	bm, err := e.materialize(l, base, nil)
+	if err != nil {
+		return nil, err
+	}
+	l.base = bm.tv
+	if l.shape, err = e.materialize(l, shape, computed); err != nil {
+		return nil, err
 	}
 	return l, nil
+}
+
+func zeroOf(openAPIType string) interface{} {
+	switch openAPIType {
+	case "integer":
+		return int64(0)
+	case "number":
+		return float64(0)
+	case "boolean":
+		return false
+	}
+	return ""
+}
+
+// setPath sets the value at path in an unstructured object, creating the objects and keyed list
+// items on the way (a keyed list item is created with its key fields).
+func setPath(root map[string]interface{}, path fieldpath.Path, v interface{}) {
+	cur := root
+	for i := 0; i < len(path); i++ {
+		name := *path[i].FieldName
+		if i == len(path)-1 {
+			cur[name] = v
+			return
+		}
+		if key := path[i+1].Key; key != nil {
+			items, _ := cur[name].([]interface{})
+			var item map[string]interface{}
+			for _, it := range items {
+				if m, ok := it.(map[string]interface{}); ok && keyMatches(m, *key) {
+					item = m
+					break
+				}
+			}
+			if item == nil {
+				item = make(map[string]interface{}, len(*key)+1)
+				for _, f := range *key {
+					item[f.Name] = f.Value.Unstructured()
+				}
+				cur[name] = append(items, item)
+			}
+			cur = item
+			i++
+			continue
+		}
+		next, ok := cur[name].(map[string]interface{})
+		if !ok {
+			next = map[string]interface{}{}
+			cur[name] = next
+		}
+		cur = next
+	}
+}
+
+func keyMatches(m map[string]interface{}, key value.FieldList) bool {
+	for _, f := range key {
+		if !value.Equals(value.NewValueInterface(m[f.Name]), f.Value) {
+			return false
+		}
+	}
+	return true
 }
 
 // instantiate returns the layer's material for one instance, evaluating its expressions.

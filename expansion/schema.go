@@ -102,7 +102,7 @@ func buildSchema() (*schemaInfo, error) {
 	if !ok {
 		return nil, fmt.Errorf("the TiledInstance CRD has no spec")
 	}
-	if err := info.walk("spec", &specSchema); err != nil {
+	if err := info.walk("spec", &specSchema, false); err != nil {
 		return nil, err
 	}
 	sort.Slice(info.expressions, func(i, j int) bool {
@@ -147,17 +147,25 @@ func exclusiveMembers(rule string) []string {
 	return nil
 }
 
-func (info *schemaInfo) walk(pattern string, s *apiextensionsv1.JSONSchemaProps) error {
+// walk records the expression sites, exclusive groups and list keys beneath s. atomic says that
+// s lies within an atomic list or map, where the engine cannot place a computed value on its own:
+// an expression there is refused when the schema is loaded.
+func (info *schemaInfo) walk(pattern string, s *apiextensionsv1.JSONSchemaProps, atomic bool) error {
 	switch s.Type {
 	case "array":
 		if s.XListType != nil && *s.XListType == "map" {
 			info.listKeys[pattern] = append([]string(nil), s.XListMapKeys...)
+		} else {
+			atomic = true
 		}
 		if s.Items != nil && s.Items.Schema != nil {
-			return info.walk(pattern+"[]", s.Items.Schema)
+			return info.walk(pattern+"[]", s.Items.Schema, atomic)
 		}
 		return nil
 	case "object":
+		if s.XMapType != nil && *s.XMapType == "atomic" {
+			atomic = true
+		}
 	default:
 		return nil
 	}
@@ -184,10 +192,13 @@ func (info *schemaInfo) walk(pattern string, s *apiextensionsv1.JSONSchemaProps)
 		prop := s.Properties[name]
 		if target, ok := strings.CutSuffix(name, "Expression"); ok && target != "" {
 			if t, ok := s.Properties[target]; ok {
+				if atomic {
+					return fmt.Errorf("%s.%s: expressions within atomic lists or maps are not supported", pattern, name)
+				}
 				info.expressions = append(info.expressions, exprSite{parent: pattern, field: name, target: target, targetType: t.Type})
 			}
 		}
-		if err := info.walk(pattern+"."+name, &prop); err != nil {
+		if err := info.walk(pattern+"."+name, &prop, atomic); err != nil {
 			return err
 		}
 	}
