@@ -1,18 +1,29 @@
 package controllers
 
 import (
+	"context"
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
+	"github.com/bluesky/tiled-operator/controllers/applier"
+	"github.com/bluesky/tiled-operator/controllers/traffic"
+	"github.com/bluesky/tiled-operator/expansion"
 )
 
 // FieldOwner is the one field manager under which the operator applies every object.
@@ -44,12 +55,53 @@ func NewScheme() (*runtime.Scheme, error) {
 	return s, nil
 }
 
+// Operator is the manager with the operator's controllers, and the parts tests and benchmarks read.
+type Operator struct {
+	ctrl.Manager
+	// Traffic counts every request the manager's clients send to the API server.
+	Traffic *traffic.Counter
+	// Applier is the server-side apply writer shared by the controllers.
+	Applier *applier.Applier
+
+	clusterResync, instanceResync chan event.GenericEvent
+}
+
+// ResyncAll reconciles every TiledCluster and TiledInstance in the cache again, as a periodic resync
+// would: with nothing changed, it must cost no write.
+func (o *Operator) ResyncAll(ctx context.Context) error {
+	var clusters tiledv1alpha1.TiledClusterList
+	if err := o.GetClient().List(ctx, &clusters); err != nil {
+		return err
+	}
+	var instances tiledv1alpha1.TiledInstanceList
+	if err := o.GetClient().List(ctx, &instances); err != nil {
+		return err
+	}
+	for i := range clusters.Items {
+		o.clusterResync <- event.GenericEvent{Object: &clusters.Items[i]}
+	}
+	for i := range instances.Items {
+		o.instanceResync <- event.GenericEvent{Object: &instances.Items[i]}
+	}
+	return nil
+}
+
+// managedSelector selects the objects the operator manages; the caches of child kinds hold only those.
+var managedSelector = labels.SelectorFromSet(labels.Set{tiledv1alpha1.LabelManagedBy: tiledv1alpha1.ManagedByValue})
+
 // NewManager builds the operator's manager with health and readiness probes, metrics and leader
-// election, and registers the operator's controllers with it.
-func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
+// election, and registers the operator's controllers with it. Every request it sends is counted.
+func NewManager(cfg *rest.Config, o ManagerOptions) (*Operator, error) {
 	scheme, err := NewScheme()
 	if err != nil {
 		return nil, err
+	}
+	cfg = rest.CopyConfig(cfg)
+	counter := traffic.New(crmetrics.Registry)
+	counter.Instrument(cfg)
+	byObject := map[client.Object]cache.ByObject{&corev1.PersistentVolume{}: {Label: managedSelector}}
+	for _, obj := range childKinds() {
+		byObject[obj] = cache.ByObject{Label: managedSelector}
 	}
 	metrics := metricsserver.Options{BindAddress: o.MetricsBindAddress, SecureServing: o.SecureMetrics}
 	if o.SecureMetrics {
@@ -58,6 +110,7 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
 	leaseDuration, renewDeadline, retryPeriod := 30*time.Second, 20*time.Second, 5*time.Second
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
+		Cache:                         cache.Options{ByObject: byObject},
 		Metrics:                       metrics,
 		HealthProbeBindAddress:        o.HealthProbeBindAddress,
 		LeaderElection:                o.LeaderElection,
@@ -77,5 +130,28 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return nil, err
 	}
-	return mgr, nil
+	op := &Operator{
+		Manager: mgr,
+		Traffic: counter,
+		Applier: applier.New(mgr.GetClient(), FieldOwner, crmetrics.Registry),
+
+		clusterResync:  make(chan event.GenericEvent, 64),
+		instanceResync: make(chan event.GenericEvent, 64),
+	}
+	builtins := expansion.DefaultBuiltins()
+	recorder := mgr.GetEventRecorder(FieldOwner)
+	if err := (&TiledClusterReconciler{
+		Client: mgr.GetClient(), Applier: op.Applier, Recorder: recorder, Builtins: builtins,
+		Metrics: NewMetrics(crmetrics.Registry), Resync: op.clusterResync,
+	}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the TiledCluster controller: %w", err)
+	}
+	_, smErr := mgr.GetRESTMapper().RESTMapping(schema.GroupKind{Group: "monitoring.coreos.com", Kind: "ServiceMonitor"})
+	if err := (&TiledInstanceReconciler{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Applier: op.Applier, Recorder: recorder,
+		Builtins: builtins, ServiceMonitorAvailable: smErr == nil, Resync: op.instanceResync,
+	}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the TiledInstance controller: %w", err)
+	}
+	return op, nil
 }

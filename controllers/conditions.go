@@ -1,0 +1,110 @@
+package controllers
+
+import (
+	"encoding/json"
+	"errors"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/bluesky/tiled-operator/expansion"
+)
+
+// Condition types. Ready, Reconciling and Stalled are the ones kstatus (and so ArgoCD and Flux) reads:
+// Stalled=True is the only way to report failure, and Reconciling and Stalled are never set together.
+const (
+	ConditionReady            = "Ready"
+	ConditionReconciling      = "Reconciling"
+	ConditionStalled          = "Stalled"
+	ConditionProfilesResolved = "ProfilesResolved"
+	// ConditionExternalEdits is True while fields of a child object are managed by another writer.
+	ConditionExternalEdits = "ExternalEdits"
+)
+
+// Reasons.
+const (
+	ReasonResolved           = "Resolved"
+	ReasonConflict           = "ProfileConflict"
+	ReasonNoProfiles         = "NoProfilesSelected"
+	ReasonInvalidSelector    = "InvalidSelector"
+	ReasonExpressionError    = "ExpressionError"
+	ReasonUnknownField       = "UnknownField"
+	ReasonInvalidField       = "InvalidField"
+	ReasonExpansionFailed    = "ExpansionFailed"
+	ReasonProgressing        = "Progressing"
+	ReasonRollingOut         = "RollingOut"
+	ReasonWaitingForReady    = "WaitingForInstances"
+	ReasonAllReady           = "AllInstancesReady"
+	ReasonReady              = "Ready"
+	ReasonWaitingForPods     = "WaitingForPods"
+	ReasonWaitingForDatabase = "WaitingForDatabase"
+	ReasonDatabaseSecret     = "DatabaseSecretInvalid"
+	ReasonRenderFailed       = "RenderFailed"
+	ReasonNoEdits            = "NoExternalEdits"
+	ReasonFieldsManaged      = "FieldsManagedElsewhere"
+	ReasonPaused             = "Paused"
+)
+
+// expansionReason maps an expansion error to a condition reason.
+func expansionReason(err error) string {
+	var (
+		conflict *expansion.ConflictError
+		none     *expansion.NoProfilesError
+		sel      *expansion.SelectorError
+		expr     *expansion.ExpressionError
+		unknown  *expansion.UnknownFieldError
+		invalid  *expansion.InvalidFieldError
+	)
+	switch {
+	case errors.As(err, &conflict):
+		return ReasonConflict
+	case errors.As(err, &none):
+		return ReasonNoProfiles
+	case errors.As(err, &sel):
+		return ReasonInvalidSelector
+	case errors.As(err, &expr):
+		return ReasonExpressionError
+	case errors.As(err, &unknown):
+		return ReasonUnknownField
+	case errors.As(err, &invalid):
+		return ReasonInvalidField
+	}
+	return ReasonExpansionFailed
+}
+
+// setCondition sets a condition on a list of conditions, keeping lastTransitionTime when the status
+// does not change, so that an unchanged condition makes an unchanged status (and no write).
+func setCondition(conds *[]metav1.Condition, generation int64, typ string, status metav1.ConditionStatus, reason, message string) {
+	meta.SetStatusCondition(conds, metav1.Condition{
+		Type: typ, Status: status, Reason: reason, Message: message, ObservedGeneration: generation,
+	})
+}
+
+// removeCondition drops a condition type.
+func removeCondition(conds *[]metav1.Condition, typ string) {
+	meta.RemoveStatusCondition(conds, typ)
+}
+
+// transitioned reports whether a condition changed status or reason between two lists: the
+// moments worth an Event.
+func transitioned(before, after []metav1.Condition, typ string) (*metav1.Condition, bool) {
+	a := meta.FindStatusCondition(after, typ)
+	if a == nil {
+		return nil, false
+	}
+	b := meta.FindStatusCondition(before, typ)
+	if b == nil || b.Status != a.Status || b.Reason != a.Reason {
+		return a, true
+	}
+	return a, false
+}
+
+// toMap converts a typed value to the map form used in unstructured apply configurations.
+func toMap(v any) (map[string]any, error) {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]any{}
+	return out, json.Unmarshal(data, &out)
+}

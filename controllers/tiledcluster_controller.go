@@ -1,0 +1,409 @@
+package controllers
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
+	"github.com/bluesky/tiled-operator/controllers/applier"
+	"github.com/bluesky/tiled-operator/expansion"
+	"github.com/bluesky/tiled-operator/profiles"
+)
+
+// AnnotationExpansionHash is the hash of an instance's expanded content (spec, provenance, labels),
+// which the cluster controller compares to tell up-to-date instances from those still to roll out.
+const AnnotationExpansionHash = "tiled.blueskyproject.io/expansion-hash"
+
+// +kubebuilder:rbac:groups=tiled.blueskyproject.io,resources=tiledinstances,verbs=create;patch;delete
+// +kubebuilder:rbac:groups=tiled.blueskyproject.io,resources=tiledclusters/status,verbs=patch
+
+// TiledClusterReconciler expands each TiledCluster, through the TiledProfiles it selects, into its
+// TiledInstances, prunes the instances it no longer lists, and reports what it did in its status.
+type TiledClusterReconciler struct {
+	// Client reads from the informer cache.
+	Client client.Client
+	// Applier writes with server-side apply and skips unchanged intents.
+	Applier *applier.Applier
+	// Recorder sends Events, only on state transitions.
+	Recorder events.EventRecorder
+	// Builtins are the built-in defaults of every expansion.
+	Builtins expansion.Builtins
+	// Metrics records expansions; nil records nothing.
+	Metrics *Metrics
+	// Resync, when not nil, delivers clusters to reconcile again (Operator.ResyncAll).
+	Resync <-chan event.GenericEvent
+}
+
+// SetupWithManager registers the controller: it watches TiledClusters, the TiledInstances they own,
+// and TiledProfiles (re-enqueuing only the clusters whose selectors match a profile's old or new
+// labels).
+func (r *TiledClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	b := ctrl.NewControllerManagedBy(mgr).
+		Named("tiledcluster").
+		For(&tiledv1alpha1.TiledCluster{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Owns(&tiledv1alpha1.TiledInstance{}).
+		Watches(&tiledv1alpha1.TiledProfile{}, profileHandler(r.Client, true))
+	if r.Resync != nil {
+		b = b.WatchesRawSource(source.Channel(r.Resync, &handler.EnqueueRequestForObject{}))
+	}
+	return b.Complete(r)
+}
+
+// profileHandler maps a profile event to the clusters (forClusters) or standalone instances whose
+// selectors match the profile's old or new labels.
+func profileHandler(c client.Client, forClusters bool) handler.EventHandler {
+	enqueue := func(ctx context.Context, old, updated *tiledv1alpha1.TiledProfile, q workqueueAdder) {
+		ns := updated.Namespace
+		var clusters tiledv1alpha1.TiledClusterList
+		var instances tiledv1alpha1.TiledInstanceList
+		if forClusters {
+			if err := c.List(ctx, &clusters, client.InNamespace(ns)); err != nil {
+				return
+			}
+		} else if err := c.List(ctx, &instances, client.InNamespace(ns)); err != nil {
+			return
+		}
+		cl, in := profiles.Affected(old, updated, clusters.Items, instances.Items)
+		for _, n := range append(cl, in...) {
+			q.Add(reconcile.Request{NamespacedName: n})
+		}
+	}
+	return handler.Funcs{
+		CreateFunc: func(ctx context.Context, e event.TypedCreateEvent[client.Object], q workqueueAdder) {
+			if p, ok := e.Object.(*tiledv1alpha1.TiledProfile); ok {
+				enqueue(ctx, nil, p, q)
+			}
+		},
+		UpdateFunc: func(ctx context.Context, e event.TypedUpdateEvent[client.Object], q workqueueAdder) {
+			o, ok1 := e.ObjectOld.(*tiledv1alpha1.TiledProfile)
+			n, ok2 := e.ObjectNew.(*tiledv1alpha1.TiledProfile)
+			if ok1 && ok2 && (o.Generation != n.Generation || !equality.Semantic.DeepEqual(o.Labels, n.Labels)) {
+				enqueue(ctx, o, n, q)
+			}
+		},
+		DeleteFunc: func(ctx context.Context, e event.TypedDeleteEvent[client.Object], q workqueueAdder) {
+			if p, ok := e.Object.(*tiledv1alpha1.TiledProfile); ok {
+				enqueue(ctx, p, p, q)
+			}
+		},
+	}
+}
+
+// Reconcile expands one TiledCluster and applies its instances.
+func (r *TiledClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	logger := log.FromContext(ctx).WithValues("cluster", req.String())
+	cluster := &tiledv1alpha1.TiledCluster{}
+	if err := r.Client.Get(ctx, req.NamespacedName, cluster); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !cluster.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil // the garbage collector removes the instances; retained data stays
+	}
+	if cluster.Spec.Paused {
+		logger.V(1).Info("paused: no writes")
+		return ctrl.Result{}, nil
+	}
+
+	var profileList tiledv1alpha1.TiledProfileList
+	if err := r.Client.List(ctx, &profileList, client.InNamespace(cluster.Namespace)); err != nil {
+		return ctrl.Result{}, err
+	}
+	var existing tiledv1alpha1.TiledInstanceList
+	if err := r.Client.List(ctx, &existing, client.InNamespace(cluster.Namespace),
+		client.MatchingLabels{tiledv1alpha1.LabelCluster: cluster.Name}); err != nil {
+		return ctrl.Result{}, err
+	}
+
+	status := cluster.Status.DeepCopy()
+	status.ObservedGeneration = cluster.Generation
+	status.InstanceSelector = tiledv1alpha1.LabelCluster + "=" + cluster.Name
+	status.Instances = int32(len(cluster.Spec.Instances))
+
+	done := r.Metrics.startExpansion()
+	result, err := expansion.Expand(cluster, profileList.Items, r.Builtins)
+	done(err)
+	if err != nil {
+		// Children stay exactly as they were: nothing is applied, nothing pruned.
+		reason := expansionReason(err)
+		logger.Info("expansion failed; instances left as they were", "reason", reason, "error", err.Error())
+		setCondition(&status.Conditions, cluster.Generation, ConditionProfilesResolved, metav1.ConditionFalse, reason, err.Error())
+		setCondition(&status.Conditions, cluster.Generation, ConditionStalled, metav1.ConditionTrue, reason, err.Error())
+		setCondition(&status.Conditions, cluster.Generation, ConditionReady, metav1.ConditionFalse, reason, "the cluster cannot be expanded: "+err.Error())
+		removeCondition(&status.Conditions, ConditionReconciling)
+		sent, werr := r.writeStatus(ctx, cluster, status)
+		// Events mark transitions only: sent once, when the status that records them is written.
+		if c, changed := transitioned(cluster.Status.Conditions, status.Conditions, ConditionProfilesResolved); changed && sent {
+			r.Recorder.Eventf(cluster, nil, corev1.EventTypeWarning, reason, "Expand", "%s", c.Message)
+			r.eventOnConflictingProfiles(err, profileList.Items, cluster)
+		}
+		return ctrl.Result{}, werr
+	}
+
+	status.Profiles = result.Profiles
+	names := make([]string, len(result.Profiles))
+	for i, p := range result.Profiles {
+		names[i] = p.Name
+	}
+	status.ProfileNames = strings.Join(names, ",")
+	setCondition(&status.Conditions, cluster.Generation, ConditionProfilesResolved, metav1.ConditionTrue, ReasonResolved,
+		fmt.Sprintf("%d profiles selected: %s", len(names), status.ProfileNames))
+
+	byName := map[string]*tiledv1alpha1.TiledInstance{}
+	for i := range existing.Items {
+		byName[existing.Items[i].Name] = &existing.Items[i]
+	}
+
+	// Desired objects, and which of them differ from what is there.
+	type want struct {
+		obj  *unstructured.Unstructured
+		hash string
+		cur  *tiledv1alpha1.TiledInstance
+	}
+	wants := make([]want, 0, len(result.Instances))
+	desired := map[string]bool{}
+	for _, inst := range result.Instances {
+		obj, hash, err := instanceObject(cluster, inst.Object)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		desired[inst.Object.Name] = true
+		wants = append(wants, want{obj: obj, hash: hash, cur: byName[inst.Object.Name]})
+	}
+
+	// Rollout: new instances and instances that are not ready anyway are applied at once; ready
+	// instances are changed at most maxUnavailable at a time, counting those already unavailable.
+	unavailable := 0
+	for _, w := range wants {
+		if w.cur != nil && !instanceReady(w.cur) {
+			unavailable++
+		}
+	}
+	budget := maxUnavailable(cluster) - unavailable
+	ready, held := 0, 0
+	for _, w := range wants {
+		upToDate := w.cur != nil && w.cur.Annotations[AnnotationExpansionHash] == w.hash
+		if w.cur != nil && !upToDate && instanceReady(w.cur) {
+			if budget <= 0 {
+				held++
+				continue
+			}
+			budget--
+		}
+		if _, err := r.Applier.Apply(ctx, client.ApplyConfigurationFromUnstructured(w.obj), curOrNil(w.cur)); err != nil {
+			return ctrl.Result{}, err
+		}
+		if upToDate && instanceReady(w.cur) {
+			ready++
+		}
+	}
+
+	// Prune instances no longer listed: only ours (controller UID checked), with a UID precondition.
+	pruned, err := r.prune(ctx, cluster, existing.Items, desired)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+
+	status.UpdatedInstances = int32(len(wants) - held)
+	status.ReadyInstances = int32(ready)
+	removeCondition(&status.Conditions, ConditionStalled)
+	switch {
+	case held > 0:
+		msg := fmt.Sprintf("rolling out: %d of %d instances updated, %d waiting (maxUnavailable %d)", int(status.UpdatedInstances), len(wants), held, maxUnavailable(cluster))
+		setCondition(&status.Conditions, cluster.Generation, ConditionReconciling, metav1.ConditionTrue, ReasonRollingOut, msg)
+		setCondition(&status.Conditions, cluster.Generation, ConditionReady, metav1.ConditionFalse, ReasonRollingOut, msg)
+	case int(status.ReadyInstances) < len(wants):
+		msg := fmt.Sprintf("%d of %d instances ready", status.ReadyInstances, len(wants))
+		setCondition(&status.Conditions, cluster.Generation, ConditionReconciling, metav1.ConditionTrue, ReasonWaitingForReady, msg)
+		setCondition(&status.Conditions, cluster.Generation, ConditionReady, metav1.ConditionFalse, ReasonWaitingForReady, msg)
+	default:
+		removeCondition(&status.Conditions, ConditionReconciling)
+		setCondition(&status.Conditions, cluster.Generation, ConditionReady, metav1.ConditionTrue, ReasonAllReady,
+			fmt.Sprintf("all %d instances ready", len(wants)))
+	}
+	for _, p := range pruned {
+		r.Recorder.Eventf(cluster, nil, corev1.EventTypeNormal, "InstanceRemoved", "Prune",
+			"instance %s is no longer listed and was deleted; data volumes follow its retention policy", p)
+	}
+	sent, err := r.writeStatus(ctx, cluster, status)
+	if err != nil || !sent {
+		return ctrl.Result{}, err
+	}
+	if c, changed := transitioned(cluster.Status.Conditions, status.Conditions, ConditionProfilesResolved); changed && c.Status == metav1.ConditionTrue {
+		r.Recorder.Eventf(cluster, nil, corev1.EventTypeNormal, ReasonResolved, "Expand", "%s; %d instances", c.Message, len(wants))
+	}
+	if c, changed := transitioned(cluster.Status.Conditions, status.Conditions, ConditionReady); changed && c.Status == metav1.ConditionTrue {
+		r.Recorder.Eventf(cluster, nil, corev1.EventTypeNormal, ReasonAllReady, "Reconcile", "%s", c.Message)
+	}
+	return ctrl.Result{}, nil
+}
+
+// writeStatus applies the status when it differs from the one in the cache (and from the last one
+// applied), and reports whether it sent it.
+func (r *TiledClusterReconciler) writeStatus(ctx context.Context, cluster *tiledv1alpha1.TiledCluster, status *tiledv1alpha1.TiledClusterStatus) (bool, error) {
+	if equality.Semantic.DeepEqual(&cluster.Status, status) {
+		return false, nil
+	}
+	st, err := toMap(status)
+	if err != nil {
+		return false, err
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": tiledv1alpha1.GroupVersion.String(), "kind": "TiledCluster",
+		"metadata": map[string]any{"name": cluster.Name, "namespace": cluster.Namespace},
+		"status":   st,
+	}}
+	res, err := r.Applier.ApplyStatus(ctx, client.ApplyConfigurationFromUnstructured(u), cluster)
+	return res.Sent, err
+}
+
+// prune deletes the instances of this cluster that it no longer lists.
+func (r *TiledClusterReconciler) prune(ctx context.Context, cluster *tiledv1alpha1.TiledCluster, existing []tiledv1alpha1.TiledInstance, desired map[string]bool) ([]string, error) {
+	var pruned []string
+	for i := range existing {
+		ti := &existing[i]
+		if desired[ti.Name] || !ti.DeletionTimestamp.IsZero() {
+			continue
+		}
+		ref := metav1.GetControllerOf(ti)
+		if ref == nil || ref.UID != cluster.UID {
+			continue // not ours: never delete
+		}
+		uid := ti.UID
+		err := r.Client.Delete(ctx, ti, client.Preconditions{UID: &uid}, client.PropagationPolicy(metav1.DeletePropagationBackground))
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return pruned, fmt.Errorf("pruning TiledInstance %s/%s: %w", ti.Namespace, ti.Name, err)
+		}
+		r.Applier.Forget(applier.Key{APIVersion: tiledv1alpha1.GroupVersion.String(), Kind: "TiledInstance", Namespace: ti.Namespace, Name: ti.Name})
+		pruned = append(pruned, ti.Labels[tiledv1alpha1.LabelInstance])
+	}
+	sort.Strings(pruned)
+	return pruned, nil
+}
+
+// eventOnConflictingProfiles records the conflict on each profile involved.
+func (r *TiledClusterReconciler) eventOnConflictingProfiles(err error, candidates []tiledv1alpha1.TiledProfile, cluster *tiledv1alpha1.TiledCluster) {
+	conflict, ok := asConflict(err)
+	if !ok {
+		return
+	}
+	for _, src := range conflict.Profiles {
+		for i := range candidates {
+			if expansion.ProfileSource(&candidates[i]) == src {
+				r.Recorder.Eventf(&candidates[i], cluster, corev1.EventTypeWarning, ReasonConflict, "Expand",
+					"conflicts with %s on %s in cluster %s", other(conflict.Profiles, src), conflict.Field, cluster.Name)
+			}
+		}
+	}
+}
+
+// instanceObject builds the apply intent of one instance: the engine's object plus the controller
+// reference and the expansion hash.
+func instanceObject(cluster *tiledv1alpha1.TiledCluster, ti *tiledv1alpha1.TiledInstance) (*unstructured.Unstructured, string, error) {
+	spec, err := toMap(ti.Spec)
+	if err != nil {
+		return nil, "", err
+	}
+	labels := map[string]any{}
+	for k, v := range ti.Labels {
+		labels[k] = v
+	}
+	content, err := json.Marshal(struct {
+		Spec       any
+		Provenance map[string]string
+		Labels     map[string]string
+	}{ti.Spec, ti.Provenance, ti.Labels})
+	if err != nil {
+		return nil, "", err
+	}
+	sum := sha256.Sum256(content)
+	hash := hex.EncodeToString(sum[:])[:16]
+	obj := map[string]any{
+		"apiVersion": tiledv1alpha1.GroupVersion.String(),
+		"kind":       "TiledInstance",
+		"metadata": map[string]any{
+			"name":        ti.Name,
+			"namespace":   cluster.Namespace,
+			"labels":      labels,
+			"annotations": map[string]any{AnnotationExpansionHash: hash},
+			"ownerReferences": []any{map[string]any{
+				"apiVersion": tiledv1alpha1.GroupVersion.String(), "kind": "TiledCluster",
+				"name": cluster.Name, "uid": string(cluster.UID),
+				"controller": true, "blockOwnerDeletion": true,
+			}},
+		},
+		"spec": spec,
+	}
+	if len(ti.Provenance) > 0 {
+		prov := map[string]any{}
+		for k, v := range ti.Provenance {
+			prov[k] = v
+		}
+		obj["provenance"] = prov
+	}
+	return &unstructured.Unstructured{Object: obj}, hash, nil
+}
+
+// instanceReady reports whether an instance is Ready at its current generation.
+func instanceReady(ti *tiledv1alpha1.TiledInstance) bool {
+	c := meta.FindStatusCondition(ti.Status.Conditions, ConditionReady)
+	return c != nil && c.Status == metav1.ConditionTrue && ti.Status.ObservedGeneration == ti.Generation
+}
+
+func maxUnavailable(cluster *tiledv1alpha1.TiledCluster) int {
+	total := len(cluster.Spec.Instances)
+	if cluster.Spec.Rollout == nil || cluster.Spec.Rollout.MaxUnavailable == nil {
+		return 1
+	}
+	n, err := intstr.GetScaledValueFromIntOrPercent(cluster.Spec.Rollout.MaxUnavailable, total, true)
+	if err != nil || n < 1 {
+		return 1
+	}
+	return n
+}
+
+func asConflict(err error) (*expansion.ConflictError, bool) {
+	var c *expansion.ConflictError
+	return c, errors.As(err, &c)
+}
+
+// workqueueAdder is the queue event handlers add requests to.
+type workqueueAdder = workqueue.TypedRateLimitingInterface[reconcile.Request]
+
+func curOrNil(ti *tiledv1alpha1.TiledInstance) client.Object {
+	if ti == nil {
+		return nil
+	}
+	return ti
+}
+
+func other(pair [2]string, one string) string {
+	if pair[0] == one {
+		return pair[1]
+	}
+	return pair[0]
+}

@@ -1,0 +1,556 @@
+package controllers
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"sync"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
+	"github.com/bluesky/tiled-operator/controllers/applier"
+	"github.com/bluesky/tiled-operator/expansion"
+	"github.com/bluesky/tiled-operator/render"
+)
+
+// +kubebuilder:rbac:groups=tiled.blueskyproject.io,resources=tiledinstances/status,verbs=patch
+// +kubebuilder:rbac:groups="",resources=configmaps;services;persistentvolumeclaims,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups="",resources=persistentvolumes,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=ingresses,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=monitoring.coreos.com,resources=servicemonitors,verbs=get;list;watch;create;patch;delete
+
+// ownerIndex indexes child objects by the UID of their controller.
+const ownerIndex = ".metadata.controllerUID"
+
+// childKinds are the namespaced kinds the instance controller owns, watches (through a cache
+// restricted to objects labelled as managed by the operator) and prunes.
+func childKinds() []client.Object {
+	return []client.Object{
+		&corev1.ConfigMap{}, &corev1.Secret{}, &corev1.Service{}, &corev1.PersistentVolumeClaim{},
+		&appsv1.StatefulSet{}, &networkingv1.Ingress{}, &policyv1.PodDisruptionBudget{},
+	}
+}
+
+// TiledInstanceReconciler renders and applies the objects of each TiledInstance: its ConfigMap,
+// Secret, StatefulSet, Services, volumes, optional Ingress, PodDisruptionBudget and ServiceMonitor,
+// and its managed database; it prunes the objects it no longer renders and reports readiness.
+type TiledInstanceReconciler struct {
+	// Client reads from the informer cache.
+	Client client.Client
+	// APIReader reads past the cache; used only for an external database's Secret, which the
+	// operator does not label and so does not cache.
+	APIReader client.Reader
+	// Applier writes with server-side apply and skips unchanged intents.
+	Applier *applier.Applier
+	// Recorder sends Events, only on state transitions.
+	Recorder events.EventRecorder
+	// Builtins are the built-in defaults, used to expand a standalone instance that was stored terse
+	// (without the mutating webhook).
+	Builtins expansion.Builtins
+	// ServiceMonitorAvailable says the ServiceMonitor CRD exists.
+	ServiceMonitorAvailable bool
+	// Random is the source of generated secrets; nil means crypto/rand.
+	Random io.Reader
+	// Resync, when not nil, delivers instances to reconcile again (Operator.ResyncAll).
+	Resync <-chan event.GenericEvent
+
+	// secrets remembers the Secret data last applied per instance, so that a Secret the cache has not
+	// yet seen is never regenerated.
+	secrets sync.Map // types.UID -> map[string][]byte
+}
+
+// SetupWithManager registers the controller and the owner index of child objects.
+func (r *TiledInstanceReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	ctx := context.Background()
+	b := ctrl.NewControllerManagedBy(mgr).
+		Named("tiledinstance").
+		For(&tiledv1alpha1.TiledInstance{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&tiledv1alpha1.TiledProfile{}, profileHandler(r.Client, false))
+	for _, obj := range childKinds() {
+		if err := mgr.GetFieldIndexer().IndexField(ctx, obj, ownerIndex, indexController); err != nil {
+			return err
+		}
+		b = b.Owns(obj)
+	}
+	if r.Resync != nil {
+		b = b.WatchesRawSource(source.Channel(r.Resync, &handler.EnqueueRequestForObject{}))
+	}
+	// The cache of PersistentVolumes (NFS volumes the operator creates) starts with the manager, so
+	// that reading one never falls through to the API server.
+	if _, err := mgr.GetCache().GetInformer(ctx, &corev1.PersistentVolume{}); err != nil {
+		return err
+	}
+	return b.Complete(r)
+}
+
+func indexController(o client.Object) []string {
+	if ref := metav1.GetControllerOf(o); ref != nil {
+		return []string{string(ref.UID)}
+	}
+	return nil
+}
+
+// Reconcile renders and applies one instance's objects.
+func (r *TiledInstanceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	logger := log.FromContext(ctx).WithValues("instance", req.String())
+	ti := &tiledv1alpha1.TiledInstance{}
+	if err := r.Client.Get(ctx, req.NamespacedName, ti); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !ti.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil
+	}
+	if paused, err := r.clusterPaused(ctx, ti); err != nil || paused {
+		return ctrl.Result{}, err
+	}
+	status := ti.Status.DeepCopy()
+	status.ObservedGeneration = ti.Generation
+
+	spec, err := r.expanded(ctx, ti)
+	if err != nil {
+		return ctrl.Result{}, r.stalled(ctx, ti, status, expansionReason(err), err.Error())
+	}
+
+	in := render.Inputs{ServiceMonitorAvailable: r.ServiceMonitorAvailable}
+	names := render.NamesFor(spec)
+	mode := "Managed"
+	if db := spec.Spec.Database; db != nil && db.External != nil {
+		mode = "External"
+		keys, msg := r.externalSecretKeys(ctx, spec)
+		if msg != "" {
+			status.Database = &tiledv1alpha1.DatabaseStatus{Mode: mode}
+			return ctrl.Result{}, r.stalled(ctx, ti, status, ReasonDatabaseSecret, msg)
+		}
+		in.ExternalSecretKeys = keys
+	}
+
+	data, err := r.secretData(ctx, spec, names.Secret)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	in.SecretData = data
+	objs, err := render.Render(spec, in)
+	if err != nil {
+		return ctrl.Result{}, r.stalled(ctx, ti, status, ReasonRenderFailed, err.Error())
+	}
+
+	applied, err := r.applyAll(ctx, ti, objs)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	r.secrets.Store(ti.UID, data)
+	if err := r.prune(ctx, ti, applied); err != nil {
+		return ctrl.Result{}, err
+	}
+
+	// Status from the cache: the StatefulSets' readiness, and fields other writers manage.
+	sts := &appsv1.StatefulSet{}
+	stsFound := r.Client.Get(ctx, client.ObjectKey{Namespace: ti.Namespace, Name: names.Tiled}, sts) == nil
+	replicas := int32(1)
+	if spec.Spec.Tiled != nil && spec.Spec.Tiled.Replicas != nil {
+		replicas = *spec.Spec.Tiled.Replicas
+	}
+	status.ReadyReplicas = 0
+	if stsFound {
+		status.ReadyReplicas = sts.Status.ReadyReplicas
+	}
+	status.URL = fmt.Sprintf("http://%s.%s.svc:8000", names.Tiled, ti.Namespace)
+	dbReady := mode == "External"
+	if mode == "Managed" {
+		pg := &appsv1.StatefulSet{}
+		if r.Client.Get(ctx, client.ObjectKey{Namespace: ti.Namespace, Name: names.Postgres}, pg) == nil {
+			dbReady = statefulSetReady(pg, 1)
+		}
+	}
+	status.Database = &tiledv1alpha1.DatabaseStatus{Mode: mode, Ready: dbReady}
+	removeCondition(&status.Conditions, ConditionStalled)
+	switch {
+	case !dbReady:
+		setCondition(&status.Conditions, ti.Generation, ConditionReconciling, metav1.ConditionTrue, ReasonWaitingForDatabase, "waiting for the managed PostgreSQL to be ready")
+		setCondition(&status.Conditions, ti.Generation, ConditionReady, metav1.ConditionFalse, ReasonWaitingForDatabase, "waiting for the managed PostgreSQL to be ready")
+	case !stsFound || !statefulSetReady(sts, replicas):
+		msg := fmt.Sprintf("%d of %d Tiled pods ready", status.ReadyReplicas, replicas)
+		setCondition(&status.Conditions, ti.Generation, ConditionReconciling, metav1.ConditionTrue, ReasonWaitingForPods, msg)
+		setCondition(&status.Conditions, ti.Generation, ConditionReady, metav1.ConditionFalse, ReasonWaitingForPods, msg)
+	default:
+		removeCondition(&status.Conditions, ConditionReconciling)
+		setCondition(&status.Conditions, ti.Generation, ConditionReady, metav1.ConditionTrue, ReasonReady, fmt.Sprintf("Tiled serves at %s", status.URL))
+	}
+	if edits := r.externalEdits(ctx, applied); edits != "" {
+		setCondition(&status.Conditions, ti.Generation, ConditionExternalEdits, metav1.ConditionTrue, ReasonFieldsManaged, edits)
+	} else {
+		removeCondition(&status.Conditions, ConditionExternalEdits)
+	}
+	logger.V(1).Info("reconciled", "applied", len(applied), "ready", status.ReadyReplicas)
+	sent, err := r.writeStatus(ctx, ti, status)
+	if err != nil || !sent {
+		return ctrl.Result{}, err
+	}
+	// Events mark transitions only: sent once, when the status that records them is written.
+	if c, changed := transitioned(ti.Status.Conditions, status.Conditions, ConditionReady); changed && c.Status == metav1.ConditionTrue {
+		r.Recorder.Eventf(ti, nil, corev1.EventTypeNormal, ReasonReady, "Reconcile", "%s", c.Message)
+	}
+	if c, changed := transitioned(ti.Status.Conditions, status.Conditions, ConditionExternalEdits); changed {
+		r.Recorder.Eventf(ti, nil, corev1.EventTypeWarning, ReasonFieldsManaged, "Reconcile",
+			"%s; operator-owned fields are restored at the next change, other fields are left alone", c.Message)
+	}
+	return ctrl.Result{}, nil
+}
+
+// expanded returns the instance with a complete spec: as stored when a cluster stamped it out (or
+// the webhook expanded it), otherwise expanded here from its profiles without writing it back.
+func (r *TiledInstanceReconciler) expanded(ctx context.Context, ti *tiledv1alpha1.TiledInstance) (*tiledv1alpha1.TiledInstance, error) {
+	if metav1.GetControllerOf(ti) != nil {
+		return ti, nil
+	}
+	var list tiledv1alpha1.TiledProfileList
+	if err := r.Client.List(ctx, &list, client.InNamespace(ti.Namespace)); err != nil {
+		return nil, err
+	}
+	return expansion.ExpandInstance(ti, list.Items, r.Builtins)
+}
+
+// clusterPaused reports whether the instance's TiledCluster is paused: then nothing is written.
+func (r *TiledInstanceReconciler) clusterPaused(ctx context.Context, ti *tiledv1alpha1.TiledInstance) (bool, error) {
+	ref := metav1.GetControllerOf(ti)
+	if ref == nil || ref.Kind != "TiledCluster" {
+		return false, nil
+	}
+	c := &tiledv1alpha1.TiledCluster{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: ti.Namespace, Name: ref.Name}, c); err != nil {
+		return false, client.IgnoreNotFound(err)
+	}
+	return c.UID == ref.UID && c.Spec.Paused, nil
+}
+
+// secretData returns the complete data of the instance's Secret: what exists (in the cache, or last
+// applied when the cache has not caught up) plus newly generated values for missing keys only.
+func (r *TiledInstanceReconciler) secretData(ctx context.Context, ti *tiledv1alpha1.TiledInstance, name string) (map[string][]byte, error) {
+	existing := map[string][]byte{}
+	s := &corev1.Secret{}
+	err := r.Client.Get(ctx, client.ObjectKey{Namespace: ti.Namespace, Name: name}, s)
+	switch {
+	case err == nil:
+		for k, v := range s.Data {
+			existing[k] = v
+		}
+	case apierrors.IsNotFound(err):
+		if prev, ok := r.secrets.Load(ti.UID); ok {
+			for k, v := range prev.(map[string][]byte) {
+				existing[k] = v
+			}
+		}
+	default:
+		return nil, err
+	}
+	random := r.Random
+	if random == nil {
+		random = rand.Reader
+	}
+	gen, err := render.GenerateSecretData(ti, existing, random)
+	if err != nil {
+		return nil, fmt.Errorf("generating the secrets of %s/%s: %w", ti.Namespace, ti.Name, err)
+	}
+	for k, v := range gen {
+		existing[k] = v
+	}
+	return existing, nil
+}
+
+// externalSecretKeys reads the external database's Secret and returns its keys, or a message naming
+// what is missing.
+func (r *TiledInstanceReconciler) externalSecretKeys(ctx context.Context, ti *tiledv1alpha1.TiledInstance) ([]string, string) {
+	ref := ti.Spec.Database.External.URISecretRef
+	if ref == nil || ref.Name == "" {
+		return nil, "spec.database.external.uriSecretRef is not set"
+	}
+	key := ref.Key
+	if key == "" {
+		key = "uri"
+	}
+	s := &corev1.Secret{}
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: ti.Namespace, Name: ref.Name}, s); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, fmt.Sprintf("the external database Secret %s/%s (spec.database.external.uriSecretRef) does not exist", ti.Namespace, ref.Name)
+		}
+		return nil, fmt.Sprintf("reading the external database Secret %s/%s: %v", ti.Namespace, ref.Name, err)
+	}
+	if len(s.Data[key]) == 0 {
+		return nil, fmt.Sprintf("the external database Secret %s/%s has no key %q (spec.database.external.uriSecretRef.key)", ti.Namespace, ref.Name, key)
+	}
+	keys := make([]string, 0, len(s.Data))
+	for k := range s.Data {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys, ""
+}
+
+// applyAll applies every rendered object, owned by the instance (except retained data claims), and
+// returns their keys.
+func (r *TiledInstanceReconciler) applyAll(ctx context.Context, ti *tiledv1alpha1.TiledInstance, objs *render.Objects) (map[applier.Key]bool, error) {
+	owner := map[string]any{
+		"apiVersion": tiledv1alpha1.GroupVersion.String(), "kind": "TiledInstance",
+		"name": ti.Name, "uid": string(ti.UID), "controller": true, "blockOwnerDeletion": true,
+	}
+	applied := map[applier.Key]bool{}
+	for _, o := range children(objs) {
+		u, err := toUnstructured(o.Object)
+		if err != nil {
+			return nil, err
+		}
+		if u.GetNamespace() != "" && !o.Unowned {
+			u.Object["metadata"].(map[string]any)["ownerReferences"] = []any{owner}
+		}
+		current, err := r.current(ctx, u)
+		if err != nil {
+			return nil, err
+		}
+		res, err := r.Applier.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), current)
+		if err != nil {
+			return nil, err
+		}
+		applied[res.Key] = true
+	}
+	return applied, nil
+}
+
+// current returns the object as the cache holds it, or nil.
+func (r *TiledInstanceReconciler) current(ctx context.Context, u *unstructured.Unstructured) (client.Object, error) {
+	obj, err := r.Client.Scheme().New(u.GroupVersionKind())
+	if err != nil {
+		// Kinds outside the scheme (ServiceMonitor) are read as unstructured.
+		cur := &unstructured.Unstructured{}
+		cur.SetGroupVersionKind(u.GroupVersionKind())
+		obj = cur
+	}
+	co := obj.(client.Object)
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: u.GetNamespace(), Name: u.GetName()}, co); err != nil {
+		if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	return co, nil
+}
+
+// prune deletes objects this instance controls that were not rendered this time (an Ingress turned
+// off, a PodDisruptionBudget no longer needed, a managed database replaced by an external one). Data
+// claims kept by the Retain policy carry no controller reference and are never pruned.
+func (r *TiledInstanceReconciler) prune(ctx context.Context, ti *tiledv1alpha1.TiledInstance, applied map[applier.Key]bool) error {
+	for _, proto := range childKinds() {
+		gvk, err := r.Client.GroupVersionKindFor(proto)
+		if err != nil {
+			return err
+		}
+		owned, err := r.listOwned(ctx, proto, ti)
+		if err != nil {
+			return err
+		}
+		for _, o := range owned {
+			key := applier.Key{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind, Namespace: o.GetNamespace(), Name: o.GetName()}
+			if applied[key] || !o.GetDeletionTimestamp().IsZero() {
+				continue
+			}
+			uid := o.GetUID()
+			if err := r.Client.Delete(ctx, o, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+				return fmt.Errorf("pruning %s: %w", key, err)
+			}
+			r.Applier.Forget(key)
+		}
+	}
+	return nil
+}
+
+// listOwned lists, from the cache, the objects of proto's kind whose controller is ti.
+func (r *TiledInstanceReconciler) listOwned(ctx context.Context, proto client.Object, ti *tiledv1alpha1.TiledInstance) ([]client.Object, error) {
+	var list client.ObjectList
+	switch proto.(type) {
+	case *corev1.ConfigMap:
+		list = &corev1.ConfigMapList{}
+	case *corev1.Secret:
+		list = &corev1.SecretList{}
+	case *corev1.Service:
+		list = &corev1.ServiceList{}
+	case *corev1.PersistentVolumeClaim:
+		list = &corev1.PersistentVolumeClaimList{}
+	case *appsv1.StatefulSet:
+		list = &appsv1.StatefulSetList{}
+	case *networkingv1.Ingress:
+		list = &networkingv1.IngressList{}
+	case *policyv1.PodDisruptionBudget:
+		list = &policyv1.PodDisruptionBudgetList{}
+	default:
+		return nil, fmt.Errorf("no list type for %T", proto)
+	}
+	if err := r.Client.List(ctx, list, client.InNamespace(ti.Namespace), client.MatchingFields{ownerIndex: string(ti.UID)}); err != nil {
+		return nil, err
+	}
+	items, err := meta.ExtractList(list)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]client.Object, 0, len(items))
+	for _, it := range items {
+		out = append(out, it.(client.Object))
+	}
+	return out, nil
+}
+
+// systemManagers are field managers of Kubernetes itself, whose fields are not edits by people.
+var systemManagers = map[string]bool{
+	"kube-controller-manager": true, "kube-scheduler": true, "kubelet": true, "kube-apiserver": true,
+}
+
+// externalEdits lists the applied objects (from the cache) that have spec or metadata fields
+// managed by a writer other than the operator.
+func (r *TiledInstanceReconciler) externalEdits(ctx context.Context, applied map[applier.Key]bool) string {
+	var found []string
+	keys := make([]applier.Key, 0, len(applied))
+	for k := range applied {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
+	for _, k := range keys {
+		cur, err := r.currentByKey(ctx, k)
+		if err != nil || cur == nil {
+			continue
+		}
+		var managers []string
+		for _, mf := range cur.GetManagedFields() {
+			if mf.Manager == FieldOwner || mf.Subresource != "" || systemManagers[mf.Manager] {
+				continue
+			}
+			managers = append(managers, mf.Manager)
+		}
+		if len(managers) > 0 {
+			sort.Strings(managers)
+			found = append(found, fmt.Sprintf("%s/%s has fields managed by %s", k.Kind, k.Name, strings.Join(managers, ", ")))
+		}
+	}
+	return strings.Join(found, "; ")
+}
+
+func (r *TiledInstanceReconciler) currentByKey(ctx context.Context, k applier.Key) (client.Object, error) {
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion(k.APIVersion)
+	u.SetKind(k.Kind)
+	u.SetNamespace(k.Namespace)
+	u.SetName(k.Name)
+	return r.current(ctx, u)
+}
+
+// stalled reports a failure that needs a person: Stalled=True, Ready=False, no Reconciling. The
+// objects already applied stay as they are.
+func (r *TiledInstanceReconciler) stalled(ctx context.Context, ti *tiledv1alpha1.TiledInstance, status *tiledv1alpha1.TiledInstanceStatus, reason, msg string) error {
+	removeCondition(&status.Conditions, ConditionReconciling)
+	setCondition(&status.Conditions, ti.Generation, ConditionStalled, metav1.ConditionTrue, reason, msg)
+	setCondition(&status.Conditions, ti.Generation, ConditionReady, metav1.ConditionFalse, reason, msg)
+	sent, err := r.writeStatus(ctx, ti, status)
+	if c, changed := transitioned(ti.Status.Conditions, status.Conditions, ConditionStalled); changed && sent {
+		r.Recorder.Eventf(ti, nil, corev1.EventTypeWarning, reason, "Reconcile", "%s", c.Message)
+	}
+	return err
+}
+
+// writeStatus applies the status when it differs from the one in the cache (and from the last one
+// applied), and reports whether it sent it.
+func (r *TiledInstanceReconciler) writeStatus(ctx context.Context, ti *tiledv1alpha1.TiledInstance, status *tiledv1alpha1.TiledInstanceStatus) (bool, error) {
+	if equality.Semantic.DeepEqual(&ti.Status, status) {
+		return false, nil
+	}
+	st, err := toMap(status)
+	if err != nil {
+		return false, err
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": tiledv1alpha1.GroupVersion.String(), "kind": "TiledInstance",
+		"metadata": map[string]any{"name": ti.Name, "namespace": ti.Namespace},
+		"status":   st,
+	}}
+	res, err := r.Applier.ApplyStatus(ctx, client.ApplyConfigurationFromUnstructured(u), ti)
+	return res.Sent, err
+}
+
+// statefulSetReady reports whether a StatefulSet has rolled out its current spec with want ready pods.
+func statefulSetReady(s *appsv1.StatefulSet, want int32) bool {
+	return s.Status.ObservedGeneration >= s.Generation && s.Status.ReadyReplicas >= want &&
+		s.Status.UpdatedReplicas >= want
+}
+
+// toUnstructured converts an apply configuration (or unstructured object) to unstructured.
+func toUnstructured(o any) (*unstructured.Unstructured, error) {
+	if u, ok := o.(*unstructured.Unstructured); ok {
+		return u.DeepCopy(), nil
+	}
+	data, err := json.Marshal(o)
+	if err != nil {
+		return nil, err
+	}
+	u := &unstructured.Unstructured{}
+	if err := json.Unmarshal(data, &u.Object); err != nil {
+		return nil, err
+	}
+	if _, ok := u.Object["metadata"].(map[string]any); !ok {
+		u.Object["metadata"] = map[string]any{}
+	}
+	return u, nil
+}
+
+// child is one rendered object and whether it stays without an owner (a retained data claim).
+type child struct {
+	Object  any
+	Unowned bool
+}
+
+// children lists the rendered objects in the order they are applied: what a pod needs before the
+// workloads that mount it.
+func children(o *render.Objects) []child {
+	var out []child
+	add := func(obj any, isNil bool) {
+		if !isNil {
+			out = append(out, child{Object: obj})
+		}
+	}
+	add(o.Secret, o.Secret == nil)
+	add(o.ConfigMap, o.ConfigMap == nil)
+	for _, v := range o.Volumes {
+		add(v.PersistentVolume, v.PersistentVolume == nil)
+		add(v.PersistentVolumeClaim, v.PersistentVolumeClaim == nil)
+	}
+	add(o.PostgresInit, o.PostgresInit == nil)
+	add(o.PostgresService, o.PostgresService == nil)
+	add(o.Postgres, o.Postgres == nil)
+	add(o.HeadlessService, o.HeadlessService == nil)
+	add(o.Service, o.Service == nil)
+	add(o.StatefulSet, o.StatefulSet == nil)
+	add(o.Ingress, o.Ingress == nil)
+	add(o.PDB, o.PDB == nil)
+	add(o.ServiceMonitor, o.ServiceMonitor == nil)
+	return out
+}
