@@ -41,6 +41,8 @@ type ManagerOptions struct {
 	LeaderElection bool
 	// LeaderElectionNamespace holds the leader-election Lease; empty uses the in-cluster namespace.
 	LeaderElectionNamespace string
+	// WatchNamespaces restricts the operator to these namespaces; empty watches all.
+	WatchNamespaces []string
 }
 
 // NewScheme returns the scheme of the manager: client-go's types and the operator's.
@@ -110,7 +112,7 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (*Operator, error) {
 	leaseDuration, renewDeadline, retryPeriod := 30*time.Second, 20*time.Second, 5*time.Second
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
-		Cache:                         cache.Options{ByObject: byObject},
+		Cache:                         cache.Options{ByObject: byObject, DefaultNamespaces: namespaces(o.WatchNamespaces)},
 		Metrics:                       metrics,
 		HealthProbeBindAddress:        o.HealthProbeBindAddress,
 		LeaderElection:                o.LeaderElection,
@@ -154,4 +156,15 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (*Operator, error) {
 		return nil, fmt.Errorf("setting up the TiledInstance controller: %w", err)
 	}
 	return op, nil
+}
+
+func namespaces(names []string) map[string]cache.Config {
+	if len(names) == 0 {
+		return nil
+	}
+	out := make(map[string]cache.Config, len(names))
+	for _, n := range names {
+		out[n] = cache.Config{}
+	}
+	return out
 }

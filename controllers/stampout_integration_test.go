@@ -70,7 +70,7 @@ func changed(before, after map[string]string) []string {
 func TestStampOutTraffic(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t, g, "stampout")
-	op := startOperator(t)
+	op := startOperator(t, ns)
 	profiles := fleetProfiles(ns)
 	for _, p := range profiles {
 		createAll(t, g, p)

@@ -59,10 +59,14 @@ type operator struct {
 	done   chan struct{}
 }
 
-func startOperator(t *testing.T) *operator {
+// startOperator runs the operator, watching only the given namespaces so that tests do not see each
+// other's objects.
+func startOperator(t *testing.T, namespaces ...string) *operator {
 	t.Helper()
 	g := NewWithT(t)
-	op, err := controllers.NewManager(env.Config, controllers.ManagerOptions{MetricsBindAddress: "0", HealthProbeBindAddress: "0"})
+	op, err := controllers.NewManager(env.Config, controllers.ManagerOptions{
+		MetricsBindAddress: "0", HealthProbeBindAddress: "0", WatchNamespaces: namespaces,
+	})
 	g.Expect(err).NotTo(HaveOccurred())
 	ctx, cancel := context.WithCancel(context.Background())
 	o := &operator{Operator: op, cancel: cancel, done: make(chan struct{})}

@@ -319,12 +319,18 @@ func (r *TiledInstanceReconciler) applyAll(ctx context.Context, ti *tiledv1alpha
 		"name": ti.Name, "uid": string(ti.UID), "controller": true, "blockOwnerDeletion": true,
 	}
 	applied := map[applier.Key]bool{}
-	for _, o := range children(objs) {
-		u, err := toUnstructured(o.Object)
+	retained := map[any]bool{}
+	if render.Retained(ti) {
+		for _, c := range objs.Claims {
+			retained[c] = true // data and database claims outlive the instance: no owner
+		}
+	}
+	for _, o := range objs.All() {
+		u, err := toUnstructured(o)
 		if err != nil {
 			return nil, err
 		}
-		if u.GetNamespace() != "" && !o.Unowned {
+		if u.GetNamespace() != "" && !retained[o] {
 			u.Object["metadata"].(map[string]any)["ownerReferences"] = []any{owner}
 		}
 		current, err := r.current(ctx, u)
@@ -520,37 +526,4 @@ func toUnstructured(o any) (*unstructured.Unstructured, error) {
 		u.Object["metadata"] = map[string]any{}
 	}
 	return u, nil
-}
-
-// child is one rendered object and whether it stays without an owner (a retained data claim).
-type child struct {
-	Object  any
-	Unowned bool
-}
-
-// children lists the rendered objects in the order they are applied: what a pod needs before the
-// workloads that mount it.
-func children(o *render.Objects) []child {
-	var out []child
-	add := func(obj any, isNil bool) {
-		if !isNil {
-			out = append(out, child{Object: obj})
-		}
-	}
-	add(o.Secret, o.Secret == nil)
-	add(o.ConfigMap, o.ConfigMap == nil)
-	for _, v := range o.Volumes {
-		add(v.PersistentVolume, v.PersistentVolume == nil)
-		add(v.PersistentVolumeClaim, v.PersistentVolumeClaim == nil)
-	}
-	add(o.PostgresInit, o.PostgresInit == nil)
-	add(o.PostgresService, o.PostgresService == nil)
-	add(o.Postgres, o.Postgres == nil)
-	add(o.HeadlessService, o.HeadlessService == nil)
-	add(o.Service, o.Service == nil)
-	add(o.StatefulSet, o.StatefulSet == nil)
-	add(o.Ingress, o.Ingress == nil)
-	add(o.PDB, o.PDB == nil)
-	add(o.ServiceMonitor, o.ServiceMonitor == nil)
-	return out
 }

@@ -38,14 +38,15 @@ type Names struct {
 	ConfigMap string
 	// Secret holding the generated API key, signing keys and database password.
 	Secret string
-	// DataClaim is the claim of the data volume when it is on NFS (the operator's own PV + PVC).
+	// DataClaim is the claim of the data volume: the operator's own claim, on a storage class or
+	// bound to its NFS PersistentVolume.
 	DataClaim string
 	// DataVolume is the cluster-scoped PersistentVolume for NFS data; it includes the namespace.
 	DataVolume string
-	// DataClaimTemplate is the volumeClaimTemplates entry of the StatefulSet (claim data-<sts>-<ordinal>).
-	DataClaimTemplate string
 	// Postgres is the managed PostgreSQL StatefulSet and its Service.
 	Postgres string
+	// DatabaseClaim is the claim of the managed PostgreSQL's volume.
+	DatabaseClaim string
 	// PostgresInit is the ConfigMap with the script creating the catalog, storage and auth databases.
 	PostgresInit string
 }
@@ -56,16 +57,16 @@ type Names struct {
 func NamesFor(ti *v1alpha1.TiledInstance) Names {
 	b := ti.Name
 	return Names{
-		Base:              b,
-		Tiled:             objectName(b, "", maxStatefulSetNameLength),
-		HeadlessService:   objectName(b, "headless", maxNameLength),
-		ConfigMap:         objectName(b, "config", maxNameLength),
-		Secret:            objectName(b, "secret", maxNameLength),
-		DataClaim:         objectName(b, "data", maxNameLength),
-		DataVolume:        objectName(ti.Namespace+"-"+b, "data", maxNameLength),
-		DataClaimTemplate: "data",
-		Postgres:          objectName(b, "postgres", maxStatefulSetNameLength),
-		PostgresInit:      objectName(b, "postgres-init", maxNameLength),
+		Base:            b,
+		Tiled:           objectName(b, "", maxStatefulSetNameLength),
+		HeadlessService: objectName(b, "headless", maxNameLength),
+		ConfigMap:       objectName(b, "config", maxNameLength),
+		Secret:          objectName(b, "secret", maxNameLength),
+		DataClaim:       objectName(b, "data", maxNameLength),
+		DataVolume:      objectName(ti.Namespace+"-"+b, "data", maxNameLength),
+		Postgres:        objectName(b, "postgres", maxStatefulSetNameLength),
+		PostgresInit:    objectName(b, "postgres-init", maxNameLength),
+		DatabaseClaim:   objectName(b, "postgres-data", maxNameLength),
 	}
 }
 

@@ -3,9 +3,7 @@ package render
 import (
 	"fmt"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
@@ -84,25 +82,12 @@ func Postgres(ti *v1alpha1.TiledInstance, in Inputs) (*corev1ac.ConfigMapApplyCo
 		WithLivenessProbe(live).
 		WithSecurityContext(restrictedContainerSecurityContext())
 
-	size := quantity(m.Size, resource.MustParse("10Gi"))
-	claim := corev1ac.PersistentVolumeClaimSpec().
-		WithAccessModes(corev1.ReadWriteOnce).
-		WithResources(corev1ac.VolumeResourceRequirements().WithRequests(corev1.ResourceList{corev1.ResourceStorage: size}))
-	if m.StorageClassName != nil && *m.StorageClassName != "" {
-		claim.WithStorageClassName(*m.StorageClassName)
-	}
 	sts := appsv1ac.StatefulSet(n.Postgres, ti.Namespace).
 		WithLabels(labels).
 		WithSpec(appsv1ac.StatefulSetSpec().
 			WithReplicas(1).
 			WithServiceName(n.Postgres).
 			WithSelector(metav1ac.LabelSelector().WithMatchLabels(sel)).
-			WithPersistentVolumeClaimRetentionPolicy(appsv1ac.StatefulSetPersistentVolumeClaimRetentionPolicy().
-				WithWhenDeleted(retention(ti)).
-				WithWhenScaled(appsv1.RetainPersistentVolumeClaimRetentionPolicyType)).
-			WithVolumeClaimTemplates(claimTemplate("pgdata").
-				WithLabels(Labels(ti, ComponentDatabase)).
-				WithSpec(claim)).
 			WithTemplate(corev1ac.PodTemplateSpec().
 				WithLabels(labels).
 				WithSpec(corev1ac.PodSpec().
@@ -111,6 +96,7 @@ func Postgres(ti *v1alpha1.TiledInstance, in Inputs) (*corev1ac.ConfigMapApplyCo
 					WithSecurityContext(restrictedPodSecurityContext()).
 					WithContainers(c).
 					WithVolumes(
+						claimVolume("pgdata", n.DatabaseClaim, false),
 						corev1ac.Volume().WithName("run").WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
 						corev1ac.Volume().WithName("tmp").WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
 						corev1ac.Volume().WithName("init").WithConfigMap(corev1ac.ConfigMapVolumeSource().WithName(n.PostgresInit)),

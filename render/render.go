@@ -23,13 +23,14 @@ type Objects struct {
 	StatefulSet     *appsv1ac.StatefulSetApplyConfiguration
 	Service         *corev1ac.ServiceApplyConfiguration
 	HeadlessService *corev1ac.ServiceApplyConfiguration
-	Ingress         *networkingv1ac.IngressApplyConfiguration         // nil unless enabled
-	PDB             *policyv1ac.PodDisruptionBudgetApplyConfiguration // nil unless replicas > 1
-	Volumes         []Volume                                          // NFS PersistentVolumes and claims
-	PostgresInit    *corev1ac.ConfigMapApplyConfiguration             // nil for an external database
-	PostgresService *corev1ac.ServiceApplyConfiguration               // nil for an external database
-	Postgres        *appsv1ac.StatefulSetApplyConfiguration           // nil for an external database
-	ServiceMonitor  *unstructured.Unstructured                        // nil unless asked for and possible
+	Ingress         *networkingv1ac.IngressApplyConfiguration           // nil unless enabled
+	PDB             *policyv1ac.PodDisruptionBudgetApplyConfiguration   // nil unless replicas > 1
+	Volumes         []Volume                                            // NFS PersistentVolumes and claims
+	Claims          []*corev1ac.PersistentVolumeClaimApplyConfiguration // data and database claims (retention-bound)
+	PostgresInit    *corev1ac.ConfigMapApplyConfiguration               // nil for an external database
+	PostgresService *corev1ac.ServiceApplyConfiguration                 // nil for an external database
+	Postgres        *appsv1ac.StatefulSetApplyConfiguration             // nil for an external database
+	ServiceMonitor  *unstructured.Unstructured                          // nil unless asked for and possible
 }
 
 // Render renders every object of the instance. The Secret holds in.SecretData as given: callers
@@ -57,8 +58,42 @@ func Render(ti *v1alpha1.TiledInstance, in Inputs) (*Objects, error) {
 		Ingress:         Ingress(ti, in),
 		PDB:             PodDisruptionBudget(ti, in),
 		Volumes:         NFSVolumes(ti, in),
+		Claims:          Claims(ti, in),
 		ServiceMonitor:  ServiceMonitor(ti, in),
 	}
 	o.PostgresInit, o.PostgresService, o.Postgres = Postgres(ti, in)
 	return o, nil
+}
+
+// All returns every rendered object, nil ones left out, in the order they are applied: what a pod
+// needs (Secret, ConfigMap, claims, volumes) before the workloads that mount it. Each is a typed apply
+// configuration, or *unstructured.Unstructured for the ServiceMonitor.
+func (o *Objects) All() []any {
+	var out []any
+	add := func(v any, isNil bool) {
+		if !isNil {
+			out = append(out, v)
+		}
+	}
+	add(o.Secret, o.Secret == nil)
+	add(o.ConfigMap, o.ConfigMap == nil)
+	for _, c := range o.Claims {
+		add(c, c == nil)
+	}
+	for _, v := range o.Volumes {
+		add(v.PersistentVolume, v.PersistentVolume == nil)
+		add(v.PersistentVolumeClaim, v.PersistentVolumeClaim == nil)
+	}
+	add(o.PostgresInit, o.PostgresInit == nil)
+	add(o.PostgresService, o.PostgresService == nil)
+	add(o.Postgres, o.Postgres == nil)
+	add(o.HeadlessService, o.HeadlessService == nil)
+	add(o.Service, o.Service == nil)
+	add(o.StatefulSet, o.StatefulSet == nil)
+	add(o.Ingress, o.Ingress == nil)
+	add(o.PDB, o.PDB == nil)
+	if o.ServiceMonitor != nil {
+		add(o.ServiceMonitor, false)
+	}
+	return out
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"math/rand"
 	"os"
 	"path/filepath"
@@ -49,27 +50,11 @@ func fixtures() []fixture {
 // objectsYAML serializes every rendered object, in a fixed order, as one multi-document YAML.
 func objectsYAML(o *Objects) ([]byte, error) {
 	var docs []any
-	add := func(v any) {
-		if !isNil(v) {
-			docs = append(docs, v)
+	for _, v := range o.All() {
+		if u, ok := v.(*unstructured.Unstructured); ok {
+			v = u.Object
 		}
-	}
-	add(o.ConfigMap)
-	add(o.Secret)
-	add(o.StatefulSet)
-	add(o.Service)
-	add(o.HeadlessService)
-	add(o.Ingress)
-	add(o.PDB)
-	for _, v := range o.Volumes {
-		add(v.PersistentVolume)
-		add(v.PersistentVolumeClaim)
-	}
-	add(o.PostgresInit)
-	add(o.PostgresService)
-	add(o.Postgres)
-	if o.ServiceMonitor != nil {
-		add(o.ServiceMonitor.Object)
+		docs = append(docs, v)
 	}
 	var buf bytes.Buffer
 	for _, d := range docs {
@@ -397,13 +382,21 @@ func TestOptionalObjects(t *testing.T) {
 	g.Expect(o.ServiceMonitor).To(BeNil()) // not asked for
 	g.Expect(o.Volumes).To(BeEmpty())
 	g.Expect(o.Postgres).NotTo(BeNil())
-	g.Expect(o.StatefulSet.Spec.VolumeClaimTemplates).To(HaveLen(1))
+	g.Expect(o.StatefulSet.Spec.VolumeClaimTemplates).To(BeEmpty())
+	g.Expect(o.Claims).To(HaveLen(2)) // data and database, the operator's own claims
+	g.Expect(*o.Claims[0].Name).To(Equal(o.Names.DataClaim))
+	g.Expect(*o.Claims[1].Name).To(Equal(o.Names.DatabaseClaim))
+	g.Expect(o.Claims[0].Annotations).To(HaveKeyWithValue(AnnotationRetention, "Retain"))
+	g.Expect(Retained(singleUserManaged())).To(BeTrue())
 
 	o, _ = Render(nfsScaled(), Inputs{ServiceMonitorAvailable: true})
 	g.Expect(o.PDB).NotTo(BeNil())
 	g.Expect(o.ServiceMonitor).NotTo(BeNil())
 	g.Expect(o.Volumes).To(HaveLen(2)) // NFS data + the NFS detector mount, not the existing claim
 	g.Expect(o.StatefulSet.Spec.VolumeClaimTemplates).To(BeEmpty())
+	for _, c := range o.Claims {
+		g.Expect(*c.Name).NotTo(Equal(o.Names.DataClaim), "NFS data has no storage-class claim")
+	}
 
 	o, _ = Render(nfsScaled(), Inputs{ServiceMonitorAvailable: false})
 	g.Expect(o.ServiceMonitor).To(BeNil())

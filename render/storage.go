@@ -70,7 +70,43 @@ func NFSVolumes(ti *v1alpha1.TiledInstance, in Inputs) []Volume {
 	return out
 }
 
-// claimTemplate is a volumeClaimTemplates entry: a name and no namespace (the StatefulSet's applies).
-func claimTemplate(name string) *corev1ac.PersistentVolumeClaimApplyConfiguration {
-	return (&corev1ac.PersistentVolumeClaimApplyConfiguration{}).WithName(name)
+// Claims returns the claims the operator creates on a storage class: the data volume's (unless it is
+// on NFS or an existing claim) and the managed database's. Whether they outlive the instance is the
+// retention policy's business (see Retained); they carry the annotation AnnotationRetention saying so.
+func Claims(ti *v1alpha1.TiledInstance, in Inputs) []*corev1ac.PersistentVolumeClaimApplyConfiguration {
+	n := in.names(ti)
+	policy := string(v1alpha1.RetentionRetain)
+	if !Retained(ti) {
+		policy = string(v1alpha1.RetentionDelete)
+	}
+	ann := map[string]string{AnnotationRetention: policy}
+	var out []*corev1ac.PersistentVolumeClaimApplyConfiguration
+	var data *v1alpha1.DataVolume
+	if s := ti.Spec.Storage; s != nil {
+		data = s.Data
+	}
+	if data == nil || (data.NFS == nil && data.ExistingClaimName == "") {
+		out = append(out, corev1ac.PersistentVolumeClaim(n.DataClaim, ti.Namespace).
+			WithLabels(Labels(ti, ComponentData)).
+			WithAnnotations(ann).
+			WithSpec(claimSpec(data)))
+	}
+	if db := ti.Spec.Database; db != nil && db.Managed != nil {
+		m := db.Managed
+		spec := corev1ac.PersistentVolumeClaimSpec().
+			WithAccessModes(corev1.ReadWriteOnce).
+			WithResources(corev1ac.VolumeResourceRequirements().
+				WithRequests(corev1.ResourceList{corev1.ResourceStorage: quantity(m.Size, resource.MustParse("10Gi"))}))
+		if m.StorageClassName != nil && *m.StorageClassName != "" {
+			spec.WithStorageClassName(*m.StorageClassName)
+		}
+		out = append(out, corev1ac.PersistentVolumeClaim(n.DatabaseClaim, ti.Namespace).
+			WithLabels(Labels(ti, ComponentDatabase)).
+			WithAnnotations(ann).
+			WithSpec(spec))
+	}
+	return out
 }
+
+// AnnotationRetention on a claim records the retention policy it was created under (Retain, Delete).
+const AnnotationRetention = "tiled.blueskyproject.io/retention"

@@ -195,11 +195,10 @@ func replicas(ti *v1alpha1.TiledInstance) int32 {
 	return 1
 }
 
-func retention(ti *v1alpha1.TiledInstance) appsv1.PersistentVolumeClaimRetentionPolicyType {
-	if s := ti.Spec.Storage; s != nil && s.Retention == v1alpha1.RetentionDelete {
-		return appsv1.DeletePersistentVolumeClaimRetentionPolicyType
-	}
-	return appsv1.RetainPersistentVolumeClaimRetentionPolicyType
+// Retained reports whether the instance's data and database claims outlive it (the Retain policy,
+// the default): the controller then applies them without an owner reference.
+func Retained(ti *v1alpha1.TiledInstance) bool {
+	return ti.Spec.Storage == nil || ti.Spec.Storage.Retention != v1alpha1.RetentionDelete
 }
 
 // StatefulSet returns the Tiled StatefulSet. configHash is the hash ConfigMap returned.
@@ -233,21 +232,16 @@ func StatefulSet(ti *v1alpha1.TiledInstance, in Inputs, configHash string) (*app
 		corev1ac.Volume().WithName("config").WithConfigMap(corev1ac.ConfigMapVolumeSource().WithName(n.ConfigMap)),
 		corev1ac.Volume().WithName("tmp").WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
 	}
-	var claimTemplates []*corev1ac.PersistentVolumeClaimApplyConfiguration
 	var data *v1alpha1.DataVolume
 	if s := ti.Spec.Storage; s != nil {
 		data = s.Data
 	}
-	switch {
-	case data != nil && data.ExistingClaimName != "":
+	if data != nil && data.ExistingClaimName != "" {
 		volumes = append(volumes, claimVolume("data", data.ExistingClaimName, false))
-	case data != nil && data.NFS != nil:
+	} else {
+		// The operator's own claim (see Claims), shared by every replica, so that the data outlives
+		// the StatefulSet as the retention policy says and can be resized.
 		volumes = append(volumes, claimVolume("data", n.DataClaim, false))
-	default:
-		pvc := claimTemplate(n.DataClaimTemplate).
-			WithLabels(Labels(ti, ComponentData)).
-			WithSpec(claimSpec(data))
-		claimTemplates = append(claimTemplates, pvc)
 	}
 	if s := ti.Spec.Storage; s != nil {
 		for _, m := range s.ReadOnlyMounts {
@@ -322,16 +316,10 @@ func StatefulSet(ti *v1alpha1.TiledInstance, in Inputs, configHash string) (*app
 		WithServiceName(n.HeadlessService).
 		WithPodManagementPolicy(appsv1.ParallelPodManagement).
 		WithSelector(metav1ac.LabelSelector().WithMatchLabels(SelectorLabels(ti, ComponentServer))).
-		WithPersistentVolumeClaimRetentionPolicy(appsv1ac.StatefulSetPersistentVolumeClaimRetentionPolicy().
-			WithWhenDeleted(retention(ti)).
-			WithWhenScaled(appsv1.RetainPersistentVolumeClaimRetentionPolicyType)).
 		WithTemplate(corev1ac.PodTemplateSpec().
 			WithLabels(podLabels).
 			WithAnnotations(podAnn).
 			WithSpec(podSpec))
-	if len(claimTemplates) > 0 {
-		spec.WithVolumeClaimTemplates(claimTemplates...)
-	}
 	return appsv1ac.StatefulSet(n.Tiled, ti.Namespace).
 		WithLabels(Labels(ti, ComponentServer)).
 		WithSpec(spec), nil
