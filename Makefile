@@ -27,6 +27,7 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code and apply configurations.
 manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC.
 	$(CONTROLLER_GEN) crd paths=./apis/... output:crd:artifacts:config=config/crd/bases
 	$(CONTROLLER_GEN) rbac:roleName=manager-role paths=./controllers/... paths=./cmd/... output:rbac:artifacts:config=config/rbac
+	$(CONTROLLER_GEN) webhook paths=./webhooks/... output:webhook:artifacts:config=config/webhook
 
 .PHONY: verify-generated
 verify-generated: generate manifests ## Fail if generated code or manifests are stale.

@@ -24,6 +24,7 @@ import (
 	"github.com/bluesky/tiled-operator/controllers/applier"
 	"github.com/bluesky/tiled-operator/controllers/traffic"
 	"github.com/bluesky/tiled-operator/expansion"
+	"github.com/bluesky/tiled-operator/webhooks"
 )
 
 // FieldOwner is the one field manager under which the operator applies every object.
@@ -43,6 +44,8 @@ type ManagerOptions struct {
 	LeaderElectionNamespace string
 	// WatchNamespaces restricts the operator to these namespaces; empty watches all.
 	WatchNamespaces []string
+	// Webhooks serves the admission webhooks (package webhooks); nil turns them off.
+	Webhooks *webhooks.Options
 }
 
 // NewScheme returns the scheme of the manager: client-go's types and the operator's.
@@ -122,6 +125,7 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (*Operator, error) {
 		LeaseDuration:                 &leaseDuration,
 		RenewDeadline:                 &renewDeadline,
 		RetryPeriod:                   &retryPeriod,
+		WebhookServer:                 webhooks.NewServer(o.Webhooks),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating the manager: %w", err)
@@ -154,6 +158,11 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (*Operator, error) {
 		Builtins: builtins, ServiceMonitorAvailable: smErr == nil, Resync: op.instanceResync,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the TiledInstance controller: %w", err)
+	}
+	if o.Webhooks != nil {
+		if _, err := webhooks.Setup(mgr, *o.Webhooks); err != nil {
+			return nil, fmt.Errorf("setting up the webhooks: %w", err)
+		}
 	}
 	return op, nil
 }

@@ -1,0 +1,60 @@
+package expansion
+
+import (
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+
+	"github.com/bluesky/tiled-operator/apis/v1alpha1"
+)
+
+// CheckLayer checks one layer on its own, as the admission webhooks do before anything is expanded:
+// its fields against the CRD's schema (*UnknownFieldError, *InvalidFieldError), its mutually
+// exclusive groups, and every CEL expression it holds, compiled and type-checked against the field
+// it computes (*ExpressionError with Reason compile or type). Expressions are not evaluated: that
+// depends on the instance. source names the layer in errors, e.g. ProfileSource(p) or
+// SourceClusterTemplate; template is a *v1alpha1.InstanceTemplate or *v1alpha1.TiledInstanceSpec.
+func CheckLayer(source string, template interface{}) error {
+	e, err := newEngine()
+	if err != nil {
+		return err
+	}
+	_, err = e.newLayer(source, template)
+	return err
+}
+
+// Restrict returns the spec of obj with only the leaf fields that keep accepts; keep sees each leaf
+// as Why reports it (path in the provenance format, value as JSON, and obj's provenance source).
+// Keyed-list items keep their keys. The mutating webhook uses it to recover the fields a standalone
+// instance sets itself from an instance that was already expanded.
+func Restrict(obj *v1alpha1.TiledInstance, keep func(FieldSource) bool) (*v1alpha1.TiledInstanceSpec, error) {
+	info, err := loadSchema()
+	if err != nil {
+		return nil, err
+	}
+	spec, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&obj.Spec)
+	if err != nil {
+		return nil, &InvalidFieldError{Layer: SourceInstance, Field: "spec", Reason: err.Error()}
+	}
+	u := map[string]interface{}{"apiVersion": v1alpha1.GroupVersion.String(), "kind": "TiledInstance", "spec": spec}
+	tv, err := info.converter.ObjectToTyped(&unstructured.Unstructured{Object: u})
+	if err != nil {
+		return nil, schemaError(SourceInstance, err)
+	}
+	fs, err := tv.ToFieldSet()
+	if err != nil {
+		return nil, schemaError(SourceInstance, err)
+	}
+	kept := fieldpath.NewSet()
+	fs.Leaves().Iterate(func(p fieldpath.Path) {
+		if len(p) == 0 || p[0].FieldName == nil || *p[0].FieldName != "spec" {
+			return
+		}
+		r := renderPath(p)
+		v, _ := lookup(u, p)
+		if keep(FieldSource{Path: r, Value: jsonString(v), Source: obj.Provenance[r]}) {
+			kept.Insert(p)
+		}
+	})
+	return toSpec(tv.ExtractItems(kept), []*material{{source: SourceInstance}})
+}

@@ -1,0 +1,274 @@
+package webhooks
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"github.com/bluesky/tiled-operator/apis/v1alpha1"
+	"github.com/bluesky/tiled-operator/expansion"
+	"github.com/bluesky/tiled-operator/profiles"
+)
+
+// InstanceDefaulter is the mutating webhook of TiledInstance: it expands a standalone instance with
+// the engine (expansion.ExpandInstance) over the profiles of its namespace, so that the stored
+// object, and the answer to `kubectl apply --dry-run=server -o yaml`, hold the complete spec and
+// its provenance. Instances of a TiledCluster, and the operator's own writes, pass through.
+type InstanceDefaulter struct {
+	// Reader lists TiledProfiles: the manager's cache.
+	Reader client.Reader
+	// APIReader, when set, lists TiledProfiles again from the API server when the cache finds
+	// none that the selector matches: a profile created a moment before the instance (kubectl apply
+	// of a directory) may not have reached the cache yet.
+	APIReader client.Reader
+	// Builtins are the built-in defaults, as the controllers use.
+	Builtins expansion.Builtins
+	// Operator identifies the operator's own requests, which pass through.
+	Operator Identity
+}
+
+// Identity says which admission requests the operator itself sent.
+type Identity struct {
+	// FieldManager is the operator's field manager (controllers.FieldOwner, tiled-operator).
+	FieldManager string
+	// Usernames are the users the operator runs as, e.g.
+	// system:serviceaccount:tiled-operator-system:tiled-operator-controller-manager.
+	Usernames []string
+}
+
+// Matches reports whether the request was sent by the operator: by one of its users, or under its
+// field manager.
+func (id Identity) Matches(req admission.Request) bool {
+	if slices.Contains(id.Usernames, req.UserInfo.Username) {
+		return true
+	}
+	return id.FieldManager != "" && fieldManager(req) == id.FieldManager
+}
+
+// fieldManager reads the field manager from the create, update or patch options of a request.
+func fieldManager(req admission.Request) string {
+	if len(req.Options.Raw) == 0 {
+		return ""
+	}
+	var opts struct {
+		FieldManager string `json:"fieldManager"`
+	}
+	if json.Unmarshal(req.Options.Raw, &opts) != nil {
+		return ""
+	}
+	return opts.FieldManager
+}
+
+// clusterOf returns the name of the TiledCluster that controls obj, or "".
+func clusterOf(obj metav1.Object) string {
+	ref := metav1.GetControllerOf(obj)
+	if ref == nil || ref.Kind != "TiledCluster" {
+		return ""
+	}
+	if g, err := parseGroupVersion(ref.APIVersion); err != nil || g != v1alpha1.GroupVersion.Group {
+		return ""
+	}
+	return ref.Name
+}
+
+// Handle implements admission.Handler.
+func (h *InstanceDefaulter) Handle(ctx context.Context, req admission.Request) admission.Response {
+	if err := checkKind(req, "TiledInstance"); err != nil {
+		return badRequest("%v", err)
+	}
+	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
+		return admission.Allowed("")
+	}
+	if len(req.Object.Raw) == 0 {
+		return badRequest("the admission request holds no TiledInstance")
+	}
+	obj := &v1alpha1.TiledInstance{}
+	if err := json.Unmarshal(req.Object.Raw, obj); err != nil {
+		return badRequest("cannot decode the TiledInstance: %v", err)
+	}
+	if obj.Name == "" && req.Name != "" {
+		obj.Name = req.Name
+	}
+	if obj.Namespace == "" {
+		obj.Namespace = req.Namespace
+	}
+	if c := clusterOf(obj); c != "" {
+		return admission.Allowed("an instance of TiledCluster " + c + ": its controller expands it")
+	}
+	if h.Operator.Matches(req) {
+		return admission.Allowed("written by the operator")
+	}
+	var old *v1alpha1.TiledInstance
+	if req.Operation == admissionv1.Update && len(req.OldObject.Raw) > 0 {
+		old = &v1alpha1.TiledInstance{}
+		if err := json.Unmarshal(req.OldObject.Raw, old); err != nil {
+			return badRequest("cannot decode the old TiledInstance: %v", err)
+		}
+	}
+	expanded, err := h.Expand(ctx, obj, old)
+	if err != nil {
+		var infra *infraError
+		if errors.As(err, &infra) {
+			// Consistent with failurePolicy Ignore: the controller expands the instance itself.
+			return admission.Allowed("").WithWarnings(fmt.Sprintf("TiledInstance %s was not expanded at admission: %v; the operator expands it when it reconciles",
+				objectName(obj.Namespace, obj.Name), infra.err))
+		}
+		return refuse("TiledInstance", obj.Namespace, obj.Name, "%v", err)
+	}
+	current, err := patchedRaw(req.Object.Raw, expanded)
+	if err != nil {
+		return admission.Errored(http.StatusInternalServerError, err)
+	}
+	return admission.PatchResponseFromRaw(req.Object.Raw, current)
+}
+
+// infraError is a failure to read profiles, as opposed to a fault of the object.
+type infraError struct{ err error }
+
+func (e *infraError) Error() string { return e.err.Error() }
+
+// Expand returns obj expanded. An instance already expanded (with provenance) is expanded again
+// from the fields it sets itself, so that admitting it again changes nothing:
+//
+//   - leaves whose provenance is "instance" (or "instance (expression)");
+//   - leaves without provenance (added since it was expanded);
+//   - on an update, leaves whose value differs from old (edited since).
+//
+// Every other leaf came from the built-in defaults or a profile and is taken from them again, so
+// that it follows them. The engine's idempotence (expanding an expansion gives the same spec) makes
+// the result equal to obj when nothing changed; a value computed by the instance's own expression
+// keeps its " (expression)" mark.
+func (h *InstanceDefaulter) Expand(ctx context.Context, obj, old *v1alpha1.TiledInstance) (*v1alpha1.TiledInstance, error) {
+	own := obj.DeepCopy()
+	edited := map[string]bool{}
+	if len(obj.Provenance) > 0 {
+		oldValues := map[string]string{}
+		if old != nil {
+			if fields, err := expansion.Why(old, "spec"); err == nil {
+				for _, f := range fields {
+					oldValues[f.Path] = f.Value
+				}
+			}
+		}
+		spec, err := expansion.Restrict(obj, func(f expansion.FieldSource) bool {
+			changed := old != nil && oldValues[f.Path] != f.Value
+			if changed {
+				edited[f.Path] = true
+			}
+			return changed || f.Source == "" || f.Source == expansion.SourceInstance ||
+				f.Source == expansion.SourceInstance+expansion.ExpressionSuffix
+		})
+		if err != nil {
+			return nil, err
+		}
+		own.Spec = *spec
+		own.Spec.ProfileSelector = obj.Spec.ProfileSelector
+		own.Provenance = nil
+	}
+	candidates, err := h.profiles(ctx, h.Reader, obj.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	out, err := expansion.ExpandInstance(own, candidates, h.Builtins)
+	var none *profiles.NoProfilesError
+	if errors.As(err, &none) && h.APIReader != nil {
+		if candidates, err = h.profiles(ctx, h.APIReader, obj.Namespace); err != nil {
+			return nil, err
+		}
+		out, err = expansion.ExpandInstance(own, candidates, h.Builtins)
+	}
+	if err != nil {
+		return nil, err
+	}
+	for path, src := range out.Provenance {
+		if src == expansion.SourceInstance && obj.Provenance[path] == expansion.SourceInstance+expansion.ExpressionSuffix && !edited[path] {
+			out.Provenance[path] = obj.Provenance[path]
+		}
+	}
+	return out, nil
+}
+
+func (h *InstanceDefaulter) profiles(ctx context.Context, r client.Reader, namespace string) ([]v1alpha1.TiledProfile, error) {
+	var list v1alpha1.TiledProfileList
+	if err := r.List(ctx, &list, client.InNamespace(namespace)); err != nil {
+		return nil, &infraError{fmt.Errorf("listing the TiledProfiles of namespace %s: %w", namespace, err)}
+	}
+	return list.Items, nil
+}
+
+// patchedRaw returns the request's object with its spec and provenance replaced by the expanded
+// ones, every other field as sent, so that the JSON patch touches spec and provenance only.
+func patchedRaw(raw []byte, expanded *v1alpha1.TiledInstance) ([]byte, error) {
+	var m map[string]interface{}
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, err
+	}
+	spec, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&expanded.Spec)
+	if err != nil {
+		return nil, err
+	}
+	m["spec"] = spec
+	if len(expanded.Provenance) > 0 {
+		m["provenance"] = expanded.Provenance
+	} else {
+		delete(m, "provenance")
+	}
+	return json.Marshal(m)
+}
+
+// InstanceValidator is the validating webhook of TiledInstance. For a standalone instance it
+// checks what the CRD's CEL rules cannot: fields the schema does not declare, the profileSelector,
+// and every CEL expression (compiled and type-checked against the field it computes, in case the
+// mutating webhook was skipped). It warns about suspicious settings. Instances of a TiledCluster
+// pass: their controller expanded them.
+type InstanceValidator struct{}
+
+// Handle implements admission.Handler.
+func (h *InstanceValidator) Handle(_ context.Context, req admission.Request) admission.Response {
+	if err := checkKind(req, "TiledInstance"); err != nil {
+		return badRequest("%v", err)
+	}
+	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
+		return admission.Allowed("")
+	}
+	decoded, err, malformed := decodeRaw(req.Object, "TiledInstance")
+	if malformed {
+		return badRequest("%v", err)
+	}
+	if err != nil {
+		return refuse("TiledInstance", req.Namespace, req.Name, "%v", withoutObject(err))
+	}
+	obj, ok := decoded.(*v1alpha1.TiledInstance)
+	if !ok {
+		return badRequest("the admission request holds a %T, not a TiledInstance", decoded)
+	}
+	ns, name := obj.Namespace, obj.Name
+	if ns == "" {
+		ns = req.Namespace
+	}
+	if name == "" {
+		name = req.Name
+	}
+	if c := clusterOf(obj); c != "" {
+		return admission.Allowed("an instance of TiledCluster " + c)
+	}
+	if obj.Spec.ProfileSelector != nil {
+		if _, err := profiles.ParseSelector(obj.Spec.ProfileSelector, "instance/"+name, "spec.profileSelector"); err != nil {
+			return refuse("TiledInstance", ns, name, "%v", err)
+		}
+	}
+	if err := expansion.CheckLayer(expansion.SourceInstance, &obj.Spec); err != nil {
+		return refuse("TiledInstance", ns, name, "%v", err)
+	}
+	complete := len(obj.Provenance) > 0
+	return admission.Allowed("").WithWarnings(prefixed("TiledInstance "+objectName(ns, name)+": ", templateWarnings(&obj.Spec.InstanceTemplate, complete))...)
+}

@@ -1,0 +1,76 @@
+package webhooks
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/bluesky/tiled-operator/apis/v1alpha1"
+)
+
+// templateWarnings returns warnings for settings that are allowed but probably not meant: they
+// never change what is stored. complete says the template is a whole instance (expanded), so that
+// missing settings are worth a warning too; a profile or a cluster template sets only some fields.
+func templateWarnings(t *v1alpha1.InstanceTemplate, complete bool) []string {
+	var out []string
+	if t.Tiled != nil {
+		if w := imageWarning("spec.tiled.image", t.Tiled.Image, "ghcr.io/bluesky/tiled:0.2.20"); w != "" {
+			out = append(out, w)
+		}
+		if complete && (t.Tiled.Resources == nil || len(t.Tiled.Resources.Limits) == 0) {
+			out = append(out, "spec.tiled.resources: no limits: one busy Tiled pod can take a node's memory; set at least a memory limit")
+		}
+	}
+	if t.Database != nil && t.Database.Managed != nil {
+		if w := imageWarning("spec.database.managed.image", t.Database.Managed.Image, "postgres:16"); w != "" {
+			out = append(out, w)
+		}
+	}
+	if t.Tiled != nil && t.Tiled.Replicas != nil && *t.Tiled.Replicas > 1 && t.Storage != nil && t.Storage.Data != nil {
+		d := t.Storage.Data
+		if d.NFS == nil && d.ExistingClaimName == "" && len(d.AccessModes) > 0 &&
+			!slices.Contains(d.AccessModes, corev1.ReadWriteMany) {
+			out = append(out, fmt.Sprintf("spec.tiled.replicas: %d replicas share one data volume with access modes %v: pods scheduled on different nodes cannot all mount it; use ReadWriteMany or NFS, or one replica",
+				*t.Tiled.Replicas, d.AccessModes))
+		}
+	}
+	if t.Storage != nil && t.Storage.Retention == v1alpha1.RetentionDelete {
+		out = append(out, "spec.storage.retention: Delete: the data volume and the database volume are deleted with the instance")
+	}
+	if t.Expose != nil && t.Expose.Ingress != nil && t.Expose.Ingress.Enabled != nil && *t.Expose.Ingress.Enabled &&
+		t.Expose.Ingress.TLSSecretName == "" {
+		out = append(out, "spec.expose.ingress.tlsSecretName: empty: Tiled is served over plain HTTP and API keys cross the network in clear text")
+	}
+	if t.Auth != nil && t.Auth.AllowAnonymousAccess != nil && *t.Auth.AllowAnonymousAccess {
+		out = append(out, "spec.auth.allowAnonymousAccess: true: anyone who reaches the service reads public data without credentials")
+	}
+	return out
+}
+
+// imageWarning warns about an image that names no version: the tag latest, or no tag nor digest.
+func imageWarning(field, image, example string) string {
+	if image == "" || strings.Contains(image, "@") {
+		return ""
+	}
+	tag := ""
+	if i := strings.LastIndex(image, ":"); i > strings.LastIndex(image, "/") {
+		tag = image[i+1:]
+	}
+	switch tag {
+	case "latest":
+		return fmt.Sprintf("%s: %q uses the tag latest: each pod restart may run another version; pin a version, e.g. %s", field, image, example)
+	case "":
+		return fmt.Sprintf("%s: %q has no tag (so latest): each pod restart may run another version; pin a version, e.g. %s", field, image, example)
+	}
+	return ""
+}
+
+func prefixed(prefix string, ws []string) []string {
+	out := make([]string, len(ws))
+	for i, w := range ws {
+		out[i] = prefix + w
+	}
+	return out
+}
