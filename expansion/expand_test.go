@@ -574,6 +574,9 @@ func TestWhy(t *testing.T) {
 		{Path: "spec.tiled.env[name=A].name", Value: `"A"`, Source: "profile/p@1"},
 		{Path: "spec.tiled.env[name=A].value", Value: `"a"`, Source: "profile/p@1"},
 	}))
+	short, err := Why(o, "tiled.env")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(short).To(Equal(got), "spec. may be left out")
 	_, err = Why(o, "spec.tiled.nothing")
 	g.Expect(err).To(MatchError(ContainSubstring("does not set spec.tiled.nothing")))
 	// A prefix that is not a whole field name does not match.

@@ -211,10 +211,13 @@ type FieldSource struct {
 
 // Why returns the value and source of a field of an expanded TiledInstance: the field itself when
 // it is a leaf, or every leaf beneath it (sorted by path) when it is an object or a keyed list. The
-// path is in the provenance format; a leading "." is accepted. A field the instance does not set is
-// an error.
+// path is in the provenance format; a leading "." and the leading "spec." may be left out. A field
+// the instance does not set is an error.
 func Why(obj *v1alpha1.TiledInstance, field string) ([]FieldSource, error) {
 	field = strings.TrimPrefix(field, ".")
+	if field != "spec" && !strings.HasPrefix(field, "spec.") && !strings.HasPrefix(field, "spec[") {
+		field = "spec." + field
+	}
 	info, err := loadSchema()
 	if err != nil {
 		return nil, err
