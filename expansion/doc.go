@@ -24,7 +24,8 @@
 // Each layer is converted to a structured-merge-diff typed value with the CRD's own OpenAPI schema
 // (built once per process from the embedded CRDs by the apiextensions OpenAPI builder and
 // managedfields.NewTypeConverter), and the layers are merged with TypedValue.Merge, each one as if it
-// were a field manager applying its fragment. So the merge follows the schema exactly: maps and
+// were a field manager applying its fragment (an equivalent, faster order of the same merges is
+// described in docs/design.md). So the merge follows the schema exactly: maps and
 // objects merge field by field, scalars replace, lists marked +listType=map (env and OIDC providers
 // by name, read-only mounts by name) merge item by item by key, and other lists are replaced whole.
 // A field the schema does not declare is an *UnknownFieldError.
@@ -34,9 +35,11 @@
 // Some fields are mutually exclusive (database.managed and database.external; storage.data.nfs and
 // storage.data.existingClaimName; the same for each read-only mount; auth.singleUserAPIKey and
 // auth.oidc; env[].value and env[].valueFrom). The groups are read from the CRD's own CEL validation
-// rules. When a layer sets one member of a group, the other members inherited from lower layers are
-// removed before the layer is merged, so a cluster can switch one beamline to an external database
-// without spelling out the removal of the managed one, and the result never violates the CRD.
+// rules. The highest layer that sets a member of a group chooses it, and the other members are
+// dropped, whichever layers set them; the chosen member keeps what every layer set in it. So a
+// cluster switches one beamline to an external database by setting database.external alone, a
+// later switch back to database.managed restores the managed database's defaults, and the result
+// never violates the CRD. One layer setting two members of a group is an *InvalidFieldError.
 //
 // # Expressions
 //
@@ -70,6 +73,14 @@
 //
 // Every failure is a typed error (errors.As): *SelectorError, *NoProfilesError, *ConflictError,
 // *ExpressionError, *UnknownFieldError, *InvalidFieldError. No partial result is ever returned.
+//
+// # Reading and printing
+//
+// Decode and DecodeAll read TiledClusters, TiledProfiles and TiledInstances from YAML or JSON and
+// check them against the CRDs' schemas, so that a misspelt override is an *UnknownFieldError naming
+// the object, the layer and the field. Marshal renders expanded instances as YAML, the one rendering
+// shared by kubectl-tiled and the golden files. Why lists the value and source of a field of an
+// expanded instance, or of every leaf beneath it.
 //
 // # Names
 //
