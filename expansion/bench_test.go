@@ -67,3 +67,25 @@ func BenchmarkExpand(b *testing.B) {
 		})
 	}
 }
+
+// Allocations per instance do not grow with the number of instances: the cost of an expansion is
+// linear. (Allocations, unlike time, are deterministic enough to test.)
+func TestExpandScalesLinearly(t *testing.T) {
+	if testing.Short() {
+		t.Skip("expands 1,300 instances")
+	}
+	perInstance := func(n int) float64 {
+		cluster, profs := benchFleetT(t, n)
+		builtins := DefaultBuiltins()
+		return testing.AllocsPerRun(2, func() {
+			if _, err := Expand(cluster, profs, builtins); err != nil {
+				t.Fatal(err)
+			}
+		}) / float64(n)
+	}
+	small, large := perInstance(100), perInstance(1000)
+	t.Logf("allocations per instance: %.0f at 100 instances, %.0f at 1000", small, large)
+	if large > 1.1*small {
+		t.Errorf("allocations per instance grow with the fleet: %.0f at 100 instances, %.0f at 1000", small, large)
+	}
+}
