@@ -1,0 +1,138 @@
+package packaging
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+)
+
+// standInCRDs are minimal CustomResourceDefinitions for the third-party kinds config/default may
+// render (prometheus-operator's ServiceMonitor; cert-manager's Certificate and Issuer when
+// config/certmanager is composed in). They accept any spec: the dry run proves that the apiserver
+// knows the kind, that names, namespaces and metadata are valid and that nothing collides, not that
+// the spec matches the third party's schema, which only its own CRD can check. Installing the real
+// CRDs would mean vendoring hundreds of kilobytes of other projects' schemas into this repository.
+var standInCRDs = map[string][3]string{ // kind -> group, plural, singular
+	"ServiceMonitor": {"monitoring.coreos.com", "servicemonitors", "servicemonitor"},
+	"PodMonitor":     {"monitoring.coreos.com", "podmonitors", "podmonitor"},
+	"Certificate":    {"cert-manager.io", "certificates", "certificate"},
+	"Issuer":         {"cert-manager.io", "issuers", "issuer"},
+}
+
+func standInCRD(kind string) map[string]any {
+	g := standInCRDs[kind]
+	return map[string]any{
+		"apiVersion": "apiextensions.k8s.io/v1",
+		"kind":       "CustomResourceDefinition",
+		"metadata":   map[string]any{"name": g[1] + "." + g[0]},
+		"spec": map[string]any{
+			"group": g[0],
+			"names": map[string]any{"kind": kind, "plural": g[1], "singular": g[2], "listKind": kind + "List"},
+			"scope": "Namespaced",
+			"versions": []any{map[string]any{
+				"name": "v1", "served": true, "storage": true,
+				"schema": map[string]any{"openAPIV3Schema": map[string]any{
+					"type": "object", "x-kubernetes-preserve-unknown-fields": true,
+				}},
+			}},
+		},
+	}
+}
+
+func toYAML(t *testing.T, objs []*unstructured.Unstructured) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	for _, o := range objs {
+		b, err := yaml.Marshal(o.Object)
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf.WriteString("---\n")
+		buf.Write(b)
+	}
+	return buf.Bytes()
+}
+
+// kubectlStdin runs kubectl against the control plane with stdin.
+func kubectlStdin(ctx context.Context, t *testing.T, stdin []byte, args ...string) (string, string, error) {
+	t.Helper()
+	e := controlPlane(t)
+	path, err := exec.LookPath("kubectl")
+	if err != nil {
+		t.Fatalf("kubectl is not on PATH: %v", err)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, path, append([]string{"--kubeconfig", e.Kubeconfig}, args...)...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = bytes.NewReader(stdin), &stdout, &stderr
+	err = cmd.Run()
+	return stdout.String(), stderr.String(), err
+}
+
+// Every object config/default renders is accepted by the real apiserver. The Namespace and the
+// CustomResourceDefinitions (ours, and stand-ins for third-party kinds) are created for real first,
+// since a dry run creates nothing later objects could rely on; then the whole rendering is applied
+// with --dry-run=server, which runs validation, defaulting and admission (PodSecurity included:
+// the namespace warns on restricted violations, and a warning fails the test) without storing.
+func TestDefaultAcceptedByAPIServer(t *testing.T) {
+	if _, ok := os.LookupEnv("KUBEBUILDER_ASSETS"); !ok && testing.Short() {
+		t.Skip("needs the control plane")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	objs := renderDefault(t)
+
+	var prerequisites []*unstructured.Unstructured
+	needed := map[string]bool{}
+	for _, o := range objs {
+		switch {
+		case o.GetKind() == "Namespace" || o.GetKind() == "CustomResourceDefinition":
+			prerequisites = append(prerequisites, o)
+		case !strings.HasSuffix(o.GetAPIVersion(), "tiled.blueskyproject.io/v1alpha1") && !builtin(o.GetAPIVersion()):
+			if _, ok := standInCRDs[o.GetKind()]; !ok {
+				t.Fatalf("%s (%s) is a third-party kind this test has no stand-in CRD for", key(o), o.GetAPIVersion())
+			}
+			if !needed[o.GetKind()] {
+				needed[o.GetKind()] = true
+				prerequisites = append(prerequisites, &unstructured.Unstructured{Object: standInCRD(o.GetKind())})
+			}
+		}
+	}
+	out, stderr, err := kubectlStdin(ctx, t, toYAML(t, prerequisites), "apply", "--server-side", "--field-manager=packaging-test", "-f", "-")
+	if err != nil {
+		t.Fatalf("creating the namespace and CRDs: %v\n%s%s", err, out, stderr)
+	}
+	out, stderr, err = kubectlStdin(ctx, t, nil, "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all")
+	if err != nil {
+		t.Fatalf("CRDs not established: %v\n%s%s", err, out, stderr)
+	}
+
+	out, stderr, err = kubectlStdin(ctx, t, toYAML(t, objs), "apply", "--server-side", "--dry-run=server", "--field-manager=packaging-test", "-f", "-")
+	if err != nil {
+		t.Fatalf("the apiserver refused config/default: %v\n%s%s", err, out, stderr)
+	}
+	if strings.Contains(stderr, "Warning") {
+		t.Errorf("the apiserver warned about config/default:\n%s", stderr)
+	}
+	for _, o := range objs {
+		if !strings.Contains(out, o.GetName()) {
+			t.Errorf("kubectl did not report %s:\n%s", key(o), out)
+		}
+	}
+	t.Logf("dry run accepted %d objects:\n%s", len(objs), out)
+}
+
+// builtin says whether an apiVersion is served by kube-apiserver itself.
+func builtin(apiVersion string) bool {
+	group, _, found := strings.Cut(apiVersion, "/")
+	if !found {
+		return true // core group, "v1"
+	}
+	return !strings.Contains(group, ".") || strings.HasSuffix(group, ".k8s.io")
+}
