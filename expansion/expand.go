@@ -467,7 +467,12 @@ func (e *engine) checkConflicts(instance string, stack []*layer, ctx *exprContex
 			}
 			cerr := conflict(a, b, stack[i].priority)
 			if static {
-				e.conflicts[key] = cerr
+				// A nil *ConflictError must be stored as a nil error, or the cache hit above
+				// dereferences it.
+				e.conflicts[key] = nil
+				if cerr != nil {
+					e.conflicts[key] = cerr
+				}
 			}
 			if cerr != nil {
 				cerr.Instance = instance

@@ -106,7 +106,8 @@ var badCases = []badCase{
 	{name: "cluster override with two database kinds", handler: "validate-cluster",
 		object: clusterHead + `  profileSelector: {matchLabels: {facility: nsls2}}
   instances: [{name: csx, overrides: {database: {managed: {size: 1Gi}, external: {uriSecretRef: {name: db}}}}}]`,
-		want: []string{"instance/csx/overrides", "spec.database", "mutually exclusive"}},
+		want:    []string{"instance/csx/overrides", "spec.database", "mutually exclusive"},
+		apiWant: []string{"spec.instances[0].overrides.database", "managed and external are mutually exclusive"}},
 
 	// TiledInstance
 	{name: "instance selector with an unknown operator", handler: "validate-instance",

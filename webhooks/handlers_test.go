@@ -293,3 +293,35 @@ func TestProfileConflictAlreadyThereOrAllowedIsAWarning(t *testing.T) {
 	g.Expect(resp.Allowed).To(BeTrue(), "%+v", resp.Result)
 	g.Expect(resp.Warnings).To(ContainElement(ContainSubstring("TiledCluster beamlines/nsls2 would be left in conflict")))
 }
+
+// Two profiles of equal priority that agree, selected by a cluster of several instances: the
+// engine's conflict cache once held a typed nil here and panicked on the second instance.
+func TestProfileEqualToAnotherOfEqualPriority(t *testing.T) {
+	g := NewWithT(t)
+	f := loadFixtures(t, ns)
+	twin := f.profiles[1].DeepCopy() // security
+	twin.Name = "security-twin"
+	var resp admission.Response
+	g.Expect(func() {
+		resp = handlers(f.reader())["validate-profile"].Handle(context.Background(), request(t, admissionv1.Create, twin, nil))
+	}).NotTo(Panic())
+	g.Expect(resp.Allowed).To(BeTrue(), "%+v", resp.Result)
+}
+
+// Applying the terse file again over the stored expansion (client-side or server-side apply) merges
+// an expression with the value it computed: the expression computes it again, and nothing changes.
+func TestMutateExpressionAppliedAgainOverItsValue(t *testing.T) {
+	g := NewWithT(t)
+	f := loadFixtures(t, ns)
+	h := handlers(f.reader())["mutate"]
+	expanded, _ := admit(t, h, admissionv1.Create, f.terse, nil)
+	merged := expanded.DeepCopy()
+	for i := range merged.Spec.Tiled.Env {
+		if merged.Spec.Tiled.Env[i].Name == "BEAMLINE" {
+			merged.Spec.Tiled.Env[i].ValueExpression = ptr.To("instance.name.upperAscii()")
+		}
+	}
+	got, _ := admit(t, h, admissionv1.Update, merged, expanded)
+	g.Expect(got.Spec).To(Equal(expanded.Spec))
+	g.Expect(got.Provenance).To(Equal(expanded.Provenance))
+}

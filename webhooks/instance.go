@@ -143,6 +143,9 @@ func (e *infraError) Error() string { return e.err.Error() }
 //   - leaves without provenance (added since it was expanded);
 //   - on an update, leaves whose value differs from old (edited since).
 //
+// A value that the instance's own expression computed is dropped when the expression is in the
+// object again (kubectl apply of the terse file merges the two): the expression computes it anew.
+//
 // Every other leaf came from the built-in defaults or a profile and is taken from them again, so
 // that it follows them. The engine's idempotence (expanding an expansion gives the same spec) makes
 // the result equal to obj when nothing changed; a value computed by the instance's own expression
@@ -159,7 +162,18 @@ func (h *InstanceDefaulter) Expand(ctx context.Context, obj, old *v1alpha1.Tiled
 				}
 			}
 		}
+		leaves := map[string]bool{}
+		if fields, err := expansion.Why(obj, "spec"); err == nil {
+			for _, f := range fields {
+				leaves[f.Path] = true
+			}
+		}
 		spec, err := expansion.Restrict(obj, func(f expansion.FieldSource) bool {
+			if f.Source == expansion.SourceInstance+expansion.ExpressionSuffix && leaves[f.Path+"Expression"] {
+				// The expression is back (an apply of the terse file merged it with the value it
+				// computed): it computes the value again.
+				return false
+			}
 			changed := old != nil && oldValues[f.Path] != f.Value
 			if changed {
 				edited[f.Path] = true
