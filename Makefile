@@ -74,3 +74,46 @@ $(CONTROLLER_GEN): | $(LOCALBIN)
 $(GOLANGCI_LINT): | $(LOCALBIN)
 	GOBIN=$(LOCALBIN) go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 	mv $(LOCALBIN)/golangci-lint $(GOLANGCI_LINT)
+
+##@ Packaging
+
+# The release hack/bundle/release.go describes; override for a release candidate, e.g.
+#   make bundle BUNDLE_FLAGS="--version=0.2.0 --replaces=0.1.0 --created-at=2027-01-15T00:00:00Z"
+BUNDLE_FLAGS ?=
+BUNDLE_IMG ?= ghcr.io/bluesky/tiled-operator-bundle:$(shell sed -n 's/^\tVersion = "\(.*\)"/\1/p' hack/bundle/release.go)
+CONTAINER_TOOL ?= docker
+
+.PHONY: bundle
+bundle: manifests ## Generate the OLM bundle (bundle/, bundle.Dockerfile) from config/ and the generated CRDs and RBAC.
+	go run ./hack/bundle $(BUNDLE_FLAGS)
+
+.PHONY: verify-bundle
+verify-bundle: bundle ## Fail if bundle/ or bundle.Dockerfile is stale.
+	@if [ -n "$$(git status --porcelain -- bundle bundle.Dockerfile)" ]; then \
+	  echo "The OLM bundle is stale; run 'make bundle' and commit:"; \
+	  git status --porcelain -- bundle bundle.Dockerfile; exit 1; fi
+
+.PHONY: test-bundle
+test-bundle: ## Validate the committed bundle (operator-framework/api: bundle, CSV, CRD, OperatorHubV2, capabilities, categories, deprecated APIs, good practices).
+	go test -count=1 ./hack/bundle/
+
+.PHONY: test-packaging
+test-packaging: ## Test config/ (renders, accepted by the real apiserver, RBAC, Pod Security), the image and kubectl explain.
+	hack/test.sh ./hack/packaging/
+
+.PHONY: docs
+docs: ## Generate docs/profile-reference.md from the CRDs.
+	go run ./hack/crdref > docs/profile-reference.md
+
+.PHONY: verify-docs
+verify-docs: docs ## Fail if docs/profile-reference.md is stale.
+	@if [ -n "$$(git status --porcelain -- docs/profile-reference.md)" ]; then \
+	  echo "docs/profile-reference.md is stale; run 'make docs' and commit"; exit 1; fi
+
+.PHONY: docker-build
+docker-build: ## Build the manager image (needs a container engine).
+	$(CONTAINER_TOOL) build -t $(IMG) .
+
+.PHONY: bundle-build
+bundle-build: ## Build the bundle image (needs a container engine).
+	$(CONTAINER_TOOL) build -f bundle.Dockerfile -t $(BUNDLE_IMG) .
