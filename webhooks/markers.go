@@ -7,8 +7,8 @@ package webhooks
 // stamps out) are left out by an objectSelector, so that the operator's own writes never wait
 // for its webhooks; the handlers check the controller reference again.
 //
-// +kubebuilder:webhookconfiguration:mutating=true,name=tiled-operator-mutating-webhook-configuration
-// +kubebuilder:webhookconfiguration:mutating=false,name=tiled-operator-validating-webhook-configuration
+// +kubebuilder:webhookconfiguration:mutating=true,name=mutating-webhook-configuration
+// +kubebuilder:webhookconfiguration:mutating=false,name=validating-webhook-configuration
 //
 // +kubebuilder:webhook:path=/mutate-tiled-blueskyproject-io-v1alpha1-tiledinstance,mutating=true,failurePolicy=ignore,sideEffects=None,groups=tiled.blueskyproject.io,resources=tiledinstances,verbs=create;update,versions=v1alpha1,name=mtiledinstance.tiled.blueskyproject.io,admissionReviewVersions=v1,timeoutSeconds=5,reinvocationPolicy=IfNeeded,patch=`{"objectSelector":{"matchExpressions":[{"key":"app.kubernetes.io/managed-by","operator":"NotIn","values":["tiled-operator"]}]}}`
 // +kubebuilder:webhook:path=/validate-tiled-blueskyproject-io-v1alpha1-tiledinstance,mutating=false,failurePolicy=ignore,sideEffects=None,groups=tiled.blueskyproject.io,resources=tiledinstances,verbs=create;update,versions=v1alpha1,name=vtiledinstance.tiled.blueskyproject.io,admissionReviewVersions=v1,timeoutSeconds=5,patch=`{"objectSelector":{"matchExpressions":[{"key":"app.kubernetes.io/managed-by","operator":"NotIn","values":["tiled-operator"]}]}}`
@@ -25,7 +25,9 @@ const (
 	ValidateClusterPath       = "/validate-tiled-blueskyproject-io-v1alpha1-tiledcluster"
 )
 
-// Names of the webhook configurations, as generated (before any kustomize name prefix).
+// Names of the webhook configurations in a cluster: config/webhook generates mutating- and
+// validating-webhook-configuration, and config/default prefixes them with tiled-operator-; the
+// manager installs them under the same names in local runs.
 const (
 	MutatingConfigurationName   = "tiled-operator-mutating-webhook-configuration"
 	ValidatingConfigurationName = "tiled-operator-validating-webhook-configuration"

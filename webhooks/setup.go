@@ -26,8 +26,8 @@ type Options struct {
 	Host string
 	Port int
 	// CertDir holds tls.crt and tls.key: mounted from cert-manager's Secret in a cluster, or
-	// written by the manager with SelfSigned. Default: a directory under the system's temporary
-	// directory.
+	// written by the manager with SelfSigned. Default: controller-runtime's,
+	// <tmp>/k8s-webhook-server/serving-certs.
 	CertDir string
 	// SelfSigned makes the manager create, rotate and publish its own CA and serving certificate
 	// (see Certs); without it the certificate comes from cert-manager.
@@ -62,7 +62,7 @@ func (o *Options) setDefaults() {
 		o.Port = webhook.DefaultPort
 	}
 	if o.CertDir == "" {
-		o.CertDir = filepath.Join(os.TempDir(), "tiled-operator-webhook-certs")
+		o.CertDir = filepath.Join(os.TempDir(), "k8s-webhook-server", "serving-certs")
 	}
 	if o.FieldManager == "" {
 		o.FieldManager = "tiled-operator"
