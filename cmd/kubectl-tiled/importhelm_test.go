@@ -1,0 +1,216 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"sigs.k8s.io/yaml"
+
+	"github.com/bluesky/tiled-operator/apis/v1alpha1"
+	"github.com/bluesky/tiled-operator/expansion"
+	"github.com/bluesky/tiled-operator/render"
+)
+
+var (
+	chartDefaultsFile = filepath.Join("testdata", "helm", "chart-defaults.yaml")
+	chxCustomFile     = filepath.Join("testdata", "helm", "chx-custom.yaml")
+)
+
+// importAndExpand runs the command on a values file, decodes what it prints, and expands it with
+// the engine the operator runs: the TiledInstance the operator would create, and the objects it
+// would render for it.
+func importAndExpand(t *testing.T, file string, args ...string) (*v1alpha1.TiledInstance, *render.Objects, map[string]any, string) {
+	t.Helper()
+	g := NewWithT(t)
+	code, out, stderr := runCmd("", append([]string{"import-helm", file}, args...)...)
+	g.Expect(code).To(Equal(0), stderr)
+	objs, err := expansion.DecodeAll("import-helm", strings.NewReader(out))
+	g.Expect(err).NotTo(HaveOccurred())
+	var cluster *v1alpha1.TiledCluster
+	var profiles []v1alpha1.TiledProfile
+	for _, o := range objs {
+		switch o := o.(type) {
+		case *v1alpha1.TiledCluster:
+			o.Namespace = "default"
+			cluster = o
+		case *v1alpha1.TiledProfile:
+			o.Namespace = "default"
+			profiles = append(profiles, *o)
+		}
+	}
+	g.Expect(cluster).NotTo(BeNil())
+	g.Expect(profiles).To(HaveLen(1))
+	res, err := expansion.Expand(cluster, profiles, expansion.DefaultBuiltins())
+	g.Expect(err).NotTo(HaveOccurred())
+	instances := res.Objects()
+	g.Expect(instances).To(HaveLen(1))
+	ti := instances[0]
+	in := render.Inputs{ExternalSecretKeys: []string{"uri", "auth-uri"}}
+	rendered, err := render.Render(ti, in)
+	g.Expect(err).NotTo(HaveOccurred())
+	cfg, err := render.Config(ti, in)
+	g.Expect(err).NotTo(HaveOccurred())
+	return ti, rendered, cfg, stderr
+}
+
+func tiledPod(t *testing.T, o *render.Objects) corev1.PodSpec {
+	t.Helper()
+	b, err := json.Marshal(o.StatefulSet.Spec.Template.Spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec corev1.PodSpec
+	if err := json.Unmarshal(b, &spec); err != nil {
+		t.Fatal(err)
+	}
+	return spec
+}
+
+// The chart's default values: one replica, no anonymous access, the API key from the tiled-secrets
+// Secret, a ClusterIP Service on 8000, no Ingress, image pulled Always. Nothing is left out.
+func TestImportHelmChartDefaults(t *testing.T) {
+	g := NewWithT(t)
+	ti, rendered, cfg, stderr := importAndExpand(t, chartDefaultsFile)
+	g.Expect(stderr).To(BeEmpty(), "the chart's defaults all have an equivalent")
+
+	s := ti.Spec
+	g.Expect(*s.Tiled.Replicas).To(Equal(int32(1)))
+	g.Expect(s.Tiled.ImagePullPolicy).To(Equal(corev1.PullAlways))
+	g.Expect(s.Tiled.Image).To(Equal(expansion.TiledImage))
+	g.Expect(*s.Auth.AllowAnonymousAccess).To(BeFalse())
+	g.Expect(s.Auth.SingleUserAPIKey.SecretRef).To(Equal(&v1alpha1.SecretKeyRef{Name: "tiled-secrets", Key: "TILED_SINGLE_USER_API_KEY"}))
+	g.Expect(s.Expose.Service.Type).To(Equal(corev1.ServiceTypeClusterIP))
+	g.Expect(s.Expose.Ingress).To(BeNil())
+
+	// The workload: the same settings where the chart has them.
+	g.Expect(*rendered.StatefulSet.Spec.Replicas).To(Equal(int32(1)))
+	g.Expect(rendered.Ingress).To(BeNil())
+	g.Expect(*rendered.Service.Spec.Type).To(Equal(corev1.ServiceTypeClusterIP))
+	g.Expect(*rendered.Service.Spec.Ports[0].Port).To(Equal(int32(8000)))
+	pod := tiledPod(t, rendered)
+	g.Expect(pod.Containers[0].ImagePullPolicy).To(Equal(corev1.PullAlways))
+	g.Expect(pod.Containers[0].ReadinessProbe.HTTPGet.Path).To(Equal("/healthz"))
+	g.Expect(cfg["authentication"]).To(HaveKeyWithValue("allow_anonymous_access", false))
+	g.Expect(cfg["catalog"]).To(HaveKey("uri")) // a catalog at /, as the chart's tree
+}
+
+// A customised release: everything with an equivalent reaches the workload; the rest is listed.
+func TestImportHelmCustomised(t *testing.T) {
+	g := NewWithT(t)
+	ti, rendered, cfg, stderr := importAndExpand(t, chxCustomFile, "--name", "nsls2", "--instance", "chx")
+	g.Expect(ti.Name).To(Equal("nsls2-chx"))
+
+	s := ti.Spec
+	g.Expect(s.Tiled.Image).To(Equal("ghcr.io/bluesky/tiled:0.2.3"))
+	g.Expect(s.Tiled.ImagePullPolicy).To(Equal(corev1.PullIfNotPresent))
+	g.Expect(*s.Tiled.Replicas).To(Equal(int32(2)))
+	g.Expect(s.Tiled.Resources.Requests.Cpu().Equal(resource.MustParse("2"))).To(BeTrue())
+	g.Expect(s.Tiled.Resources.Limits.Memory().Equal(resource.MustParse("16Gi"))).To(BeTrue())
+	g.Expect(s.Tiled.ServiceAccountName).To(Equal("tiled-chx"))
+	g.Expect(s.Database.External.URISecretRef).To(Equal(&v1alpha1.SecretKeyRef{Name: "tiled-chx-postgres", Key: "uri"}))
+	g.Expect(s.Database.Managed).To(BeNil())
+	g.Expect(s.Storage.Data.ExistingClaimName).To(Equal("tiled-chx-storage"))
+	g.Expect(s.Storage.ReadOnlyMounts).To(ConsistOf(v1alpha1.ReadOnlyMount{
+		Name: "proposals", MountPath: "/nsls2/data/chx/proposals",
+		NFS: &v1alpha1.NFSVolumeSource{Server: "nfs.nsls2.bnl.gov", Path: "/nsls2/data/chx/proposals"},
+	}))
+	g.Expect(s.Auth.SingleUserAPIKey).To(BeNil())
+	g.Expect(s.Auth.OIDC.Providers).To(ConsistOf(v1alpha1.OIDCProvider{
+		Name: "orcid", ClientID: "APP-CHX-TILED", WellKnownURI: "https://orcid.org/.well-known/openid-configuration",
+		ClientSecretRef: &v1alpha1.SecretKeyRef{Name: "tiled-chx-orcid", Key: "client-secret"},
+	}))
+	g.Expect(s.Auth.OIDC.Admins).To(Equal([]string{"orcid:0000-0001-2345-6789"}))
+
+	// The workload.
+	pod := tiledPod(t, rendered)
+	g.Expect(*rendered.StatefulSet.Spec.Replicas).To(Equal(int32(2)))
+	g.Expect(pod.NodeSelector).To(HaveKeyWithValue("nsls2.bnl.gov/zone", "chx"))
+	g.Expect(pod.Tolerations).To(ContainElement(corev1.Toleration{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "tiled", Effect: corev1.TaintEffectNoSchedule}))
+	g.Expect(pod.ServiceAccountName).To(Equal("tiled-chx"))
+	g.Expect(pod.Containers[0].Image).To(Equal("ghcr.io/bluesky/tiled:0.2.3"))
+	g.Expect(pod.Containers[0].Env).To(ContainElement(corev1.EnvVar{Name: "HDF5_USE_FILE_LOCKING", Value: "FALSE"}))
+	g.Expect(rendered.Ingress).NotTo(BeNil())
+	g.Expect(*rendered.Ingress.Spec.Rules[0].Host).To(Equal("chx.tiled.nsls2.bnl.gov"))
+	g.Expect(rendered.Ingress.Spec.TLS[0].SecretName).To(HaveValue(Equal("chx-tiled-tls")))
+	g.Expect(*rendered.Ingress.Spec.IngressClassName).To(Equal("nginx"))
+	g.Expect(rendered.Ingress.Annotations).To(HaveKeyWithValue("nginx.ingress.kubernetes.io/proxy-body-size", "1g"))
+	g.Expect(rendered.Postgres).To(BeNil(), "the external database is used, none is created")
+	g.Expect(cfg).To(HaveKeyWithValue("response_bytesize_limit", BeNumerically("==", 500000000)))
+	g.Expect(cfg).To(HaveKey("object_cache"))
+	auth := cfg["authentication"].(map[string]any)
+	g.Expect(auth["providers"]).To(HaveLen(1))
+	g.Expect(cfg["catalog"]).To(HaveKeyWithValue("readable_storage", ContainElement("/nsls2/data/chx/proposals")))
+
+	// What has no equivalent is listed, each key once, on standard error.
+	for _, key := range []string{"affinity", "autoscaling", "config.uvicorn", "config.authentication.secret_keys",
+		"imagePullSecrets", "fullnameOverride", "extraEnvVars[0]", "extraEnvVars[4]"} {
+		g.Expect(stderr).To(ContainSubstring("\n  "+key+": "), key)
+	}
+	g.Expect(stderr).To(ContainSubstring("8 keys"))
+}
+
+// Every key of the values appears in the report with what became of it: none is dropped silently.
+func TestImportHelmAccountsForEveryKey(t *testing.T) {
+	for _, file := range []string{chartDefaultsFile, chxCustomFile} {
+		t.Run(filepath.Base(file), func(t *testing.T) {
+			g := NewWithT(t)
+			data, err := os.ReadFile(file)
+			g.Expect(err).NotTo(HaveOccurred())
+			var values map[string]any
+			g.Expect(yaml.Unmarshal(data, &values)).To(Succeed())
+			h := importHelm(values)
+			var leaves []string
+			leafPaths("", values, &leaves)
+			g.Expect(leaves).NotTo(BeEmpty())
+			for _, l := range leaves {
+				d, ok := h.got[l]
+				g.Expect(ok).To(BeTrue(), "no disposition for %s", l)
+				g.Expect([]string{carried, handled, chartValue, notCarried}).To(ContainElement(d.kind), l)
+			}
+			_, out, _ := runCmd("", "import-helm", file)
+			lines, _ := h.report()
+			for _, l := range lines {
+				g.Expect(out).To(ContainSubstring("#   " + l + "\n"))
+			}
+		})
+	}
+}
+
+// Keys the command knows nothing about are reported, never dropped; --strict fails on them.
+func TestImportHelmUnknownKeys(t *testing.T) {
+	g := NewWithT(t)
+	values := `replicaCount: 3
+extraContainers:
+- name: sidecar
+  image: busybox
+image: {repository: ghcr.io/bluesky/tiled, tag: "0.2.20", pullPolicy: IfNotPresent}
+config:
+  trees:
+  - {path: /, tree: catalog, args: {uri: "sqlite:////storage/catalog.db", writable_storage: /storage/data}}
+  - {path: /raw, tree: "tiled.examples.generated_minimal:tree"}
+`
+	code, out, stderr := runCmd(values, "import-helm", "-")
+	g.Expect(code).To(Equal(0), stderr)
+	g.Expect(stderr).To(ContainSubstring("extraContainers[0].image: no equivalent"))
+	g.Expect(stderr).To(ContainSubstring("extraContainers[0].name: no equivalent"))
+	g.Expect(stderr).To(ContainSubstring("config.trees[1]: the operator serves one catalog"))
+	g.Expect(out).To(ContainSubstring("replicas: 3"))
+
+	code, _, stderr = runCmd(values, "import-helm", "-", "--strict")
+	g.Expect(code).To(Equal(1))
+	g.Expect(stderr).To(ContainSubstring("not carried over (--strict)"))
+
+	code, _, stderr = runCmd("", "import-helm")
+	g.Expect(code).To(Equal(1))
+	g.Expect(stderr).To(ContainSubstring("accepts 1 arg"))
+	code, _, stderr = runCmd("a: [", "import-helm", "-")
+	g.Expect(code).To(Equal(1))
+	g.Expect(bytes.Contains([]byte(stderr), []byte("error"))).To(BeTrue())
+}
