@@ -136,8 +136,28 @@ type infraError struct{ err error }
 
 func (e *infraError) Error() string { return e.err.Error() }
 
-// Expand returns obj expanded. An instance already expanded (with provenance) is expanded again
-// from the fields it sets itself, so that admitting it again changes nothing:
+// Expand returns obj expanded with Reexpand, over the profiles of its namespace in the cache (and,
+// when the cache has none the selector matches, those the API server lists).
+func (h *InstanceDefaulter) Expand(ctx context.Context, obj, old *v1alpha1.TiledInstance) (*v1alpha1.TiledInstance, error) {
+	candidates, err := h.profiles(ctx, h.Reader, obj.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	out, err := Reexpand(obj, old, candidates, h.Builtins)
+	var none *profiles.NoProfilesError
+	if errors.As(err, &none) && h.APIReader != nil {
+		if candidates, err = h.profiles(ctx, h.APIReader, obj.Namespace); err != nil {
+			return nil, err
+		}
+		out, err = Reexpand(obj, old, candidates, h.Builtins)
+	}
+	return out, err
+}
+
+// Reexpand expands a standalone TiledInstance over candidates (the TiledProfiles of its
+// namespace), as the mutating webhook does; old is the stored object on an update, or nil. An
+// instance already expanded (with provenance) is expanded again from the fields it sets itself, so
+// that admitting it again changes nothing:
 //
 //   - leaves whose provenance is "instance" (or "instance (expression)");
 //   - leaves without provenance (added since it was expanded);
@@ -145,12 +165,12 @@ func (e *infraError) Error() string { return e.err.Error() }
 //
 // A value that the instance's own expression computed is dropped when the expression is in the
 // object again (kubectl apply of the terse file merges the two): the expression computes it anew.
-//
 // Every other leaf came from the built-in defaults or a profile and is taken from them again, so
 // that it follows them. The engine's idempotence (expanding an expansion gives the same spec) makes
 // the result equal to obj when nothing changed; a value computed by the instance's own expression
-// keeps its " (expression)" mark.
-func (h *InstanceDefaulter) Expand(ctx context.Context, obj, old *v1alpha1.TiledInstance) (*v1alpha1.TiledInstance, error) {
+// keeps its " (expression)" mark. kubectl-tiled diff uses it to show what a profile change does to
+// standalone instances.
+func Reexpand(obj, old *v1alpha1.TiledInstance, candidates []v1alpha1.TiledProfile, builtins expansion.Builtins) (*v1alpha1.TiledInstance, error) {
 	own := obj.DeepCopy()
 	edited := map[string]bool{}
 	if len(obj.Provenance) > 0 {
@@ -170,8 +190,6 @@ func (h *InstanceDefaulter) Expand(ctx context.Context, obj, old *v1alpha1.Tiled
 		}
 		spec, err := expansion.Restrict(obj, func(f expansion.FieldSource) bool {
 			if f.Source == expansion.SourceInstance+expansion.ExpressionSuffix && leaves[f.Path+"Expression"] {
-				// The expression is back (an apply of the terse file merged it with the value it
-				// computed): it computes the value again.
 				return false
 			}
 			changed := old != nil && oldValues[f.Path] != f.Value
@@ -188,18 +206,7 @@ func (h *InstanceDefaulter) Expand(ctx context.Context, obj, old *v1alpha1.Tiled
 		own.Spec.ProfileSelector = obj.Spec.ProfileSelector
 		own.Provenance = nil
 	}
-	candidates, err := h.profiles(ctx, h.Reader, obj.Namespace)
-	if err != nil {
-		return nil, err
-	}
-	out, err := expansion.ExpandInstance(own, candidates, h.Builtins)
-	var none *profiles.NoProfilesError
-	if errors.As(err, &none) && h.APIReader != nil {
-		if candidates, err = h.profiles(ctx, h.APIReader, obj.Namespace); err != nil {
-			return nil, err
-		}
-		out, err = expansion.ExpandInstance(own, candidates, h.Builtins)
-	}
+	out, err := expansion.ExpandInstance(own, candidates, builtins)
 	if err != nil {
 		return nil, err
 	}

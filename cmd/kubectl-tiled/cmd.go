@@ -68,6 +68,7 @@ No cluster is contacted.`,
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return &usageError{cmd: cmd.CommandPath(), err: err} })
 	root.CompletionOptions.DisableDefaultCmd = true
 	root.AddCommand(newExpandCommand(streams), newWhyCommand(streams))
+	root.AddCommand(newDiffCommand(streams))
 	root.AddCommand(newImportHelmCommand(streams))
 	return root
 }

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/bluesky/tiled-operator/apis/v1alpha1"
+	"github.com/bluesky/tiled-operator/expansion"
+	"github.com/bluesky/tiled-operator/hack/testenv"
+)
+
+// TestDiffAgainstTheAPIServer runs diff against a real kube-apiserver holding the live state of
+// testdata/diff/live.yaml, with the instances stored as the operator (and its webhook) store them.
+func TestDiffAgainstTheAPIServer(t *testing.T) {
+	g := NewWithT(t)
+	env, err := testenv.Start(testenv.Options{})
+	g.Expect(err).NotTo(HaveOccurred())
+	defer func() { g.Expect(env.Stop()).To(Succeed()) }()
+	ctx := context.Background()
+	const ns = "nsls2"
+	g.Expect(env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+
+	f, err := os.Open(filepath.Join("testdata", "diff", "live.yaml"))
+	g.Expect(err).NotTo(HaveOccurred())
+	objs, err := expansion.DecodeAll("live.yaml", f)
+	f.Close()
+	g.Expect(err).NotTo(HaveOccurred())
+	var profiles []v1alpha1.TiledProfile
+	var cluster *v1alpha1.TiledCluster
+	var standalone *v1alpha1.TiledInstance
+	for _, o := range objs {
+		o.(client.Object).SetNamespace(ns)
+		switch o := o.(type) {
+		case *v1alpha1.TiledProfile:
+			g.Expect(env.Client.Create(ctx, o)).To(Succeed())
+			profiles = append(profiles, *o)
+		case *v1alpha1.TiledCluster:
+			g.Expect(env.Client.Create(ctx, o)).To(Succeed())
+			cluster = o
+		case *v1alpha1.TiledInstance:
+			standalone = o
+		}
+	}
+	res, err := expansion.Expand(cluster, profiles, expansion.DefaultBuiltins())
+	g.Expect(err).NotTo(HaveOccurred())
+	// Applied as the operator applies them: server-side, under its field manager.
+	for _, in := range res.Objects() {
+		_, err := dryRunApply(ctx, env.Client, in, ns, operatorFieldManager)
+		g.Expect(err).NotTo(HaveOccurred())
+		u, err := toApplyable(in, ns)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(env.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(operatorFieldManager))).To(Succeed())
+	}
+	expanded, err := expansion.ExpandInstance(standalone, profiles, expansion.DefaultBuiltins())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(env.Client.Create(ctx, expanded)).To(Succeed())
+
+	diff := func(file string) (int, string, string) {
+		return runCmd("", "diff", "--kubeconfig", env.Kubeconfig, "-n", ns, "-f", filepath.Join("testdata", "diff", file))
+	}
+	for _, tc := range []struct {
+		name, file string
+		code       int
+		want       []string
+		notWant    []string
+	}{
+		{name: "changed profile", file: "changed-profile.yaml", want: []string{
+			"TiledInstance nsls2/nsls2-chx (cluster nsls2): 2 field(s) changed\n",
+			`  ~ spec.tiled.image: "ghcr.io/bluesky/tiled:0.2.20" -> "ghcr.io/bluesky/tiled:0.2.21"  (profile/facility@1 -> profile/facility@2)`,
+			`  ~ spec.storage.data.size: "50Gi" -> "100Gi"  (profile/facility@1 -> profile/facility@2)`,
+			"(2 more field(s) keep their value but change source)",
+			// csx overrides the size: only the image changes.
+			"TiledInstance nsls2/nsls2-csx (cluster nsls2): 1 field(s) changed\n",
+			"TiledInstance nsls2/demo (standalone): 1 field(s) changed\n",
+			`  ~ spec.tiled.image: "ghcr.io/bluesky/tiled:0.2.20" -> "ghcr.io/bluesky/tiled:0.2.21"`,
+		}, notWant: []string{`"5Gi" ->`}},
+		{name: "changed cluster", file: "changed-cluster.yaml", want: []string{
+			"TiledInstance nsls2/nsls2-chx (cluster nsls2): 1 field(s) changed\n",
+			`  ~ spec.monitoring.interval: "15s" -> "60s"  (profile/monitoring@1 -> instance/chx/overrides)`,
+			"TiledInstance nsls2/nsls2-iss (cluster nsls2): created\n",
+			"TiledInstance nsls2/nsls2-csx (cluster nsls2): deleted\n",
+		}, notWant: []string{"demo"}},
+		{name: "refused by the API server", file: "invalid-profile.yaml", code: 1, want: []string{
+			"TiledProfile nsls2/facility: server-side dry run", "spec.priority"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			code, out, errOut := diff(tc.file)
+			g.Expect(code).To(Equal(tc.code), "stdout:\n%s\nstderr:\n%s", out, errOut)
+			for _, w := range tc.want {
+				g.Expect(out + errOut).To(ContainSubstring(w))
+			}
+			for _, w := range tc.notWant {
+				g.Expect(out).NotTo(ContainSubstring(w))
+			}
+		})
+	}
+
+	// Nothing was stored: the live objects are as they were.
+	var live v1alpha1.TiledProfile
+	g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "facility"}, &live)).To(Succeed())
+	g.Expect(live.Generation).To(BeEquivalentTo(1))
+	g.Expect(live.Spec.Tiled.Image).To(Equal("ghcr.io/bluesky/tiled:0.2.20"))
+	var instances v1alpha1.TiledInstanceList
+	g.Expect(env.Client.List(ctx, &instances, client.InNamespace(ns))).To(Succeed())
+	g.Expect(instances.Items).To(HaveLen(3))
+}
