@@ -5,10 +5,12 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 )
@@ -84,9 +86,59 @@ func TestDefaultAcceptedByAPIServer(t *testing.T) {
 	if _, ok := os.LookupEnv("KUBEBUILDER_ASSETS"); !ok && testing.Short() {
 		t.Skip("needs the control plane")
 	}
+	acceptedByAPIServer(t, renderDefault(t))
+}
+
+// With the admission webhooks and cert-manager's certificate enabled as config/default's comment
+// says, the rendering is accepted too, and the manager keeps its other arguments.
+func TestDefaultWithWebhooksAccepted(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.CopyFS(filepath.Join(dir, "config"), os.DirFS(filepath.Join(root, "config"))); err != nil {
+		t.Fatal(err)
+	}
+	k := filepath.Join(dir, "config", "default", "kustomization.yaml")
+	data, err := os.ReadFile(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enabled := string(data)
+	for _, line := range []string{"- ../webhook", "- ../certmanager", "patches:", "- path: manager_webhook_patch.yaml", "  target: "} {
+		if !strings.Contains(enabled, "# "+line) {
+			t.Fatalf("config/default/kustomization.yaml has no commented %q to enable", line)
+		}
+		enabled = strings.Replace(enabled, "# "+line, line, 1)
+	}
+	if err := os.WriteFile(k, []byte(enabled), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	objs, err := decodeAll(kustomizeAt(t, filepath.Join(dir, "config", "default")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kind := range []string{"ValidatingWebhookConfiguration", "MutatingWebhookConfiguration", "Certificate", "Issuer"} {
+		if len(only(objs, kind)) == 0 {
+			t.Errorf("enabling the webhooks renders no %s", kind)
+		}
+	}
+	dep := one[appsv1.Deployment](t, objs, "Deployment")
+	args := strings.Join(dep.Spec.Template.Spec.Containers[0].Args, " ")
+	for _, flag := range []string{"--leader-elect", "--metrics-bind-address=:8443", "--webhooks", "--webhook-cert-dir="} {
+		if !strings.Contains(args, flag) {
+			t.Errorf("with webhooks, the manager's args %q lack %s", args, flag)
+		}
+	}
+	if v := violations(t, &dep.Spec.Template); len(v) > 0 {
+		t.Errorf("with webhooks, the manager violates the restricted standard: %v", v)
+	}
+	acceptedByAPIServer(t, objs)
+}
+
+// acceptedByAPIServer creates the namespace and CRDs for real and applies everything else with a
+// server-side dry run.
+func acceptedByAPIServer(t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	objs := renderDefault(t)
 
 	var prerequisites []*unstructured.Unstructured
 	needed := map[string]bool{}

@@ -22,12 +22,18 @@ var root = testenv.RepoRoot()
 // kustomize renders a kustomization folder (relative to the root) with kubectl's built-in kustomize.
 func kustomize(t *testing.T, dir string) []byte {
 	t.Helper()
+	return kustomizeAt(t, filepath.Join(root, dir))
+}
+
+// kustomizeAt renders the kustomization folder at an absolute path.
+func kustomizeAt(t *testing.T, dir string) []byte {
+	t.Helper()
 	kubectl, err := exec.LookPath("kubectl")
 	if err != nil {
 		t.Fatalf("kubectl is not on PATH (it renders the kustomizations): %v", err)
 	}
 	var stdout, stderr bytes.Buffer
-	cmd := exec.Command(kubectl, "kustomize", filepath.Join(root, dir))
+	cmd := exec.Command(kubectl, "kustomize", dir)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("kubectl kustomize %s: %v\n%s", dir, err, stderr.String())
