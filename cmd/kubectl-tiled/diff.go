@@ -224,10 +224,7 @@ func (o *diffOptions) diffNamespace(ctx context.Context, c client.Client, ns str
 			if err != nil {
 				return nil, err
 			}
-			ch, err := compare(live[desired.Name], after.(*v1alpha1.TiledInstance))
-			if err != nil {
-				return nil, err
-			}
+			ch := compare(live[desired.Name], after.(*v1alpha1.TiledInstance))
 			ch.owner = "cluster " + cl.Name
 			out = append(out, ch)
 			delete(live, desired.Name)
@@ -243,10 +240,7 @@ func (o *diffOptions) diffNamespace(ctx context.Context, c client.Client, ns str
 		if err != nil {
 			return nil, fmt.Errorf("TiledInstance %s/%s would not expand: %w", ns, live.Name, err)
 		}
-		ch, err := compare(live, desired)
-		if err != nil {
-			return nil, err
-		}
+		ch := compare(live, desired)
 		ch.owner = "standalone"
 		out = append(out, ch)
 	}
@@ -330,31 +324,22 @@ func typedFrom(u *unstructured.Unstructured) (runtime.Object, error) {
 
 // compare lists the leaf fields of the spec that differ between the live instance (nil: none) and
 // the one that would be stored.
-func compare(live, after *v1alpha1.TiledInstance) (change, error) {
+func compare(live, after *v1alpha1.TiledInstance) change {
 	ch := change{namespace: after.Namespace, name: after.Name}
 	if live == nil {
 		ch.created = true
-		return ch, nil
+		return ch
 	}
-	leaves := func(o *v1alpha1.TiledInstance) (map[string]expansion.FieldSource, error) {
-		fs, err := expansion.Why(o, "spec")
-		if err != nil {
-			return map[string]expansion.FieldSource{}, nil //nolint:nilerr // an empty spec has no leaves
-		}
-		m := make(map[string]expansion.FieldSource, len(fs))
+	// An instance whose spec is empty has no leaves (Why reports that as an error).
+	leaves := func(o *v1alpha1.TiledInstance) map[string]expansion.FieldSource {
+		m := map[string]expansion.FieldSource{}
+		fs, _ := expansion.Why(o, "spec")
 		for _, f := range fs {
 			m[f.Path] = f
 		}
-		return m, nil
+		return m
 	}
-	before, err := leaves(live)
-	if err != nil {
-		return ch, err
-	}
-	now, err := leaves(after)
-	if err != nil {
-		return ch, err
-	}
+	before, now := leaves(live), leaves(after)
 	paths := slices.Sorted(maps.Keys(before))
 	for p := range now {
 		if _, ok := before[p]; !ok {
@@ -375,7 +360,7 @@ func compare(live, after *v1alpha1.TiledInstance) (change, error) {
 				sourceBefore: b.Source, sourceAf: a.Source})
 		}
 	}
-	return ch, nil
+	return ch
 }
 
 func printChanges(w io.Writer, changes []change) error {
