@@ -188,3 +188,26 @@ func builtin(apiVersion string) bool {
 	}
 	return !strings.Contains(group, ".") || strings.HasSuffix(group, ".k8s.io")
 }
+
+// The warning check above can fail: the namespace's Pod Security labels make the real apiserver
+// warn about a manager Deployment that breaks the restricted standard, even in a dry run.
+func TestDryRunWarnsAboutPodSecurityViolations(t *testing.T) {
+	objs := renderDefault(t)
+	acceptedByAPIServer(t, objs) // the namespace and CRDs exist
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dep := only(objs, "Deployment")[0].DeepCopy()
+	containers, _, _ := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "containers")
+	c := containers[0].(map[string]any)
+	c["securityContext"].(map[string]any)["allowPrivilegeEscalation"] = true
+	if err := unstructured.SetNestedSlice(dep.Object, containers, "spec", "template", "spec", "containers"); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, err := kubectlStdin(ctx, t, toYAML(t, []*unstructured.Unstructured{dep}), "apply", "--server-side", "--dry-run=server", "--field-manager=packaging-test", "-f", "-")
+	if err != nil {
+		t.Fatalf("dry run: %v\n%s", err, stderr)
+	}
+	if !strings.Contains(stderr, "Warning") || !strings.Contains(stderr, "allowPrivilegeEscalation") {
+		t.Errorf("no Pod Security warning for allowPrivilegeEscalation=true:\n%s", stderr)
+	}
+}
