@@ -43,6 +43,7 @@ const (
 	ReasonNoEdits            = "NoExternalEdits"
 	ReasonFieldsManaged      = "FieldsManagedElsewhere"
 	ReasonPaused             = "Paused"
+	ReasonProfileDeleted     = "ProfileDeleted"
 )
 
 // expansionReason maps an expansion error to a condition reason.
@@ -54,6 +55,7 @@ func expansionReason(err error) string {
 		expr     *expansion.ExpressionError
 		unknown  *expansion.UnknownFieldError
 		invalid  *expansion.InvalidFieldError
+		deleted  *ProfileDeletedError
 	)
 	switch {
 	case errors.As(err, &conflict):
@@ -68,6 +70,8 @@ func expansionReason(err error) string {
 		return ReasonUnknownField
 	case errors.As(err, &invalid):
 		return ReasonInvalidField
+	case errors.As(err, &deleted):
+		return ReasonProfileDeleted
 	}
 	return ReasonExpansionFailed
 }

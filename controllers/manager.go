@@ -11,9 +11,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -46,6 +48,9 @@ type ManagerOptions struct {
 	WatchNamespaces []string
 	// Webhooks serves the admission webhooks (package webhooks); nil turns them off.
 	Webhooks *webhooks.Options
+	// Restartable allows several managers in one process, one after another (tests, benchmarks):
+	// controller names are then not checked for uniqueness across managers.
+	Restartable bool
 }
 
 // NewScheme returns the scheme of the manager: client-go's types and the operator's.
@@ -116,6 +121,7 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (*Operator, error) {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
 		Cache:                         cache.Options{ByObject: byObject, DefaultNamespaces: namespaces(o.WatchNamespaces)},
+		Controller:                    config.Controller{SkipNameValidation: ptr.To(o.Restartable)},
 		Metrics:                       metrics,
 		HealthProbeBindAddress:        o.HealthProbeBindAddress,
 		LeaderElection:                o.LeaderElection,

@@ -65,7 +65,7 @@ func startOperator(t *testing.T, namespaces ...string) *operator {
 	t.Helper()
 	g := NewWithT(t)
 	op, err := controllers.NewManager(env.Config, controllers.ManagerOptions{
-		MetricsBindAddress: "0", HealthProbeBindAddress: "0", WatchNamespaces: namespaces,
+		MetricsBindAddress: "0", HealthProbeBindAddress: "0", WatchNamespaces: namespaces, Restartable: true,
 	})
 	g.Expect(err).NotTo(HaveOccurred())
 	ctx, cancel := context.WithCancel(context.Background())

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
@@ -146,6 +147,9 @@ func (r *TiledClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 
 	done := r.Metrics.startExpansion()
 	result, err := expansion.Expand(cluster, profileList.Items, r.Builtins)
+	if err == nil {
+		err = deletedInUse(cluster, profileList.Items)
+	}
 	done(err)
 	if err != nil {
 		// Children stay exactly as they were: nothing is applied, nothing pruned.
@@ -247,7 +251,7 @@ func (r *TiledClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	}
 	for _, p := range pruned {
 		r.Recorder.Eventf(cluster, nil, corev1.EventTypeNormal, "InstanceRemoved", "Prune",
-			"instance %s is no longer listed and was deleted; data volumes follow its retention policy", p)
+			"instance %s is no longer listed and was deleted", p)
 	}
 	sent, err := r.writeStatus(ctx, cluster, status)
 	if err != nil || !sent {
@@ -293,16 +297,60 @@ func (r *TiledClusterReconciler) prune(ctx context.Context, cluster *tiledv1alph
 		if ref == nil || ref.UID != cluster.UID {
 			continue // not ours: never delete
 		}
+		released, err := r.release(ctx, ti)
+		if err != nil {
+			return pruned, err
+		}
 		uid := ti.UID
-		err := r.Client.Delete(ctx, ti, client.Preconditions{UID: &uid}, client.PropagationPolicy(metav1.DeletePropagationBackground))
+		err = r.Client.Delete(ctx, ti, client.Preconditions{UID: &uid}, client.PropagationPolicy(metav1.DeletePropagationBackground))
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			return pruned, fmt.Errorf("pruning TiledInstance %s/%s: %w", ti.Namespace, ti.Name, err)
 		}
 		r.Applier.Forget(applier.Key{APIVersion: tiledv1alpha1.GroupVersion.String(), Kind: "TiledInstance", Namespace: ti.Namespace, Name: ti.Name})
-		pruned = append(pruned, ti.Labels[tiledv1alpha1.LabelInstance])
+		msg := ti.Labels[tiledv1alpha1.LabelInstance]
+		if len(released) > 0 {
+			msg += " (retained claims: " + strings.Join(released, ", ") + ")"
+		}
+		pruned = append(pruned, msg)
 	}
 	sort.Strings(pruned)
 	return pruned, nil
+}
+
+// LabelReleased marks a data or database claim kept by the Retain policy after its instance was
+// removed: `kubectl get pvc -l tiled.blueskyproject.io/released=true` lists them.
+const LabelReleased = "tiled.blueskyproject.io/released"
+
+// releaseFieldOwner labels released claims. It is not FieldOwner: an apply of the label alone under
+// the instance controller's field owner would drop every other field that owner set.
+const releaseFieldOwner = "tiled-operator-retention"
+
+// release labels the claims an instance leaves behind under the Retain policy (they have no owner
+// reference, so the garbage collector keeps them) and returns their names.
+func (r *TiledClusterReconciler) release(ctx context.Context, ti *tiledv1alpha1.TiledInstance) ([]string, error) {
+	var claims corev1.PersistentVolumeClaimList
+	if err := r.Client.List(ctx, &claims, client.InNamespace(ti.Namespace),
+		client.MatchingLabels{"app.kubernetes.io/instance": ti.Name, tiledv1alpha1.LabelManagedBy: tiledv1alpha1.ManagedByValue}); err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, c := range claims.Items {
+		if metav1.GetControllerOf(&c) != nil {
+			continue // owned: goes with the instance (Delete policy, or an NFS claim)
+		}
+		if c.Labels[LabelReleased] != "true" {
+			u := &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+				"metadata": map[string]any{"name": c.Name, "namespace": c.Namespace, "labels": map[string]any{LabelReleased: "true"}},
+			}}
+			if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(releaseFieldOwner), client.ForceOwnership); err != nil {
+				return nil, fmt.Errorf("labelling the retained claim %s/%s: %w", c.Namespace, c.Name, err)
+			}
+		}
+		names = append(names, c.Name)
+	}
+	sort.Strings(names)
+	return names, nil
 }
 
 // eventOnConflictingProfiles records the conflict on each profile involved.
@@ -319,6 +367,36 @@ func (r *TiledClusterReconciler) eventOnConflictingProfiles(err error, candidate
 			}
 		}
 	}
+}
+
+// ProfileDeletedError reports a profile the cluster's instances were expanded from that has been
+// deleted since. Until the cluster's spec changes (which acknowledges the new selection), the
+// instances stay as they were rather than silently losing the profile's settings.
+type ProfileDeletedError struct {
+	Cluster, Profile string
+}
+
+func (e *ProfileDeletedError) Error() string {
+	return fmt.Sprintf("TiledCluster %s: profile %s, which its instances were expanded from, was deleted; the instances are left as they were. "+
+		"Recreate the profile, or change the cluster's spec (e.g. its profileSelector) to accept the new selection", e.Cluster, e.Profile)
+}
+
+// deletedInUse returns a ProfileDeletedError for a profile of the last expansion that no longer
+// exists, unless the cluster's spec changed since that expansion.
+func deletedInUse(cluster *tiledv1alpha1.TiledCluster, candidates []tiledv1alpha1.TiledProfile) error {
+	if cluster.Status.ObservedGeneration != cluster.Generation {
+		return nil
+	}
+	present := map[types.UID]bool{}
+	for i := range candidates {
+		present[candidates[i].UID] = true
+	}
+	for _, p := range cluster.Status.Profiles {
+		if !present[p.UID] {
+			return &ProfileDeletedError{Cluster: cluster.Name, Profile: p.Name}
+		}
+	}
+	return nil
 }
 
 // instanceObject builds the apply intent of one instance: the engine's object plus the controller

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -74,6 +75,9 @@ type TiledInstanceReconciler struct {
 	Builtins expansion.Builtins
 	// ServiceMonitorAvailable says the ServiceMonitor CRD exists.
 	ServiceMonitorAvailable bool
+	// ExternalSecretRetry is how long to wait before looking again at a missing or incomplete external
+	// database Secret (the operator does not watch Secrets it does not manage); 0 means 10s.
+	ExternalSecretRetry time.Duration
 	// Random is the source of generated secrets; nil means crypto/rand.
 	Random io.Reader
 	// Resync, when not nil, delivers instances to reconcile again (Operator.ResyncAll).
@@ -144,7 +148,11 @@ func (r *TiledInstanceReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 		keys, msg := r.externalSecretKeys(ctx, spec)
 		if msg != "" {
 			status.Database = &tiledv1alpha1.DatabaseStatus{Mode: mode}
-			return ctrl.Result{}, r.stalled(ctx, ti, status, ReasonDatabaseSecret, msg)
+			retry := r.ExternalSecretRetry
+			if retry == 0 {
+				retry = 10 * time.Second
+			}
+			return ctrl.Result{RequeueAfter: retry}, r.stalled(ctx, ti, status, ReasonDatabaseSecret, msg)
 		}
 		in.ExternalSecretKeys = keys
 	}
@@ -178,12 +186,15 @@ func (r *TiledInstanceReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	status.ReadyReplicas = 0
 	if stsFound {
 		status.ReadyReplicas = sts.Status.ReadyReplicas
+		// The cache may not have caught up with the spec just applied: its status is then the old one.
+		sts.Generation = max(sts.Generation, applied[stsKey(ti.Namespace, names.Tiled)])
 	}
 	status.URL = fmt.Sprintf("http://%s.%s.svc:8000", names.Tiled, ti.Namespace)
 	dbReady := mode == "External"
 	if mode == "Managed" {
 		pg := &appsv1.StatefulSet{}
 		if r.Client.Get(ctx, client.ObjectKey{Namespace: ti.Namespace, Name: names.Postgres}, pg) == nil {
+			pg.Generation = max(pg.Generation, applied[stsKey(ti.Namespace, names.Postgres)])
 			dbReady = statefulSetReady(pg, 1)
 		}
 	}
@@ -313,12 +324,12 @@ func (r *TiledInstanceReconciler) externalSecretKeys(ctx context.Context, ti *ti
 
 // applyAll applies every rendered object, owned by the instance (except retained data claims), and
 // returns their keys.
-func (r *TiledInstanceReconciler) applyAll(ctx context.Context, ti *tiledv1alpha1.TiledInstance, objs *render.Objects) (map[applier.Key]bool, error) {
+func (r *TiledInstanceReconciler) applyAll(ctx context.Context, ti *tiledv1alpha1.TiledInstance, objs *render.Objects) (map[applier.Key]int64, error) {
 	owner := map[string]any{
 		"apiVersion": tiledv1alpha1.GroupVersion.String(), "kind": "TiledInstance",
 		"name": ti.Name, "uid": string(ti.UID), "controller": true, "blockOwnerDeletion": true,
 	}
-	applied := map[applier.Key]bool{}
+	applied := map[applier.Key]int64{}
 	retained := map[any]bool{}
 	if render.Retained(ti) {
 		for _, c := range objs.Claims {
@@ -341,7 +352,7 @@ func (r *TiledInstanceReconciler) applyAll(ctx context.Context, ti *tiledv1alpha
 		if err != nil {
 			return nil, err
 		}
-		applied[res.Key] = true
+		applied[res.Key] = res.Generation
 	}
 	return applied, nil
 }
@@ -368,7 +379,7 @@ func (r *TiledInstanceReconciler) current(ctx context.Context, u *unstructured.U
 // prune deletes objects this instance controls that were not rendered this time (an Ingress turned
 // off, a PodDisruptionBudget no longer needed, a managed database replaced by an external one). Data
 // claims kept by the Retain policy carry no controller reference and are never pruned.
-func (r *TiledInstanceReconciler) prune(ctx context.Context, ti *tiledv1alpha1.TiledInstance, applied map[applier.Key]bool) error {
+func (r *TiledInstanceReconciler) prune(ctx context.Context, ti *tiledv1alpha1.TiledInstance, applied map[applier.Key]int64) error {
 	for _, proto := range childKinds() {
 		gvk, err := r.Client.GroupVersionKindFor(proto)
 		if err != nil {
@@ -380,7 +391,7 @@ func (r *TiledInstanceReconciler) prune(ctx context.Context, ti *tiledv1alpha1.T
 		}
 		for _, o := range owned {
 			key := applier.Key{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind, Namespace: o.GetNamespace(), Name: o.GetName()}
-			if applied[key] || !o.GetDeletionTimestamp().IsZero() {
+			if _, ok := applied[key]; ok || !o.GetDeletionTimestamp().IsZero() {
 				continue
 			}
 			uid := o.GetUID()
@@ -435,7 +446,7 @@ var systemManagers = map[string]bool{
 
 // externalEdits lists the applied objects (from the cache) that have spec or metadata fields
 // managed by a writer other than the operator.
-func (r *TiledInstanceReconciler) externalEdits(ctx context.Context, applied map[applier.Key]bool) string {
+func (r *TiledInstanceReconciler) externalEdits(ctx context.Context, applied map[applier.Key]int64) string {
 	var found []string
 	keys := make([]applier.Key, 0, len(applied))
 	for k := range applied {
@@ -501,6 +512,10 @@ func (r *TiledInstanceReconciler) writeStatus(ctx context.Context, ti *tiledv1al
 	}}
 	res, err := r.Applier.ApplyStatus(ctx, client.ApplyConfigurationFromUnstructured(u), ti)
 	return res.Sent, err
+}
+
+func stsKey(namespace, name string) applier.Key {
+	return applier.Key{APIVersion: "apps/v1", Kind: "StatefulSet", Namespace: namespace, Name: name}
 }
 
 // statefulSetReady reports whether a StatefulSet has rolled out its current spec with want ready pods.

@@ -5,6 +5,7 @@ package main
 import (
 	"flag"
 	"os"
+	"strings"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -23,10 +24,17 @@ func main() {
 	flag.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
 	flag.BoolVar(&o.LeaderElection, "leader-elect", false, "Elect a leader so that only one replica of the manager is active.")
 	flag.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader-election Lease (default: the manager's own).")
+	var watch string
+	flag.StringVar(&watch, "watch-namespaces", "", "Comma-separated namespaces to watch (default: all).")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	for _, ns := range strings.Split(watch, ",") {
+		if ns = strings.TrimSpace(ns); ns != "" {
+			o.WatchNamespaces = append(o.WatchNamespaces, ns)
+		}
+	}
 	log := ctrl.Log.WithName("setup")
 
 	cfg, err := ctrl.GetConfig()

@@ -33,6 +33,7 @@ type record struct {
 	preRV    string // the resourceVersion the cache showed when the apply was sent ("" if none)
 	post     string // the object's version token after the apply
 	seen     bool   // the cache has shown the object at (or after) post
+	gen      int64  // the object's generation after the apply (0 for kinds without one)
 	statusOf types.UID
 }
 
@@ -118,6 +119,10 @@ type Result struct {
 	Key Key
 	// Sent is true when a request went to the API server, false when the intent was already applied.
 	Sent bool
+	// Generation is the object's generation after the operator's last apply of this intent (0 when
+	// the kind has none). A cache that shows an older generation has not caught up yet: status read
+	// from it (e.g. a StatefulSet's ready replicas) describes the previous spec.
+	Generation int64
 }
 
 // Apply applies ac (a typed apply configuration, or client.ApplyConfigurationFromUnstructured)
@@ -135,6 +140,7 @@ func (a *Applier) Apply(ctx context.Context, ac runtime.ApplyConfiguration, curr
 	a.mu.Lock()
 	rec := a.records[key]
 	skip := false
+	var gen int64
 	if rec != nil && rec.intent == intent {
 		switch {
 		case current == nil:
@@ -147,11 +153,12 @@ func (a *Applier) Apply(ctx context.Context, ac runtime.ApplyConfiguration, curr
 			// The cache still shows the object as it was before our apply.
 			skip = true
 		}
+		gen = rec.gen
 	}
 	a.mu.Unlock()
 	if skip {
 		a.applies.WithLabelValues(kind, "skipped").Inc()
-		return Result{Key: key}, nil
+		return Result{Key: key, Generation: gen}, nil
 	}
 
 	preRV := ""
@@ -172,9 +179,10 @@ func (a *Applier) Apply(ctx context.Context, ac runtime.ApplyConfiguration, curr
 		intent: intent,
 		preRV:  preRV,
 		post:   token(after.Metadata.Generation, after.Metadata.ResourceVersion, after.Metadata.Labels, after.Metadata.Annotations),
+		gen:    after.Metadata.Generation,
 	}
 	a.mu.Unlock()
-	return Result{Key: key, Sent: true}, nil
+	return Result{Key: key, Sent: true, Generation: after.Metadata.Generation}, nil
 }
 
 // ApplyStatus applies ac to the status subresource unless the same status intent was already applied

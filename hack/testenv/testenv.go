@@ -28,8 +28,8 @@ import (
 
 // Options choose what Start runs beside kube-apiserver and etcd.
 type Options struct {
-	// ControllerManager also runs kube-controller-manager (garbage collector and namespace
-	// controllers), for tests that check what happens to owned objects on deletion.
+	// ControllerManager also runs kube-controller-manager (garbage collector, namespace and
+	// volume-protection controllers), for tests that check what happens to owned objects on deletion.
 	ControllerManager bool
 	// SkipCRDs leaves the operator's CRDs out.
 	SkipCRDs bool
@@ -187,7 +187,7 @@ func (e *Env) startControllerManager(dir string) error {
 		"--kubeconfig="+e.Kubeconfig,
 		"--authentication-kubeconfig="+e.Kubeconfig,
 		"--authorization-kubeconfig="+e.Kubeconfig,
-		"--controllers=garbagecollector,namespace",
+		"--controllers=garbagecollector,namespace,pvc-protection,pv-protection",
 		"--leader-elect=false",
 		"--bind-address=127.0.0.1",
 		fmt.Sprintf("--secure-port=%d", port),
