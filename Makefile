@@ -26,7 +26,7 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code and apply configurations.
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC.
 	$(CONTROLLER_GEN) crd paths=./apis/... output:crd:artifacts:config=config/crd/bases
-	$(CONTROLLER_GEN) rbac:roleName=manager-role paths=./controllers/... paths=./cmd/... output:rbac:artifacts:config=config/rbac
+	$(CONTROLLER_GEN) rbac:roleName=manager-role paths=./controllers/... paths=./cmd/... paths=./webhooks/... output:rbac:artifacts:config=config/rbac
 	$(CONTROLLER_GEN) webhook paths=./webhooks/... output:webhook:artifacts:config=config/webhook
 
 .PHONY: verify-generated
@@ -117,3 +117,24 @@ docker-build: ## Build the manager image (needs a container engine).
 .PHONY: bundle-build
 bundle-build: ## Build the bundle image (needs a container engine).
 	$(CONTAINER_TOOL) build -f bundle.Dockerfile -t $(BUNDLE_IMG) .
+
+##@ Figures
+
+# Fleet sizes and idle window of `make bench`, e.g. `make bench N=30 BENCH_IDLE=60s`.
+N ?= 30,300,1000
+BENCH_IDLE ?= 10m
+BENCH_FLAGS ?=
+
+.PHONY: bench
+bench: ## Measure API traffic, speed and memory on the real control plane (N=30,300,1000; BENCH_IDLE); writes bench/results.json.
+	go run ./hack/bench -n $(N) -idle $(BENCH_IDLE) $(BENCH_FLAGS)
+
+# Size of the fleet and number of random stop points of `make test-faults`.
+FAULTS_N ?= 100
+FAULTS_TRIALS ?= 10
+FAULTS_SEED ?= 1
+
+.PHONY: test-faults
+test-faults: ## Fault-injection suite on the real control plane (FAULTS_N, FAULTS_TRIALS, FAULTS_SEED); prints "N passed, N failed".
+	TILED_FAULTS=1 TILED_FAULTS_N=$(FAULTS_N) TILED_FAULTS_TRIALS=$(FAULTS_TRIALS) TILED_FAULTS_SEED=$(FAULTS_SEED) \
+	  TEST_TIMEOUT=$${TEST_TIMEOUT:-25m} hack/test.sh ./hack/faults/ -v -run 'TestFaults'

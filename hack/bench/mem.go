@@ -1,0 +1,83 @@
+package main
+
+import (
+	"bufio"
+	"crypto/rand"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+var randReader = rand.Reader
+
+// procStatusKiB reads a "Name:  123 kB" field of /proc/self/status, in KiB (0 when unavailable).
+func procStatusKiB(field string) int64 {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		line := s.Text()
+		if !strings.HasPrefix(line, field+":") {
+			continue
+		}
+		fields := strings.Fields(strings.TrimPrefix(line, field+":"))
+		if len(fields) == 0 {
+			return 0
+		}
+		v, _ := strconv.ParseInt(fields[0], 10, 64)
+		return v
+	}
+	return 0
+}
+
+// heapSampler records the peak of the Go heap in use and of the memory the Go runtime obtained from
+// the system, sampled every 100 ms (the runtime keeps no peak itself).
+type heapSampler struct {
+	mu                sync.Mutex
+	peakHeap, peakSys uint64
+	stop              chan struct{}
+	done              chan struct{}
+}
+
+func startHeapSampler() *heapSampler {
+	h := &heapSampler{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(h.done)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			h.sample()
+			select {
+			case <-h.stop:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return h
+}
+
+func (h *heapSampler) sample() {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	h.mu.Lock()
+	h.peakHeap = max(h.peakHeap, m.HeapInuse)
+	h.peakSys = max(h.peakSys, m.Sys)
+	h.mu.Unlock()
+}
+
+// Stop stops sampling and returns the peaks in bytes.
+func (h *heapSampler) Stop() (heap, sys uint64) {
+	close(h.stop)
+	<-h.done
+	h.sample()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.peakHeap, h.peakSys
+}
