@@ -134,7 +134,9 @@ func reconcileTotal(controller string) float64 {
 
 // measure runs every phase for a fleet of n beamlines on one control plane and returns the figures.
 func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, error) {
-	logf := func(format string, args ...any) { fmt.Fprintf(logw, "[n=%d %s] "+format+"\n", append([]any{n, time.Now().Format("15:04:05")}, args...)...) }
+	logf := func(format string, args ...any) {
+		fmt.Fprintf(logw, "[n=%d %s] "+format+"\n", append([]any{n, time.Now().Format("15:04:05")}, args...)...)
+	}
 	env, err := testenv.Start(testenv.Options{})
 	if err != nil {
 		return nil, err
