@@ -34,6 +34,7 @@ import (
 	"github.com/bluesky/tiled-operator/controllers/applier"
 	"github.com/bluesky/tiled-operator/expansion"
 	"github.com/bluesky/tiled-operator/render"
+	"github.com/bluesky/tiled-operator/webhooks"
 )
 
 // +kubebuilder:rbac:groups=tiled.blueskyproject.io,resources=tiledinstances/status,verbs=patch
@@ -233,8 +234,10 @@ func (r *TiledInstanceReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	return ctrl.Result{}, nil
 }
 
-// expanded returns the instance with a complete spec: as stored when a cluster stamped it out (or
-// the webhook expanded it), otherwise expanded here from its profiles without writing it back.
+// expanded returns the instance with a complete spec: as stored when a cluster stamped it out;
+// for a standalone instance, expanded again here from its own fields and its profiles as they are
+// now (the mutating webhook's Reexpand), so that it follows profile changes and works without the
+// webhook. The result is not written back.
 func (r *TiledInstanceReconciler) expanded(ctx context.Context, ti *tiledv1alpha1.TiledInstance) (*tiledv1alpha1.TiledInstance, error) {
 	if metav1.GetControllerOf(ti) != nil {
 		return ti, nil
@@ -243,7 +246,7 @@ func (r *TiledInstanceReconciler) expanded(ctx context.Context, ti *tiledv1alpha
 	if err := r.Client.List(ctx, &list, client.InNamespace(ti.Namespace)); err != nil {
 		return nil, err
 	}
-	return expansion.ExpandInstance(ti, list.Items, r.Builtins)
+	return webhooks.Reexpand(ti, nil, list.Items, r.Builtins)
 }
 
 // clusterPaused reports whether the instance's TiledCluster is paused: then nothing is written.

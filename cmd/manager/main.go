@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/bluesky/tiled-operator/controllers"
+	"github.com/bluesky/tiled-operator/webhooks"
 )
 
 // The manager's metrics endpoint is protected by authentication and authorization.
@@ -24,6 +25,7 @@ func main() {
 	flag.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
 	flag.BoolVar(&o.LeaderElection, "leader-elect", false, "Elect a leader so that only one replica of the manager is active.")
 	flag.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader-election Lease (default: the manager's own).")
+	wh, webhooksOn := webhooks.BindFlags(flag.CommandLine)
 	var watch string
 	flag.StringVar(&watch, "watch-namespaces", "", "Comma-separated namespaces to watch (default: all).")
 	zapOpts := zap.Options{}
@@ -37,6 +39,9 @@ func main() {
 	}
 	log := ctrl.Log.WithName("setup")
 
+	if *webhooksOn {
+		o.Webhooks = wh
+	}
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
 		log.Error(err, "no Kubernetes configuration: set KUBECONFIG, use --kubeconfig, or run in a cluster")

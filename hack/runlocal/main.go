@@ -7,19 +7,25 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"syscall"
+	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/yaml"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/bluesky/tiled-operator/controllers"
 	"github.com/bluesky/tiled-operator/hack/testenv"
+	"github.com/bluesky/tiled-operator/webhooks"
 )
 
 func main() {
@@ -47,16 +53,43 @@ func run() error {
 	}()
 
 	samples := filepath.Join(testenv.RepoRoot(), "config", "samples")
-	if err := applySamples(ctx, env.Client, samples); err != nil {
+	// The admission webhooks run too, with a self-signed certificate the manager makes, rotates and
+	// publishes in webhook configurations that call it on loopback.
+	port, err := freePort()
+	if err != nil {
 		return err
 	}
-
+	certDir, err := os.MkdirTemp("", "tiled-webhook-certs-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(certDir)
 	mgr, err := controllers.NewManager(env.Config, controllers.ManagerOptions{
 		MetricsBindAddress:     envOr("METRICS_BIND_ADDRESS", "127.0.0.1:8080"),
 		HealthProbeBindAddress: envOr("HEALTH_PROBE_BIND_ADDRESS", "127.0.0.1:8081"),
+		Webhooks: &webhooks.Options{
+			Host: "127.0.0.1", Port: port, CertDir: certDir, SelfSigned: true,
+			Certs: webhooks.CertOptions{URL: fmt.Sprintf("https://127.0.0.1:%d", port)},
+		},
 	})
 	if err != nil {
 		return err
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- mgr.Start(ctx) }()
+	// The samples go in once the webhooks answer, so the standalone instance is expanded at admission.
+	if err := waitForWebhooks(ctx, env.Client, mgr.GetWebhookServer().StartedChecker(), errc); err != nil {
+		return err
+	}
+	var applyErr error
+	for range 50 {
+		if applyErr = applySamples(ctx, env.Client, samples); applyErr == nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond) // the webhook configurations are being published
+	}
+	if applyErr != nil {
+		return applyErr
 	}
 	fmt.Printf(`
 The local control plane is up, with the CRDs and the samples of %s applied.
@@ -67,18 +100,46 @@ Use it from another shell:
   kubectl get tiledprofiles
   kubectl get ti -l tiled.blueskyproject.io/cluster=nsls2
   kubectl explain tiledcluster.spec.instances
+  kubectl get ti tst-standalone -o yaml      # expanded by the mutating webhook, with provenance
 
 Press Ctrl-C to stop the operator and the control plane.
 `, samples, env.Kubeconfig)
 	fmt.Println("operator running")
-	return mgr.Start(ctx)
+	return <-errc
 }
 
-// applySamples applies every sample with server-side apply into the default namespace.
+// waitForWebhooks waits until the webhook server serves TLS and its configurations are published
+// with a CA bundle, or the manager stops.
+func waitForWebhooks(ctx context.Context, c client.Client, started healthz.Checker, errc <-chan error) error {
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "/", nil)
+		m := &admissionregistrationv1.MutatingWebhookConfiguration{}
+		v := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+		if started(req) == nil &&
+			c.Get(ctx, client.ObjectKey{Name: webhooks.MutatingConfigurationName}, m) == nil && len(m.Webhooks) > 0 && len(m.Webhooks[0].ClientConfig.CABundle) > 0 &&
+			c.Get(ctx, client.ObjectKey{Name: webhooks.ValidatingConfigurationName}, v) == nil && len(v.Webhooks) > 0 && len(v.Webhooks[0].ClientConfig.CABundle) > 0 {
+			return nil
+		}
+		select {
+		case err := <-errc:
+			return fmt.Errorf("the operator stopped while starting: %w", err)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// applySamples applies every sample with server-side apply into the default namespace: profiles
+// first, as the clusters and instances select them.
 func applySamples(ctx context.Context, c client.Client, dir string) error {
-	paths, err := filepath.Glob(filepath.Join(dir, "tiled_*.yaml"))
-	if err != nil {
-		return err
+	var paths []string
+	for _, kind := range []string{"tiledprofile", "tiledcluster", "tiledinstance"} {
+		p, err := filepath.Glob(filepath.Join(dir, "tiled_v1alpha1_"+kind+"*.yaml"))
+		if err != nil {
+			return err
+		}
+		paths = append(paths, p...)
 	}
 	for _, p := range paths {
 		f, err := os.Open(p)
@@ -103,6 +164,15 @@ func applySamples(ctx context.Context, c client.Client, dir string) error {
 		_ = f.Close()
 	}
 	return nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func envOr(key, def string) string {
