@@ -138,3 +138,7 @@ FAULTS_SEED ?= 1
 test-faults: ## Fault-injection suite on the real control plane (FAULTS_N, FAULTS_TRIALS, FAULTS_SEED); prints "N passed, N failed".
 	TILED_FAULTS=1 TILED_FAULTS_N=$(FAULTS_N) TILED_FAULTS_TRIALS=$(FAULTS_TRIALS) TILED_FAULTS_SEED=$(FAULTS_SEED) \
 	  TEST_TIMEOUT=$${TEST_TIMEOUT:-25m} hack/test.sh ./hack/faults/ -v -run 'TestFaults'
+
+.PHONY: test-tiled
+test-tiled: ## Conformance with real Tiled (PyPI, at expansion.TiledVersion) and PostgreSQL (Debian): the rendered config must run.
+	hack/tiled/conformance.sh
