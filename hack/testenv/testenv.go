@@ -10,11 +10,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
@@ -53,6 +56,11 @@ type Env struct {
 	kcm     *exec.Cmd
 	kcmDone chan struct{}
 	kcmLog  *bytes.Buffer
+
+	// apiserver is the kube-apiserver RestartAPIServer started, which Stop stops (envtest stops the
+	// one it started).
+	apiserver     *exec.Cmd
+	apiserverDone chan struct{}
 }
 
 // RepoRoot is the root of the checkout this package was built from.
@@ -241,6 +249,9 @@ func (e *Env) Stop() error {
 			<-e.kcmDone
 		}
 	}
+	if e.apiserver != nil {
+		stopProcess(e.apiserver, e.apiserverDone)
+	}
 	if e.env != nil {
 		if err := e.env.Stop(); err != nil {
 			errs = append(errs, err)
@@ -300,4 +311,154 @@ func tail(s string, lines int) string {
 		parts = parts[len(parts)-lines:]
 	}
 	return strings.Join(parts, "\n")
+}
+
+// RestartAPIServer stops kube-apiserver (SIGTERM, as a rolling restart of a control plane does),
+// keeps it down for the given time, and starts it again with the same flags, certificates and port.
+// etcd keeps running, so every object stays; clients built from Config work again once it answers.
+// It returns when the restarted apiserver is ready. Linux only: it finds the process through /proc.
+func (e *Env) RestartAPIServer(ctx context.Context, down time.Duration) error {
+	var args []string
+	if e.apiserver != nil {
+		args = e.apiserver.Args
+		stopProcess(e.apiserver, e.apiserverDone)
+		e.apiserver = nil
+	} else {
+		pid, err := childProcess("kube-apiserver")
+		if err != nil {
+			return err
+		}
+		raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil {
+			return err
+		}
+		args = strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
+		proc, err := os.FindProcess(pid)
+		if err != nil {
+			return err
+		}
+		if err := proc.Signal(syscall.SIGTERM); err != nil {
+			return fmt.Errorf("stopping kube-apiserver: %w", err)
+		}
+		// envtest waits for (and so reaps) its own process; wait until it is gone.
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err != nil {
+				break
+			}
+			if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil && procState(string(st)) == "Z" {
+				break
+			}
+			if time.Now().After(deadline) {
+				_ = proc.Kill()
+				return fmt.Errorf("kube-apiserver (pid %d) did not stop within 30s", pid)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(down):
+	}
+	// The port may take a moment to be free again after the old process closed it.
+	var err error
+	for attempt := 0; attempt < 20; attempt++ {
+		if err = e.startAPIServer(args[0], args); err == nil {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if err != nil {
+		return err
+	}
+	for {
+		if _, err := e.Clientset.Discovery().ServerVersion(); err == nil {
+			if _, err := e.Clientset.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); err == nil {
+				return nil
+			}
+		}
+		select {
+		case <-e.apiserverDone:
+			return fmt.Errorf("the restarted kube-apiserver exited")
+		case <-ctx.Done():
+			return fmt.Errorf("the restarted kube-apiserver is not ready: %w", ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// startAPIServer starts kube-apiserver with args and fails if it exits within a second.
+func (e *Env) startAPIServer(path string, args []string) error {
+	cmd := exec.Command(path, args[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	log := &bytes.Buffer{}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("restarting kube-apiserver: %w", err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+		return fmt.Errorf("the restarted kube-apiserver exited at once:\n%s", tail(log.String(), 20))
+	case <-time.After(time.Second):
+	}
+	e.apiserver, e.apiserverDone = cmd, done
+	return nil
+}
+
+func stopProcess(cmd *exec.Cmd, done chan struct{}) {
+	if cmd.Process == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+}
+
+// childProcess finds the one running child process of this process whose executable is named name.
+func childProcess(name string) (int, error) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, fmt.Errorf("finding %s: %w", name, err)
+	}
+	me := os.Getpid()
+	for _, en := range entries {
+		pid, err := strconv.Atoi(en.Name())
+		if err != nil {
+			continue
+		}
+		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...
+		s := string(st)
+		rest := s[strings.LastIndex(s, ")")+1:]
+		f := strings.Fields(rest)
+		if len(f) < 2 || f[0] == "Z" {
+			continue
+		}
+		if ppid, _ := strconv.Atoi(f[1]); ppid != me {
+			continue
+		}
+		exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+		if err == nil && filepath.Base(exe) == name {
+			return pid, nil
+		}
+	}
+	return 0, fmt.Errorf("no running %s started by this process", name)
+}
+
+func procState(stat string) string {
+	f := strings.Fields(stat[strings.LastIndex(stat, ")")+1:])
+	if len(f) == 0 {
+		return ""
+	}
+	return f[0]
 }

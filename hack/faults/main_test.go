@@ -1,0 +1,298 @@
+package faults_test
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
+	"github.com/bluesky/tiled-operator/controllers"
+	"github.com/bluesky/tiled-operator/expansion"
+	"github.com/bluesky/tiled-operator/hack/fleet"
+	"github.com/bluesky/tiled-operator/hack/testenv"
+	"github.com/bluesky/tiled-operator/render"
+	"github.com/bluesky/tiled-operator/webhooks"
+)
+
+var (
+	env     *testenv.Env
+	enabled = os.Getenv("TILED_FAULTS") == "1"
+	fleetN  = envInt("TILED_FAULTS_N", 100)
+	trials  = envInt("TILED_FAULTS_TRIALS", 10)
+	seed    = envInt("TILED_FAULTS_SEED", 1)
+	results tally
+)
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// tally counts the trials' outcomes for the summary line.
+type tally struct {
+	mu             sync.Mutex
+	passed, failed []string
+}
+
+func (t *tally) add(name string, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if ok {
+		t.passed = append(t.passed, name)
+	} else {
+		t.failed = append(t.failed, name)
+	}
+}
+
+func TestMain(m *testing.M) {
+	if !enabled {
+		os.Exit(m.Run()) // TestFaults reports SKIP
+	}
+	if os.Getenv("TILED_TEST_LOG") != "" {
+		ctrl.SetLogger(zap.New(zap.UseDevMode(true)))
+	} else {
+		ctrl.SetLogger(logr.Discard())
+	}
+	var err error
+	env, err = testenv.Start(testenv.Options{ControllerManager: true})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "cannot start the control plane: %v\n", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	if err := env.Stop(); err != nil {
+		fmt.Fprintf(os.Stderr, "stopping the control plane: %v\n", err)
+	}
+	fmt.Printf("fault suite (N=%d, %d stop trials, seed %d): %d passed, %d failed\n", fleetN, trials, seed, len(results.passed), len(results.failed))
+	for _, f := range results.failed {
+		fmt.Printf("  failed: %s\n", f)
+	}
+	fmt.Printf("%d passed, %d failed\n", len(results.passed), len(results.failed))
+	if len(results.failed) > 0 && code == 0 {
+		code = 1
+	}
+	os.Exit(code)
+}
+
+// trial runs one fault trial as a subtest and records its outcome.
+func trial(t *testing.T, name string, f func(t *testing.T, g Gomega)) {
+	t.Run(name, func(t *testing.T) {
+		start := time.Now()
+		defer func() {
+			results.add(t.Name(), !t.Failed())
+			t.Logf("%s: %s in %s", t.Name(), map[bool]string{true: "FAILED", false: "passed"}[t.Failed()], time.Since(start).Round(time.Second))
+		}()
+		f(t, NewWithT(t))
+	})
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// operator is the manager running in this process.
+type operator struct {
+	*controllers.Operator
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func startOperator(t *testing.T, g Gomega, ns string, hooks *webhooks.Options) *operator {
+	op, err := controllers.NewManager(env.Config, controllers.ManagerOptions{
+		MetricsBindAddress: "0", HealthProbeBindAddress: "0", WatchNamespaces: []string{ns}, Restartable: true, Webhooks: hooks,
+	})
+	g.Expect(err).NotTo(HaveOccurred())
+	ctx, cancel := context.WithCancel(context.Background())
+	o := &operator{Operator: op, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(o.done)
+		if err := op.Start(ctx); err != nil {
+			t.Logf("manager stopped: %v", err)
+		}
+	}()
+	syncCtx, syncCancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer syncCancel()
+	g.Expect(op.GetCache().WaitForCacheSync(syncCtx)).To(BeTrue())
+	t.Cleanup(o.stop)
+	return o
+}
+
+func (o *operator) stop() {
+	o.cancel()
+	<-o.done
+}
+
+// newFleet creates a namespace with the five profiles and, unless cluster is nil, the cluster.
+func newFleet(t *testing.T, g Gomega, prefix string, cluster func(ns string) *tiledv1alpha1.TiledCluster) (string, *tiledv1alpha1.TiledCluster) {
+	ctx := ctxT(t)
+	ns, err := fleet.NewNamespace(ctx, env.Client, prefix)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(fleet.Create(ctx, env.Client, fleet.ProfileObjects(fleet.Profiles(ns))...)).To(Succeed())
+	if cluster == nil {
+		return ns, nil
+	}
+	c := cluster(ns)
+	g.Expect(env.Client.Create(ctx, c)).To(Succeed())
+	return ns, c
+}
+
+func defaultCluster(n int) func(ns string) *tiledv1alpha1.TiledCluster {
+	return func(ns string) *tiledv1alpha1.TiledCluster {
+		names, err := fleet.Beamlines(n)
+		if err != nil {
+			panic(err)
+		}
+		return fleet.Cluster(ns, "nsls2", names)
+	}
+}
+
+// waitStampedOut waits until the cluster's n instances are reconciled and have their StatefulSets
+// (as the API server says), then until the operator is quiet.
+func waitStampedOut(t *testing.T, g Gomega, op *operator, ns string, n int) {
+	ctx := ctxT(t)
+	g.Expect(fleet.Poll(ctx, 500*time.Millisecond, 5*time.Minute, "stamp-out", func(ctx context.Context) (bool, error) {
+		return fleet.StampedOut(ctx, op.GetClient(), ns, "nsls2", n)
+	})).To(Succeed())
+	g.Expect(fleet.Poll(ctx, 500*time.Millisecond, time.Minute, "stamp-out (API server)", func(ctx context.Context) (bool, error) {
+		return fleet.StampedOut(ctx, env.Client, ns, "nsls2", n)
+	})).To(Succeed())
+	g.Expect(fleet.WaitQuiet(ctx, op.Traffic, 2*time.Second, 3*time.Minute)).To(Succeed())
+}
+
+// expectedKeys are the "Kind/name" of every object the operator must create for the cluster: what
+// the engine and the renderers produce, computed here without the operator.
+func expectedKeys(g Gomega, c *tiledv1alpha1.TiledCluster) map[string]bool {
+	res, err := expansion.Expand(c, profileValues(fleet.Profiles(c.Namespace)), expansion.DefaultBuiltins())
+	g.Expect(err).NotTo(HaveOccurred())
+	keys := map[string]bool{}
+	for _, inst := range res.Instances {
+		keys["TiledInstance/"+inst.Object.Name] = true
+		data, err := render.GenerateSecretData(inst.Object, nil, rand.Reader)
+		g.Expect(err).NotTo(HaveOccurred())
+		objs, err := render.Render(inst.Object, render.Inputs{SecretData: data})
+		g.Expect(err).NotTo(HaveOccurred())
+		for _, o := range objs.All() {
+			kind, name := kindName(o)
+			keys[kind+"/"+name] = true
+		}
+	}
+	return keys
+}
+
+func profileValues(ps []*tiledv1alpha1.TiledProfile) []tiledv1alpha1.TiledProfile {
+	out := make([]tiledv1alpha1.TiledProfile, len(ps))
+	for i, p := range ps {
+		out[i] = *p
+	}
+	return out
+}
+
+// kindName reads kind and name off an apply configuration.
+func kindName(o any) (string, string) {
+	type named interface {
+		GetKind() *string
+		GetName() *string
+	}
+	if n, ok := o.(named); ok {
+		return *n.GetKind(), *n.GetName()
+	}
+	if u, ok := o.(interface {
+		GetKind() string
+		GetName() string
+	}); ok {
+		return u.GetKind(), u.GetName()
+	}
+	panic(fmt.Sprintf("no kind and name on %T", o))
+}
+
+// checkFleet asserts the stamped-out state: exactly the expected objects (none missing, no
+// duplicate, nothing extra), each owned as the design says (TiledInstances by the cluster, children
+// by an existing instance, retained claims and PersistentVolumes by no one), no orphan.
+func checkFleet(t *testing.T, g Gomega, c *tiledv1alpha1.TiledCluster) map[string]client.Object {
+	objs, err := fleet.Objects(ctxT(t), env.Client, c.Namespace)
+	g.Expect(err).NotTo(HaveOccurred())
+	want := expectedKeys(g, c)
+	var missing, extra []string
+	for k := range want {
+		if _, ok := objs[k]; !ok {
+			missing = append(missing, k)
+		}
+	}
+	for k := range objs {
+		if !want[k] {
+			extra = append(extra, k)
+		}
+	}
+	sort.Strings(missing)
+	sort.Strings(extra)
+	g.Expect(missing).To(BeEmpty(), "objects missing")
+	g.Expect(extra).To(BeEmpty(), "objects not rendered for any instance (duplicates or orphans)")
+
+	cluster := &tiledv1alpha1.TiledCluster{}
+	g.Expect(env.Client.Get(ctxT(t), client.ObjectKeyFromObject(c), cluster)).To(Succeed())
+	instances := map[types.UID]bool{}
+	for k, o := range objs {
+		if strings.HasPrefix(k, "TiledInstance/") {
+			instances[o.GetUID()] = true
+			ref := metav1.GetControllerOf(o)
+			g.Expect(ref).NotTo(BeNil(), "%s has no controller", k)
+			g.Expect(ref.UID).To(Equal(cluster.UID), "%s is not controlled by its cluster", k)
+		}
+	}
+	for k, o := range objs {
+		if strings.HasPrefix(k, "TiledInstance/") {
+			continue
+		}
+		ref := metav1.GetControllerOf(o)
+		if ref == nil {
+			retained := strings.HasPrefix(k, "PersistentVolume/") ||
+				(strings.HasPrefix(k, "PersistentVolumeClaim/") && o.GetAnnotations()[render.AnnotationRetention] == string(tiledv1alpha1.RetentionRetain))
+			g.Expect(retained).To(BeTrue(), "%s has no controller and is not retained data", k)
+			continue
+		}
+		g.Expect(instances[ref.UID]).To(BeTrue(), "%s is controlled by %s %s, which does not exist (orphan)", k, ref.Kind, ref.Name)
+	}
+	return objs
+}
+
+// secretData maps every Secret of the fleet to its data.
+func secretData(objs map[string]client.Object) map[string]map[string][]byte {
+	out := map[string]map[string][]byte{}
+	for k, o := range objs {
+		if s, ok := o.(*corev1.Secret); ok {
+			out[k] = s.Data
+		}
+	}
+	return out
+}
+
+func getCluster(t *testing.T, g Gomega, ns string) *tiledv1alpha1.TiledCluster {
+	c := &tiledv1alpha1.TiledCluster{}
+	g.Expect(env.Client.Get(ctxT(t), client.ObjectKey{Namespace: ns, Name: "nsls2"}, c)).To(Succeed())
+	return c
+}
+
+func condition(conds []metav1.Condition, typ string) *metav1.Condition {
+	return meta.FindStatusCondition(conds, typ)
+}
