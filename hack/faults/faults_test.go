@@ -368,7 +368,7 @@ func testRetentionBeamlines(t *testing.T, g Gomega) {
 		err := env.Client.Get(ctxT(t), client.ObjectKey{Namespace: ns, Name: "nsls2-" + keep}, &tiledv1alpha1.TiledInstance{})
 		err2 := env.Client.Get(ctxT(t), client.ObjectKey{Namespace: ns, Name: "nsls2-" + drop}, &tiledv1alpha1.TiledInstance{})
 		return apierrors.IsNotFound(err) && apierrors.IsNotFound(err2)
-	}).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(BeTrue(), "removed beamlines' instances are deleted")
+	}).WithTimeout(2*time.Minute).WithPolling(time.Second).Should(BeTrue(), "removed beamlines' instances are deleted")
 	checkClaims(t, g, ns, claims, map[string]bool{drop: true})
 	for name := range claims[keep] {
 		pvc := &corev1.PersistentVolumeClaim{}
@@ -398,7 +398,7 @@ func testRetentionCluster(t *testing.T, g Gomega) {
 		var sts appsv1.StatefulSetList
 		g.Expect(env.Client.List(ctxT(t), &sts, client.InNamespace(ns))).To(Succeed())
 		g.Expect(sts.Items).To(BeEmpty())
-	}).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed(), "the garbage collector removes the cluster's instances and workloads")
+	}).WithTimeout(2*time.Minute).WithPolling(time.Second).Should(Succeed(), "the garbage collector removes the cluster's instances and workloads")
 	checkClaims(t, g, ns, claims, deleted)
 }
 
