@@ -39,7 +39,20 @@ func main() {
 	out := flag.String("out", filepath.Join(testenv.RepoRoot(), "bench", "results.json"), "where to write the JSON results (empty: nowhere)")
 	skip := flag.String("skip", "", "comma-separated phases to leave out: idle, naive (for quick trials; results then lack them)")
 	child := flag.Bool("child", false, "internal: measure one size and print its JSON result on stdout")
+	markdown := flag.String("markdown", "", "print the table of an existing results file as Markdown (for docs/benchmarks.md) and exit")
 	flag.Parse()
+	if *markdown != "" {
+		data, err := os.ReadFile(*markdown)
+		if err != nil {
+			fail(err)
+		}
+		var rs []*Result
+		if err := json.Unmarshal(data, &rs); err != nil {
+			fail(err)
+		}
+		printTable(os.Stdout, rs, true)
+		return
+	}
 	ctrl.SetLogger(logr.Discard())
 
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -92,7 +105,7 @@ func main() {
 		}
 		results = append(results, r)
 	}
-	printTable(os.Stdout, results)
+	printTable(os.Stdout, results, false)
 	if *out != "" {
 		// Sizes measured now replace those of an earlier run; other sizes are kept, so that
 		// `make bench N=30` updates one entry of bench/results.json.
@@ -122,10 +135,26 @@ func fail(err error) {
 	os.Exit(1)
 }
 
-// printTable prints one column per fleet size.
-func printTable(w *os.File, rs []*Result) {
+// printTable prints one column per fleet size, aligned for a terminal or as a Markdown table.
+func printTable(w *os.File, rs []*Result, md bool) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	first := true
 	row := func(name string, f func(*Result) string) {
+		if md {
+			cells := []string{strings.TrimSpace(name)}
+			if strings.HasPrefix(name, "  ") {
+				cells[0] = "&nbsp;&nbsp;" + cells[0]
+			}
+			for _, r := range rs {
+				cells = append(cells, f(r))
+			}
+			fmt.Fprintf(w, "| %s |\n", strings.Join(cells, " | "))
+			if first {
+				fmt.Fprintf(w, "|%s\n", strings.Repeat(" ---: |", len(cells)))
+				first = false
+			}
+			return
+		}
 		fmt.Fprint(tw, name+"\t")
 		for _, r := range rs {
 			fmt.Fprint(tw, f(r)+"\t")
