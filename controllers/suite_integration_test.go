@@ -15,7 +15,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -260,8 +259,6 @@ func getInstance(t *testing.T, g Gomega, ns, name string) *tiledv1alpha1.TiledIn
 	g.Expect(env.Client.Get(ctxT(t), client.ObjectKey{Namespace: ns, Name: name}, ti)).To(Succeed())
 	return ti
 }
-
-func notFound(err error) bool { return apierrors.IsNotFound(err) }
 
 func lenOf(l client.ObjectList) int {
 	items, err := meta.ExtractList(l)

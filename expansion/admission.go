@@ -51,7 +51,7 @@ func Restrict(obj *v1alpha1.TiledInstance, keep func(FieldSource) bool) (*v1alph
 			return
 		}
 		r := renderPath(p)
-		v, _ := lookup(u, p)
+		v := lookup(u, p)
 		if keep(FieldSource{Path: r, Value: jsonString(v), Source: obj.Provenance[r]}) {
 			kept.Insert(p)
 		}

@@ -2,6 +2,7 @@ package expansion
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -233,7 +234,11 @@ func (e *engine) expandOne(instance string, stack []*layer, shared int, ctx *exp
 			use := l.exprs[k]
 			v, err := use.prog.eval(use.src, ctx)
 			if err != nil {
-				xe := *err.(*ExpressionError)
+				var src *ExpressionError
+				if !errors.As(err, &src) {
+					return nil, nil, err
+				}
+				xe := *src
 				xe.Layer, xe.Field = l.source, tg.field
 				return nil, nil, &xe
 			}
@@ -346,11 +351,11 @@ func exclusiveLosers(layouts []*material) *fieldpath.Set {
 			decided[key] = true
 			c := layouts[i].members[key]
 			for _, other := range c.group {
-				if other != c.member && setByAny(layouts, child(c.parent, other)) {
+				if other != c.member && setByAny(layouts, childPath(c.parent, other)) {
 					if drop == nil {
 						drop = fieldpath.NewSet()
 					}
-					drop.Insert(child(c.parent, other))
+					drop.Insert(childPath(c.parent, other))
 				}
 			}
 		}
@@ -449,10 +454,13 @@ func (e *engine) checkConflicts(instance string, stack []*layer, ctx *exprContex
 			key := [2]string{stack[i].source, stack[j].source}
 			if static {
 				if err, ok := e.conflicts[key]; ok {
-					if err != nil {
-						c := *err.(*ConflictError)
+					var src *ConflictError
+					if errors.As(err, &src) {
+						c := *src
 						c.Instance = instance
 						return &c
+					} else if err != nil {
+						return err
 					}
 					continue
 				}
@@ -497,8 +505,8 @@ func conflict(a, b *material, priority int32) *ConflictError {
 		}
 		cmp.Modified.Intersection(both).Iterate(func(p fieldpath.Path) {
 			r := renderPath(p)
-			va, _ := lookup(a.obj, p)
-			vb, _ := lookup(b.obj, p)
+			va := lookup(a.obj, p)
+			vb := lookup(b.obj, p)
 			found = append(found, r)
 			values[r] = [2]string{jsonString(va), jsonString(vb)}
 		})

@@ -199,7 +199,7 @@ func (e *engine) newLayerFromMap(source string, spec map[string]interface{}) (*l
 				var xe *ExpressionError
 				if errors.As(cerr, &xe) {
 					xe := *xe
-					xe.Layer, xe.Field = source, renderPath(child(s.path, x.field))
+					xe.Layer, xe.Field = source, renderPath(childPath(s.path, x.field))
 					err = &xe
 				} else {
 					err = cerr
@@ -207,7 +207,7 @@ func (e *engine) newLayerFromMap(source string, spec map[string]interface{}) (*l
 				return
 			}
 			l.exprs = append(l.exprs, &exprUse{src: src, prog: prog})
-			l.targets = append(l.targets, exprTarget{path: child(s.path, x.target), field: renderPath(child(s.path, x.field))})
+			l.targets = append(l.targets, exprTarget{path: childPath(s.path, x.target), field: renderPath(childPath(s.path, x.field))})
 		})
 	}
 	if err != nil {
@@ -229,7 +229,7 @@ func (e *engine) newLayerFromMap(source string, spec map[string]interface{}) (*l
 			if _, ok := s.obj[x.field]; ok {
 				delete(s.obj, x.field)
 				s.obj[x.target] = placeholder
-				computed[renderPath(child(s.path, x.target))] = true
+				computed[renderPath(childPath(s.path, x.target))] = true
 			}
 		})
 	}
@@ -322,14 +322,19 @@ func (e *engine) instantiate(l *layer, ctx *exprContext) (*material, error) {
 			k++
 			v, eerr := use.prog.eval(use.src, ctx)
 			if eerr != nil {
-				xe := *eerr.(*ExpressionError)
-				xe.Layer, xe.Field = l.source, renderPath(child(s.path, x.field))
+				var src *ExpressionError
+				if !errors.As(eerr, &src) {
+					err = eerr
+					return
+				}
+				xe := *src
+				xe.Layer, xe.Field = l.source, renderPath(childPath(s.path, x.field))
 				err = &xe
 				return
 			}
 			delete(s.obj, x.field)
 			s.obj[x.target] = v
-			computed[renderPath(child(s.path, x.target))] = true
+			computed[renderPath(childPath(s.path, x.target))] = true
 		})
 	}
 	if err != nil {

@@ -241,7 +241,7 @@ func Why(obj *v1alpha1.TiledInstance, field string) ([]FieldSource, error) {
 		if r != field && !strings.HasPrefix(r, field+".") && !strings.HasPrefix(r, field+"[") {
 			return
 		}
-		v, _ := lookup(u, p)
+		v := lookup(u, p)
 		out = append(out, FieldSource{Path: r, Value: jsonString(v), Source: obj.Provenance[r]})
 	})
 	if len(out) == 0 {

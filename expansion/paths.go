@@ -95,7 +95,7 @@ func visit(root map[string]interface{}, pattern string, listKeys map[string][]st
 		if !ok || child == nil {
 			return
 		}
-		p := append(path[:len(path):len(path)], fieldpath.PathElement{FieldName: &name})
+		p := childPath(path, name)
 		if !isList {
 			if m, ok := child.(map[string]interface{}); ok {
 				walk(m, i+1, prefix, p)
@@ -127,27 +127,27 @@ func visit(root map[string]interface{}, pattern string, listKeys map[string][]st
 }
 
 // child returns path extended by one field name, without aliasing path's array.
-func child(path fieldpath.Path, name string) fieldpath.Path {
+func childPath(path fieldpath.Path, name string) fieldpath.Path {
 	n := name
 	return append(path[:len(path):len(path)], fieldpath.PathElement{FieldName: &n})
 }
 
 // lookup returns the value at path in an unstructured value.
-func lookup(v interface{}, path fieldpath.Path) (interface{}, bool) {
+func lookup(v interface{}, path fieldpath.Path) interface{} {
 	for _, pe := range path {
 		switch {
 		case pe.FieldName != nil:
 			m, ok := v.(map[string]interface{})
 			if !ok {
-				return nil, false
+				return nil
 			}
 			if v, ok = m[*pe.FieldName]; !ok {
-				return nil, false
+				return nil
 			}
 		case pe.Key != nil:
 			items, ok := v.([]interface{})
 			if !ok {
-				return nil, false
+				return nil
 			}
 			found := false
 			for _, item := range items {
@@ -168,12 +168,12 @@ func lookup(v interface{}, path fieldpath.Path) (interface{}, bool) {
 				}
 			}
 			if !found {
-				return nil, false
+				return nil
 			}
 		case pe.Value != nil:
 			items, ok := v.([]interface{})
 			if !ok {
-				return nil, false
+				return nil
 			}
 			found := false
 			for _, item := range items {
@@ -183,15 +183,15 @@ func lookup(v interface{}, path fieldpath.Path) (interface{}, bool) {
 				}
 			}
 			if !found {
-				return nil, false
+				return nil
 			}
 		case pe.Index != nil:
 			items, ok := v.([]interface{})
 			if !ok || *pe.Index >= len(items) {
-				return nil, false
+				return nil
 			}
 			v = items[*pe.Index]
 		}
 	}
-	return v, true
+	return v
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"math/rand"
 	"os"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/pod-security-admission/api"
 	"k8s.io/pod-security-admission/policy"
@@ -66,11 +66,6 @@ func objectsYAML(o *Objects) ([]byte, error) {
 		buf.Write(b)
 	}
 	return buf.Bytes(), nil
-}
-
-func isNil(v any) bool {
-	b, _ := json.Marshal(v)
-	return string(b) == "null"
 }
 
 func TestGolden(t *testing.T) {

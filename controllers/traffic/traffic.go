@@ -61,8 +61,8 @@ func New(reg prometheus.Registerer) *Counter {
 	c := &Counter{
 		counts: map[Key]int64{},
 		factory: &apirequest.RequestInfoFactory{
-			APIPrefixes:          sets.NewString("api", "apis"), //nolint:staticcheck // the factory's field type
-			GrouplessAPIPrefixes: sets.NewString("api"),         //nolint:staticcheck // the factory's field type
+			APIPrefixes:          sets.NewString("api", "apis"),
+			GrouplessAPIPrefixes: sets.NewString("api"),
 		},
 	}
 	if reg != nil {
