@@ -137,7 +137,7 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 	logf := func(format string, args ...any) {
 		fmt.Fprintf(logw, "[n=%d %s] "+format+"\n", append([]any{n, time.Now().Format("15:04:05")}, args...)...)
 	}
-	env, err := testenv.Start(testenv.Options{})
+	env, err := testenv.Start(testenv.Options{APIServerFlags: map[string]string{"service-cluster-ip-range": serviceRange}})
 	if err != nil {
 		return nil, err
 	}
@@ -540,3 +540,8 @@ func kindsOf(keys []string) []string {
 	}
 	return out
 }
+
+// serviceRange is the apiserver's ClusterIP range: envtest's default (10.0.0.0/24) holds 254
+// addresses, and every instance's Tiled and PostgreSQL Services take one each, in the operator's,
+// the floor's and the naive baseline's namespaces.
+const serviceRange = "10.96.0.0/16"

@@ -73,7 +73,7 @@ func TestMain(m *testing.M) {
 		ctrl.SetLogger(logr.Discard())
 	}
 	var err error
-	env, err = testenv.Start(testenv.Options{ControllerManager: true})
+	env, err = testenv.Start(testenv.Options{ControllerManager: true, APIServerFlags: map[string]string{"service-cluster-ip-range": "10.96.0.0/16"}})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "cannot start the control plane: %v\n", err)
 		os.Exit(1)

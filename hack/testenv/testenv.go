@@ -36,6 +36,10 @@ type Options struct {
 	ControllerManager bool
 	// SkipCRDs leaves the operator's CRDs out.
 	SkipCRDs bool
+	// APIServerFlags are extra kube-apiserver flags (name without "--" to value). Fleets of more
+	// than about a hundred instances need a wider "service-cluster-ip-range" than envtest's default
+	// 10.0.0.0/24 (254 ClusterIPs; every instance takes two).
+	APIServerFlags map[string]string
 }
 
 // Env is a running control plane.
@@ -131,6 +135,9 @@ func Start(opts Options) (*Env, error) {
 		BinaryAssetsDirectory: dir,
 		ErrorIfCRDPathMissing: true,
 		Scheme:                e.Scheme,
+	}
+	for k, v := range opts.APIServerFlags {
+		e.env.ControlPlane.GetAPIServer().Configure().Set(k, v)
 	}
 	if !opts.SkipCRDs {
 		e.env.CRDDirectoryPaths = []string{filepath.Join(RepoRoot(), "config", "crd", "bases")}
