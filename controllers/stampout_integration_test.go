@@ -100,6 +100,9 @@ func TestStampOutTraffic(t *testing.T) {
 	g.Expect(statusWrites).To(BeNumerically("<=", int64(len(names)+2)), "one status write per instance, and the cluster's")
 	g.Expect(eventWrites).To(BeNumerically("<=", 2))
 
+	// The children of one instance, as stored, match the golden files.
+	checkGolden(t, g, ns, "nsls2-chx")
+
 	// kubectl lists the cluster's instances by label.
 	out, stderr, err := env.Kubectl(ctxT(t), "get", "ti", "-n", ns, "-l", tiledv1alpha1.LabelCluster+"=nsls2", "-o", "name")
 	g.Expect(err).NotTo(HaveOccurred(), stderr)
