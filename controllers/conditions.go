@@ -1,12 +1,17 @@
 package controllers
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
+	"github.com/bluesky/tiled-operator/controllers/applier"
 	"github.com/bluesky/tiled-operator/expansion"
 )
 
@@ -101,6 +106,22 @@ func transitioned(before, after []metav1.Condition, typ string) (*metav1.Conditi
 		return a, true
 	}
 	return a, false
+}
+
+// applyStatus applies the status of one of the operator's own objects through the status
+// subresource, and reports whether a request was sent.
+func applyStatus(ctx context.Context, a *applier.Applier, obj client.Object, kind string, status any) (bool, error) {
+	st, err := toMap(status)
+	if err != nil {
+		return false, err
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": tiledv1alpha1.GroupVersion.String(), "kind": kind,
+		"metadata": map[string]any{"name": obj.GetName(), "namespace": obj.GetNamespace()},
+		"status":   st,
+	}}
+	res, err := a.ApplyStatus(ctx, client.ApplyConfigurationFromUnstructured(u), obj)
+	return res.Sent, err
 }
 
 // toMap converts a typed value to the map form used in unstructured apply configurations.

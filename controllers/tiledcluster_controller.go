@@ -272,17 +272,7 @@ func (r *TiledClusterReconciler) writeStatus(ctx context.Context, cluster *tiled
 	if equality.Semantic.DeepEqual(&cluster.Status, status) {
 		return false, nil
 	}
-	st, err := toMap(status)
-	if err != nil {
-		return false, err
-	}
-	u := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": tiledv1alpha1.GroupVersion.String(), "kind": "TiledCluster",
-		"metadata": map[string]any{"name": cluster.Name, "namespace": cluster.Namespace},
-		"status":   st,
-	}}
-	res, err := r.Applier.ApplyStatus(ctx, client.ApplyConfigurationFromUnstructured(u), cluster)
-	return res.Sent, err
+	return applyStatus(ctx, r.Applier, cluster, "TiledCluster", status)
 }
 
 // prune deletes the instances of this cluster that it no longer lists.

@@ -328,25 +328,12 @@ func (r *TiledInstanceReconciler) externalSecretKeys(ctx context.Context, ti *ti
 // applyAll applies every rendered object, owned by the instance (except retained data claims), and
 // returns their keys.
 func (r *TiledInstanceReconciler) applyAll(ctx context.Context, ti *tiledv1alpha1.TiledInstance, objs *render.Objects) (map[applier.Key]int64, error) {
-	owner := map[string]any{
-		"apiVersion": tiledv1alpha1.GroupVersion.String(), "kind": "TiledInstance",
-		"name": ti.Name, "uid": string(ti.UID), "controller": true, "blockOwnerDeletion": true,
+	intents, err := InstanceObjects(ti, objs)
+	if err != nil {
+		return nil, err
 	}
 	applied := map[applier.Key]int64{}
-	retained := map[any]bool{}
-	if render.Retained(ti) {
-		for _, c := range objs.Claims {
-			retained[c] = true // data and database claims outlive the instance: no owner
-		}
-	}
-	for _, o := range objs.All() {
-		u, err := toUnstructured(o)
-		if err != nil {
-			return nil, err
-		}
-		if u.GetNamespace() != "" && !retained[o] {
-			u.Object["metadata"].(map[string]any)["ownerReferences"] = []any{owner}
-		}
+	for _, u := range intents {
 		current, err := r.current(ctx, u)
 		if err != nil {
 			return nil, err
@@ -358,6 +345,35 @@ func (r *TiledInstanceReconciler) applyAll(ctx context.Context, ti *tiledv1alpha
 		applied[res.Key] = res.Generation
 	}
 	return applied, nil
+}
+
+// InstanceObjects returns the objects the controller applies for an instance, in order: the rendered
+// objects, each controller-owned by the instance except the data and database claims under the
+// Retain policy, which outlive it.
+func InstanceObjects(ti *tiledv1alpha1.TiledInstance, objs *render.Objects) ([]*unstructured.Unstructured, error) {
+	owner := map[string]any{
+		"apiVersion": tiledv1alpha1.GroupVersion.String(), "kind": "TiledInstance",
+		"name": ti.Name, "uid": string(ti.UID), "controller": true, "blockOwnerDeletion": true,
+	}
+	retained := map[any]bool{}
+	if render.Retained(ti) {
+		for _, c := range objs.Claims {
+			retained[c] = true
+		}
+	}
+	all := objs.All()
+	out := make([]*unstructured.Unstructured, 0, len(all))
+	for _, o := range all {
+		u, err := toUnstructured(o)
+		if err != nil {
+			return nil, err
+		}
+		if u.GetNamespace() != "" && !retained[o] {
+			u.Object["metadata"].(map[string]any)["ownerReferences"] = []any{owner}
+		}
+		out = append(out, u)
+	}
+	return out, nil
 }
 
 // current returns the object as the cache holds it, or nil.
@@ -504,17 +520,7 @@ func (r *TiledInstanceReconciler) writeStatus(ctx context.Context, ti *tiledv1al
 	if equality.Semantic.DeepEqual(&ti.Status, status) {
 		return false, nil
 	}
-	st, err := toMap(status)
-	if err != nil {
-		return false, err
-	}
-	u := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": tiledv1alpha1.GroupVersion.String(), "kind": "TiledInstance",
-		"metadata": map[string]any{"name": ti.Name, "namespace": ti.Namespace},
-		"status":   st,
-	}}
-	res, err := r.Applier.ApplyStatus(ctx, client.ApplyConfigurationFromUnstructured(u), ti)
-	return res.Sent, err
+	return applyStatus(ctx, r.Applier, ti, "TiledInstance", status)
 }
 
 func stsKey(namespace, name string) applier.Key {
