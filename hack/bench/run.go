@@ -6,6 +6,7 @@ import (
 	"io"
 	"log"
 	"net/http"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -406,7 +407,12 @@ func runNaive(ctx context.Context, env *testenv.Env, names []string, o options, 
 	nctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- nv.Start(nctx) }()
-	defer func() { stop(); <-done }()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			fmt.Fprintf(os.Stderr, "bench: the naive baseline's manager stopped with %v\n", err)
+		}
+	}()
 	syncCtx, cancelSync := context.WithTimeout(ctx, 2*time.Minute)
 	synced := nv.GetCache().WaitForCacheSync(syncCtx)
 	cancelSync()
@@ -528,7 +534,7 @@ func kindsOf(keys []string) []string {
 	counts := map[string]int{}
 	var order []string
 	for _, k := range keys {
-		kind := k[:strings.Index(k, "/")]
+		kind, _, _ := strings.Cut(k, "/")
 		if counts[kind] == 0 {
 			order = append(order, kind)
 		}

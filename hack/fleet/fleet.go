@@ -240,7 +240,8 @@ func Objects(ctx context.Context, c client.Client, ns string) (map[string]client
 func Counts(objs map[string]client.Object) map[string]int {
 	out := map[string]int{}
 	for k := range objs {
-		out[k[:strings.Index(k, "/")]]++
+		kind, _, _ := strings.Cut(k, "/")
+		out[kind]++
 	}
 	return out
 }
