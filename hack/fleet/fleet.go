@@ -18,6 +18,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -231,6 +232,53 @@ func Objects(ctx context.Context, c client.Client, ns string) (map[string]client
 		pv := &pvs.Items[i]
 		if pv.Spec.ClaimRef != nil && pv.Spec.ClaimRef.Namespace == ns {
 			out["PersistentVolume/"+pv.Name] = pv
+		}
+	}
+	return out, nil
+}
+
+// Metadata is Objects with metadata only (kind, name, resourceVersion, labels, owners…): what
+// counting and comparing resourceVersions needs, at a fraction of the memory of whole objects, so
+// that a benchmark's own reads do not inflate the peak memory of the process it measures.
+func Metadata(ctx context.Context, c client.Client, ns string) (map[string]client.Object, error) {
+	out := map[string]client.Object{}
+	list := func(gvk schema.GroupVersionKind, opts ...client.ListOption) ([]metav1.PartialObjectMetadata, error) {
+		l := &metav1.PartialObjectMetadataList{}
+		l.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+		if err := c.List(ctx, l, opts...); err != nil {
+			return nil, err
+		}
+		return l.Items, nil
+	}
+	kinds := []schema.GroupVersionKind{
+		corev1.SchemeGroupVersion.WithKind("ConfigMap"), corev1.SchemeGroupVersion.WithKind("Secret"),
+		corev1.SchemeGroupVersion.WithKind("Service"), corev1.SchemeGroupVersion.WithKind("PersistentVolumeClaim"),
+		appsv1.SchemeGroupVersion.WithKind("StatefulSet"), networkingv1.SchemeGroupVersion.WithKind("Ingress"),
+	}
+	for _, gvk := range kinds {
+		items, err := list(gvk, client.InNamespace(ns), managedSel)
+		if err != nil {
+			return nil, err
+		}
+		for i := range items {
+			out[gvk.Kind+"/"+items[i].Name] = &items[i]
+		}
+	}
+	items, err := list(tiledv1alpha1.GroupVersion.WithKind("TiledInstance"), client.InNamespace(ns))
+	if err != nil {
+		return nil, err
+	}
+	for i := range items {
+		out["TiledInstance/"+items[i].Name] = &items[i]
+	}
+	// PersistentVolumes are cluster-scoped: their names start with the namespace (render.NamesFor).
+	pvs, err := list(corev1.SchemeGroupVersion.WithKind("PersistentVolume"), managedSel)
+	if err != nil {
+		return nil, err
+	}
+	for i := range pvs {
+		if strings.HasPrefix(pvs[i].Name, ns+"-") {
+			out["PersistentVolume/"+pvs[i].Name] = &pvs[i]
 		}
 	}
 	return out, nil
