@@ -49,6 +49,7 @@ const (
 	ReasonFieldsManaged      = "FieldsManagedElsewhere"
 	ReasonPaused             = "Paused"
 	ReasonProfileDeleted     = "ProfileDeleted"
+	ReasonChildRefused       = "ChildRefused"
 )
 
 // expansionReason maps an expansion error to a condition reason.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -48,6 +49,14 @@ import (
 
 // ownerIndex indexes child objects by the UID of their controller.
 const ownerIndex = ".metadata.controllerUID"
+
+// serviceMonitor is the prometheus-operator kind, outside the scheme.
+func serviceMonitor() *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion("monitoring.coreos.com/v1")
+	u.SetKind("ServiceMonitor")
+	return u
+}
 
 // childKinds are the namespaced kinds the instance controller owns, watches (through a cache
 // restricted to objects labelled as managed by the operator) and prunes.
@@ -169,6 +178,12 @@ func (r *TiledInstanceReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	}
 
 	applied, err := r.applyAll(ctx, ti, objs)
+	var refused *childRefusedError
+	if errors.As(err, &refused) {
+		// Retrying cannot help (e.g. an immutable field of a claim): say so once, and wait for a
+		// change of the instance.
+		return ctrl.Result{}, r.stalled(ctx, ti, status, ReasonChildRefused, refused.Error())
+	}
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -339,12 +354,27 @@ func (r *TiledInstanceReconciler) applyAll(ctx context.Context, ti *tiledv1alpha
 			return nil, err
 		}
 		res, err := r.Applier.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), current)
+		if apierrors.IsInvalid(err) {
+			return nil, &childRefusedError{Key: res.Key, Err: err}
+		}
 		if err != nil {
 			return nil, err
 		}
 		applied[res.Key] = res.Generation
 	}
 	return applied, nil
+}
+
+// childRefusedError is a child object the API server refuses as invalid: a change no retry can make,
+// such as the access modes or storage class of an existing claim.
+type childRefusedError struct {
+	Key applier.Key
+	Err error
+}
+
+func (e *childRefusedError) Error() string {
+	return fmt.Sprintf("the API server refuses the change to %s (objects before it in order were applied, the rest are left as they were); "+
+		"revert the setting, or delete the object if it may be recreated: %v", e.Key, e.Err)
 }
 
 // InstanceObjects returns the objects the controller applies for an instance, in order: the rendered
@@ -399,7 +429,11 @@ func (r *TiledInstanceReconciler) current(ctx context.Context, u *unstructured.U
 // off, a PodDisruptionBudget no longer needed, a managed database replaced by an external one). Data
 // claims kept by the Retain policy carry no controller reference and are never pruned.
 func (r *TiledInstanceReconciler) prune(ctx context.Context, ti *tiledv1alpha1.TiledInstance, applied map[applier.Key]int64) error {
-	for _, proto := range childKinds() {
+	kinds := childKinds()
+	if r.ServiceMonitorAvailable {
+		kinds = append(kinds, serviceMonitor())
+	}
+	for _, proto := range kinds {
 		gvk, err := r.Client.GroupVersionKindFor(proto)
 		if err != nil {
 			return err
@@ -426,7 +460,7 @@ func (r *TiledInstanceReconciler) prune(ctx context.Context, ti *tiledv1alpha1.T
 // listOwned lists, from the cache, the objects of proto's kind whose controller is ti.
 func (r *TiledInstanceReconciler) listOwned(ctx context.Context, proto client.Object, ti *tiledv1alpha1.TiledInstance) ([]client.Object, error) {
 	var list client.ObjectList
-	switch proto.(type) {
+	switch p := proto.(type) {
 	case *corev1.ConfigMap:
 		list = &corev1.ConfigMapList{}
 	case *corev1.Secret:
@@ -441,6 +475,20 @@ func (r *TiledInstanceReconciler) listOwned(ctx context.Context, proto client.Ob
 		list = &networkingv1.IngressList{}
 	case *policyv1.PodDisruptionBudget:
 		list = &policyv1.PodDisruptionBudgetList{}
+	case *unstructured.Unstructured:
+		// ServiceMonitors: not in the scheme, not indexed; few per namespace, selected by label.
+		ul := &unstructured.UnstructuredList{}
+		ul.SetGroupVersionKind(p.GroupVersionKind().GroupVersion().WithKind(p.GetKind() + "List"))
+		if err := r.Client.List(ctx, ul, client.InNamespace(ti.Namespace), client.MatchingLabels{"app.kubernetes.io/instance": ti.Name}); err != nil {
+			return nil, err
+		}
+		var out []client.Object
+		for i := range ul.Items {
+			if ref := metav1.GetControllerOf(&ul.Items[i]); ref != nil && ref.UID == ti.UID {
+				out = append(out, &ul.Items[i])
+			}
+		}
+		return out, nil
 	default:
 		return nil, fmt.Errorf("no list type for %T", proto)
 	}
