@@ -37,6 +37,7 @@ func main() {
 	quiet := flag.Duration("quiet", 2*time.Second, "a phase ends when the controller has sent no request for this long")
 	timeout := flag.Duration("timeout", 30*time.Minute, "longest wait for any one phase")
 	out := flag.String("out", filepath.Join(testenv.RepoRoot(), "bench", "results.json"), "where to write the JSON results (empty: nowhere)")
+	heapProfile := flag.String("heap-profile", "", "write the Go heap profile (in use, after a GC) at the end of the operator's phases to this file (-child runs of one size)")
 	skip := flag.String("skip", "", "comma-separated phases to leave out: idle, naive (for quick trials; results then lack them)")
 	child := flag.Bool("child", false, "internal: measure one size and print its JSON result on stdout")
 	markdown := flag.String("markdown", "", "print the table of an existing results file as Markdown (for docs/benchmarks.md) and exit")
@@ -57,7 +58,7 @@ func main() {
 
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer cancel()
-	o := options{idle: *idle, quiet: *quiet, timeout: *timeout, skip: map[string]bool{}}
+	o := options{idle: *idle, quiet: *quiet, timeout: *timeout, skip: map[string]bool{}, heapProfile: *heapProfile}
 	for _, s := range strings.Split(*skip, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			o.skip[s] = true
@@ -93,6 +94,9 @@ func main() {
 			fail(fmt.Errorf("bad size %q", s))
 		}
 		args := []string{"-child", "-n", s, "-idle", idle.String(), "-quiet", quiet.String(), "-timeout", timeout.String(), "-skip", *skip}
+		if *heapProfile != "" {
+			args = append(args, "-heap-profile", *heapProfile+"."+s)
+		}
 		cmd := exec.CommandContext(ctx, self, args...)
 		var stdout bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, os.Stderr

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -87,6 +88,8 @@ type options struct {
 	quiet   time.Duration
 	timeout time.Duration
 	skip    map[string]bool
+
+	heapProfile string
 }
 
 // lastRequest wraps a rest config's transport to remember when the last request was sent.
@@ -342,6 +345,11 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 
 	// Peak memory of the process (the manager runs in it; the control plane runs in other processes).
 	heap, sys := sampler.Stop()
+	if o.heapProfile != "" {
+		if err := writeHeapProfile(o.heapProfile); err != nil {
+			return nil, err
+		}
+	}
 	r.RSSMiB = float64(procStatusKiB("VmHWM")) / 1024
 	r.GoHeapPeakMiB = float64(heap) / (1 << 20)
 	r.GoSysPeakMiB = float64(sys) / (1 << 20)
@@ -560,3 +568,13 @@ func kindsOf(keys []string) []string {
 // addresses, and every instance's Tiled and PostgreSQL Services take one each, in the operator's,
 // the floor's and the naive baseline's namespaces.
 const serviceRange = "10.96.0.0/16"
+
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	runtime.GC()
+	return pprof.WriteHeapProfile(f)
+}
