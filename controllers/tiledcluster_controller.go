@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -58,6 +59,52 @@ type TiledClusterReconciler struct {
 	Metrics *Metrics
 	// Resync, when not nil, delivers clusters to reconcile again (Operator.ResyncAll).
 	Resync <-chan event.GenericEvent
+
+	// expansions remembers the last expansion of each cluster with the inputs it came from: Expand is
+	// pure, so a reconcile caused by an instance's status (the most common kind) need not run it again.
+	expansions sync.Map // types.NamespacedName -> *memo
+}
+
+type memo struct {
+	key    string
+	result *expansion.Result
+	err    error
+}
+
+// expansionKey identifies the inputs of an expansion: the cluster's generation, every profile of the
+// namespace (uid, generation, labels) and the built-in defaults' version.
+func expansionKey(cluster *tiledv1alpha1.TiledCluster, candidates []tiledv1alpha1.TiledProfile, builtins string) string {
+	parts := make([]string, 0, len(candidates)+2)
+	parts = append(parts, fmt.Sprintf("%s@%d", cluster.UID, cluster.Generation), builtins)
+	for i := range candidates {
+		p := &candidates[i]
+		parts = append(parts, fmt.Sprintf("%s@%d%v", p.UID, p.Generation, labelsString(p.Labels)))
+	}
+	sort.Strings(parts[2:])
+	return strings.Join(parts, "|")
+}
+
+func labelsString(l map[string]string) string {
+	keys := make([]string, 0, len(l))
+	for k := range l {
+		keys = append(keys, k+"="+l[k])
+	}
+	sort.Strings(keys)
+	return strings.Join(keys, ",")
+}
+
+// expand runs the engine, or returns its last result for the same inputs.
+func (r *TiledClusterReconciler) expand(cluster *tiledv1alpha1.TiledCluster, candidates []tiledv1alpha1.TiledProfile) (*expansion.Result, error) {
+	key := expansionKey(cluster, candidates, r.Builtins.Version)
+	name := client.ObjectKeyFromObject(cluster)
+	if m, ok := r.expansions.Load(name); ok && m.(*memo).key == key {
+		return m.(*memo).result, m.(*memo).err
+	}
+	done := r.Metrics.startExpansion()
+	result, err := expansion.Expand(cluster, candidates, r.Builtins)
+	done(err)
+	r.expansions.Store(name, &memo{key: key, result: result, err: err})
+	return result, err
 }
 
 // SetupWithManager registers the controller: it watches TiledClusters, the TiledInstances they own,
@@ -120,6 +167,9 @@ func (r *TiledClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	logger := log.FromContext(ctx).WithValues("cluster", req.String())
 	cluster := &tiledv1alpha1.TiledCluster{}
 	if err := r.Client.Get(ctx, req.NamespacedName, cluster); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.expansions.Delete(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !cluster.DeletionTimestamp.IsZero() {
@@ -145,12 +195,10 @@ func (r *TiledClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	status.InstanceSelector = tiledv1alpha1.LabelCluster + "=" + cluster.Name
 	status.Instances = int32(len(cluster.Spec.Instances))
 
-	done := r.Metrics.startExpansion()
-	result, err := expansion.Expand(cluster, profileList.Items, r.Builtins)
+	result, err := r.expand(cluster, profileList.Items)
 	if err == nil {
 		err = deletedInUse(cluster, profileList.Items)
 	}
-	done(err)
 	if err != nil {
 		// Children stay exactly as they were: nothing is applied, nothing pruned.
 		reason := expansionReason(err)
