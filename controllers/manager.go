@@ -119,10 +119,10 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (*Operator, error) {
 	}
 	leaseDuration, renewDeadline, retryPeriod := 30*time.Second, 20*time.Second, 5*time.Second
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                        scheme,
-		Cache:                         cache.Options{ByObject: byObject, DefaultNamespaces: namespaces(o.WatchNamespaces)},
+		Scheme: scheme,
+		Cache:  cache.Options{ByObject: byObject, DefaultNamespaces: namespaces(o.WatchNamespaces)},
 		// ServiceMonitors are read as unstructured: from the cache too, never past it.
-		Client: client.Options{Cache: &client.CacheOptions{Unstructured: true}},
+		Client:                        client.Options{Cache: &client.CacheOptions{Unstructured: true}},
 		Controller:                    config.Controller{SkipNameValidation: ptr.To(o.Restartable)},
 		Metrics:                       metrics,
 		HealthProbeBindAddress:        o.HealthProbeBindAddress,
