@@ -38,6 +38,7 @@ func main() {
 	timeout := flag.Duration("timeout", 30*time.Minute, "longest wait for any one phase")
 	out := flag.String("out", filepath.Join(testenv.RepoRoot(), "bench", "results.json"), "where to write the JSON results (empty: nowhere)")
 	heapProfile := flag.String("heap-profile", "", "write the Go heap profile (in use, after a GC) at the end of the operator's phases to this file (-child runs of one size)")
+	cpuProfile := flag.String("cpu-profile", "", "write a CPU profile of the stamp-out phase to this file (-child runs of one size)")
 	skip := flag.String("skip", "", "comma-separated phases to leave out: idle, naive (for quick trials; results then lack them)")
 	child := flag.Bool("child", false, "internal: measure one size and print its JSON result on stdout")
 	markdown := flag.String("markdown", "", "print the table of an existing results file as Markdown (for docs/benchmarks.md) and exit")
@@ -58,7 +59,7 @@ func main() {
 
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer cancel()
-	o := options{idle: *idle, quiet: *quiet, timeout: *timeout, skip: map[string]bool{}, heapProfile: *heapProfile}
+	o := options{idle: *idle, quiet: *quiet, timeout: *timeout, skip: map[string]bool{}, heapProfile: *heapProfile, cpuProfile: *cpuProfile}
 	for _, s := range strings.Split(*skip, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			o.skip[s] = true
@@ -96,6 +97,9 @@ func main() {
 		args := []string{"-child", "-n", s, "-idle", idle.String(), "-quiet", quiet.String(), "-timeout", timeout.String(), "-skip", *skip}
 		if *heapProfile != "" {
 			args = append(args, "-heap-profile", *heapProfile+"."+s)
+		}
+		if *cpuProfile != "" {
+			args = append(args, "-cpu-profile", *cpuProfile+"."+s)
 		}
 		cmd := exec.CommandContext(ctx, self, args...)
 		var stdout bytes.Buffer

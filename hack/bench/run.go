@@ -90,6 +90,7 @@ type options struct {
 	skip    map[string]bool
 
 	heapProfile string
+	cpuProfile  string
 }
 
 // lastRequest wraps a rest config's transport to remember when the last request was sent.
@@ -210,6 +211,16 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 	// Stamp-out.
 	logf("stamp-out")
 	cluster := fleet.Cluster(ns, "nsls2", names)
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return nil, err
+		}
+	}
 	start := time.Now()
 	if err := env.Client.Create(ctx, cluster); err != nil {
 		return nil, err
@@ -223,6 +234,9 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 		return nil, err
 	}
 	r.ConvergeSeconds = last.time().Sub(start).Seconds()
+	if o.cpuProfile != "" {
+		pprof.StopCPUProfile()
+	}
 	stamp := op.Traffic.Snapshot().Sub(afterSync)
 	objs, err := fleet.Metadata(ctx, env.Client, ns)
 	if err != nil {
