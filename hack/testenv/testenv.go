@@ -347,20 +347,13 @@ func (e *Env) RestartAPIServer(ctx context.Context, down time.Duration) error {
 		if err := proc.Signal(syscall.SIGTERM); err != nil {
 			return fmt.Errorf("stopping kube-apiserver: %w", err)
 		}
-		// envtest waits for (and so reaps) its own process; wait until it is gone.
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err != nil {
-				break
+		// envtest waits for (and so reaps) its own process; wait until it is gone. kube-apiserver
+		// drains its requests first; past the grace period it is killed, as a crash would.
+		if !waitGone(pid, 20*time.Second) {
+			_ = proc.Kill()
+			if !waitGone(pid, 20*time.Second) {
+				return fmt.Errorf("kube-apiserver (pid %d) did not stop, even when killed", pid)
 			}
-			if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil && procState(string(st)) == "Z" {
-				break
-			}
-			if time.Now().After(deadline) {
-				_ = proc.Kill()
-				return fmt.Errorf("kube-apiserver (pid %d) did not stop within 30s", pid)
-			}
-			time.Sleep(50 * time.Millisecond)
 		}
 	}
 	select {
@@ -460,6 +453,19 @@ func childProcess(name string) (int, error) {
 		}
 	}
 	return 0, fmt.Errorf("no running %s started by this process", name)
+}
+
+// waitGone waits until process pid has exited (gone, or a zombie not yet reaped).
+func waitGone(pid int, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil || procState(string(st)) == "Z" {
+			return true
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return false
 }
 
 func procState(stat string) string {
