@@ -230,8 +230,16 @@ func kindName(o any) (string, string) {
 // duplicate, nothing extra), each owned as the design says (TiledInstances by the cluster, children
 // by an existing instance, retained claims and PersistentVolumes by no one), no orphan.
 func checkFleet(t *testing.T, g Gomega, c *tiledv1alpha1.TiledCluster) map[string]client.Object {
-	objs, err := fleet.Objects(ctxT(t), env.Client, c.Namespace)
+	all, err := fleet.Objects(ctxT(t), env.Client, c.Namespace)
 	g.Expect(err).NotTo(HaveOccurred())
+	// The cluster's objects: every object it stamps out carries its name in the cluster label (a
+	// standalone instance's objects do not).
+	objs := map[string]client.Object{}
+	for k, o := range all {
+		if o.GetLabels()[tiledv1alpha1.LabelCluster] == c.Name {
+			objs[k] = o
+		}
+	}
 	want := expectedKeys(g, c)
 	var missing, extra []string
 	for k := range want {

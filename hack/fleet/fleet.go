@@ -336,7 +336,7 @@ func StampedOut(ctx context.Context, r client.Reader, ns, cluster string, n int)
 		}
 	}
 	var sts appsv1.StatefulSetList
-	if err := r.List(ctx, &sts, client.InNamespace(ns), client.MatchingLabels{"app.kubernetes.io/component": "server"}); err != nil {
+	if err := r.List(ctx, &sts, client.InNamespace(ns), client.MatchingLabels{"app.kubernetes.io/component": "server", tiledv1alpha1.LabelCluster: cluster}); err != nil {
 		return false, err
 	}
 	return len(sts.Items) == n, nil
