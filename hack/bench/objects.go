@@ -7,13 +7,14 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
+	"github.com/bluesky/tiled-operator/controllers"
 	"github.com/bluesky/tiled-operator/render"
 )
 
 // The floor and the naive baseline write the very objects the operator writes: the TiledInstances
-// of expansion.Expand, and for each instance the objects of render.Render, with the same owner
-// references (namespaced children are owned by their instance, except data claims kept by the Retain
-// policy).
+// of expansion.Expand, and for each instance the objects of render.Render as the instance controller
+// owns them (controllers.InstanceObjects: namespaced children are owned by their instance, except
+// data claims kept by the Retain policy).
 
 // instanceObject is a TiledInstance as the engine expanded it (name, labels, spec, provenance), owned
 // by the cluster when owner is not nil.
@@ -52,49 +53,14 @@ func ownerRef(kind, name, uid string) map[string]any {
 	}
 }
 
-// childObjects renders the objects of one stored instance (its UID set) with the given Secret data.
+// childObjects renders the objects of one stored instance (its UID set) with the given Secret data,
+// owned as the instance controller owns them (controllers.InstanceObjects).
 func childObjects(ti *tiledv1alpha1.TiledInstance, secretData map[string][]byte) ([]*unstructured.Unstructured, error) {
 	objs, err := render.Render(ti, render.Inputs{SecretData: secretData})
 	if err != nil {
 		return nil, fmt.Errorf("rendering %s: %w", ti.Name, err)
 	}
-	retained := map[any]bool{}
-	if render.Retained(ti) {
-		for _, c := range objs.Claims {
-			retained[c] = true
-		}
-	}
-	owner := ownerRef("TiledInstance", ti.Name, string(ti.UID))
-	var out []*unstructured.Unstructured
-	for _, o := range objs.All() {
-		u, err := toUnstructured(o)
-		if err != nil {
-			return nil, err
-		}
-		if u.GetNamespace() != "" && !retained[o] {
-			u.Object["metadata"].(map[string]any)["ownerReferences"] = []any{owner}
-		}
-		out = append(out, u)
-	}
-	return out, nil
-}
-
-func toUnstructured(o any) (*unstructured.Unstructured, error) {
-	if u, ok := o.(*unstructured.Unstructured); ok {
-		return u.DeepCopy(), nil
-	}
-	data, err := json.Marshal(o)
-	if err != nil {
-		return nil, err
-	}
-	u := &unstructured.Unstructured{}
-	if err := json.Unmarshal(data, &u.Object); err != nil {
-		return nil, err
-	}
-	if _, ok := u.Object["metadata"].(map[string]any); !ok {
-		u.Object["metadata"] = map[string]any{}
-	}
-	return u, nil
+	return controllers.InstanceObjects(ti, objs)
 }
 
 func toMap(v any) (map[string]any, error) {
