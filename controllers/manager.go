@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -120,7 +121,10 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (*Operator, error) {
 	leaseDuration, renewDeadline, retryPeriod := 30*time.Second, 20*time.Second, 5*time.Second
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: scheme,
-		Cache:  cache.Options{ByObject: byObject, DefaultNamespaces: namespaces(o.WatchNamespaces)},
+		Cache: cache.Options{
+			ByObject: byObject, DefaultNamespaces: namespaces(o.WatchNamespaces),
+			DefaultTransform: slimManagedFields,
+		},
 		// ServiceMonitors are read as unstructured: from the cache too, never past it.
 		Client:                        client.Options{Cache: &client.CacheOptions{Unstructured: true}},
 		Controller:                    config.Controller{SkipNameValidation: ptr.To(o.Restartable)},
@@ -173,6 +177,20 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (*Operator, error) {
 		}
 	}
 	return op, nil
+}
+
+// slimManagedFields drops the field sets of managedFields before an object enters the cache, keeping
+// who manages it (manager, operation, subresource): the instance controller reports other writers
+// from that, and the field sets are most of the memory a cached StatefulSet takes.
+func slimManagedFields(in any) (any, error) {
+	if obj, ok := in.(metav1.Object); ok {
+		mf := obj.GetManagedFields()
+		for i := range mf {
+			mf[i].FieldsV1 = nil
+		}
+		obj.SetManagedFields(mf)
+	}
+	return in, nil
 }
 
 func namespaces(names []string) map[string]cache.Config {

@@ -114,7 +114,7 @@ func (r *TiledClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("tiledcluster").
 		For(&tiledv1alpha1.TiledCluster{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Owns(&tiledv1alpha1.TiledInstance{}).
+		Owns(&tiledv1alpha1.TiledInstance{}, builder.WithPredicates(notCreated)).
 		Watches(&tiledv1alpha1.TiledProfile{}, profileHandler(r.Client, true))
 	if r.Resync != nil {
 		b = b.WatchesRawSource(source.Channel(r.Resync, &handler.EnqueueRequestForObject{}))

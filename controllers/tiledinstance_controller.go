@@ -25,6 +25,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -92,6 +93,9 @@ type TiledInstanceReconciler struct {
 	Random io.Reader
 	// Resync, when not nil, delivers instances to reconcile again (Operator.ResyncAll).
 	Resync <-chan event.GenericEvent
+	// Concurrency is how many instances reconcile at once; 0 means 4. Each reconcile mostly waits on
+	// the API server, so a few in flight keep it busy.
+	Concurrency int
 
 	// secrets remembers the Secret data last applied per instance, so that a Secret the cache has not
 	// yet seen is never regenerated.
@@ -103,13 +107,14 @@ func (r *TiledInstanceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	ctx := context.Background()
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("tiledinstance").
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.concurrency()}).
 		For(&tiledv1alpha1.TiledInstance{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&tiledv1alpha1.TiledProfile{}, profileHandler(r.Client, false))
 	for _, obj := range childKinds() {
 		if err := mgr.GetFieldIndexer().IndexField(ctx, obj, ownerIndex, indexController); err != nil {
 			return err
 		}
-		b = b.Owns(obj)
+		b = b.Owns(obj, builder.WithPredicates(notCreated))
 	}
 	if r.Resync != nil {
 		b = b.WatchesRawSource(source.Channel(r.Resync, &handler.EnqueueRequestForObject{}))
@@ -121,6 +126,17 @@ func (r *TiledInstanceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return b.Complete(r)
 }
+
+func (r *TiledInstanceReconciler) concurrency() int {
+	if r.Concurrency > 0 {
+		return r.Concurrency
+	}
+	return 4
+}
+
+// notCreated ignores the creation of a child: the operator created it and knows its content; its
+// later changes (status, other writers) and its deletion are what need a reconcile.
+var notCreated = predicate.Funcs{CreateFunc: func(event.CreateEvent) bool { return false }}
 
 func indexController(o client.Object) []string {
 	if ref := metav1.GetControllerOf(o); ref != nil {
