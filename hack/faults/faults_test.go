@@ -482,7 +482,13 @@ func testWebhookDown(t *testing.T, g Gomega) {
 	}).WithTimeout(time.Minute).WithPolling(500 * time.Millisecond).Should(Succeed())
 	waitStampedOut(t, g, op2, ns, fleetN-1)
 	cl = getCluster(t, g, ns)
-	checkFleet(t, g, cl)
+	removed := c.Spec.Instances[len(c.Spec.Instances)-1].Name
+	checkFleet(t, g, cl, removed)
+	// The removed beamline's data (Retain, the default) is still there.
+	gone := &tiledv1alpha1.TiledInstance{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "nsls2-" + removed}}
+	for _, claim := range []string{render.NamesFor(gone).DataClaim, render.NamesFor(gone).DatabaseClaim} {
+		g.Expect(env.Client.Get(ctxT(t), client.ObjectKey{Namespace: ns, Name: claim}, &corev1.PersistentVolumeClaim{})).To(Succeed(), "retained claim %s", claim)
+	}
 }
 
 // waitWebhooks waits until the API server calls the webhooks: a dry-run terse instance comes back

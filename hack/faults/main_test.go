@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -229,14 +230,16 @@ func kindName(o any) (string, string) {
 // checkFleet asserts the stamped-out state: exactly the expected objects (none missing, no
 // duplicate, nothing extra), each owned as the design says (TiledInstances by the cluster, children
 // by an existing instance, retained claims and PersistentVolumes by no one), no orphan.
-func checkFleet(t *testing.T, g Gomega, c *tiledv1alpha1.TiledCluster) map[string]client.Object {
+// Objects of the beamlines listed in removed (no longer in the cluster) are left out: what they leave
+// behind is the retention policy's business.
+func checkFleet(t *testing.T, g Gomega, c *tiledv1alpha1.TiledCluster, removed ...string) map[string]client.Object {
 	all, err := fleet.Objects(ctxT(t), env.Client, c.Namespace)
 	g.Expect(err).NotTo(HaveOccurred())
 	// The cluster's objects: every object it stamps out carries its name in the cluster label (a
 	// standalone instance's objects do not).
 	objs := map[string]client.Object{}
 	for k, o := range all {
-		if o.GetLabels()[tiledv1alpha1.LabelCluster] == c.Name {
+		if o.GetLabels()[tiledv1alpha1.LabelCluster] == c.Name && !slices.Contains(removed, o.GetLabels()[tiledv1alpha1.LabelInstance]) {
 			objs[k] = o
 		}
 	}
