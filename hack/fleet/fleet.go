@@ -65,7 +65,7 @@ func Beamlines(n int) ([]string, error) {
 // Facility is the label value the fleet's cluster selects its profiles by.
 const Facility = "nsls2"
 
-// Profiles are the facility's five profiles, four of them with CEL expressions: defaults for every
+// Profiles are the facility's five profiles, three of them with CEL expressions: defaults for every
 // beamline (NFS proposals path and ingress host per beamline), operations (pod annotations, changed by
 // the benchmarks' "profile change" phase), network (an environment variable per beamline), detectors
 // (a second NFS mount per beamline), and the MX family (larger data volume, selected per instance).
