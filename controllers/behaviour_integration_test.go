@@ -29,8 +29,13 @@ func smallFleet(t *testing.T, g Gomega, ns string, instances ...tiledv1alpha1.Cl
 	p := &tiledv1alpha1.TiledProfile{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "defaults", Labels: map[string]string{"facility": "test"}},
 		Spec: tiledv1alpha1.TiledProfileSpec{InstanceTemplate: tiledv1alpha1.InstanceTemplate{
-			Tiled:    &tiledv1alpha1.TiledServerSpec{PodAnnotations: map[string]string{"team": "a"}},
-			Storage:  &tiledv1alpha1.StorageSpec{Data: &tiledv1alpha1.DataVolume{Size: "5Gi"}},
+			Tiled: &tiledv1alpha1.TiledServerSpec{PodAnnotations: map[string]string{"team": "a"}},
+			Storage: &tiledv1alpha1.StorageSpec{
+				Data: &tiledv1alpha1.DataVolume{Size: "5Gi"},
+				ReadOnlyMounts: []tiledv1alpha1.ReadOnlyMount{{Name: "proposals", NFS: &tiledv1alpha1.NFSVolumeSource{
+					Server: "nfs.example.org", PathExpression: "'/data/' + instance.name + '/proposals'",
+				}}},
+			},
 			Database: &tiledv1alpha1.DatabaseSpec{Managed: &tiledv1alpha1.ManagedDatabase{Size: "1Gi"}},
 		}},
 	}
@@ -164,6 +169,9 @@ func TestRetention(t *testing.T) {
 		}
 		return left
 	}, 90*time.Second, 250*time.Millisecond).Should(BeEmpty(), "pruned instances and their owned objects are garbage-collected")
+	g.Expect(exists(t, &corev1.PersistentVolume{}, "", keep.ReadOnlyVolumeName(ns, "proposals"))).To(BeFalse(),
+		"the NFS PersistentVolume of a removed beamline is left behind")
+	g.Expect(exists(t, &corev1.PersistentVolume{}, "", stay.ReadOnlyVolumeName(ns, "proposals"))).To(BeTrue())
 	for _, n := range []string{keep.DataClaim, keep.DatabaseClaim} {
 		pvc := &corev1.PersistentVolumeClaim{}
 		g.Expect(exists(t, pvc, ns, n)).To(BeTrue(), "retained claim %s was deleted", n)
@@ -339,10 +347,20 @@ func TestBadInputLeavesChildrenAlone(t *testing.T) {
 	g.Expect(env.Client.Update(ctxT(t), extra)).To(Succeed())
 	stalledWith(controllers.ReasonExpressionError, "profile/extra@", "hostExpression", "instance.nmae")
 
-	// The profile is deleted while in use.
+	// The profile is deleted while in use; recreated, the cluster goes on by itself.
 	g.Expect(env.Client.Delete(ctxT(t), extra)).To(Succeed())
 	stalledWith(controllers.ReasonProfileDeleted, "profile extra")
 	g.Eventually(func() []string { return eventReasons(t, g, ns) }, 10*time.Second).Should(ContainElement(controllers.ReasonProfileDeleted))
+	recreated := &tiledv1alpha1.TiledProfile{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "extra", Labels: extra.Labels}, Spec: extra.Spec}
+	recreated.Spec.Expose.Ingress.HostExpression = "instance.name + '.example.org'"
+	createAll(t, g, recreated)
+	g.Eventually(func(g Gomega) {
+		g.Expect(meta.FindStatusCondition(getCluster(t, g, ns).Status.Conditions, controllers.ConditionStalled)).To(BeNil())
+	}, time.Minute, 250*time.Millisecond).Should(Succeed())
+	waitQuiet(t, op)
+	rvs = resourceVersions(t, g, ns)
+	g.Expect(env.Client.Delete(ctxT(t), recreated)).To(Succeed())
+	stalledWith(controllers.ReasonProfileDeleted, "profile extra")
 
 	// Changing the cluster's spec accepts the new selection: the Ingresses go, nothing else is lost.
 	c := getCluster(t, g, ns)

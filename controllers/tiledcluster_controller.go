@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
@@ -43,6 +42,7 @@ const AnnotationExpansionHash = "tiled.blueskyproject.io/expansion-hash"
 
 // +kubebuilder:rbac:groups=tiled.blueskyproject.io,resources=tiledinstances,verbs=create;patch;delete
 // +kubebuilder:rbac:groups=tiled.blueskyproject.io,resources=tiledclusters/status,verbs=patch
+// +kubebuilder:rbac:groups="",resources=persistentvolumes,verbs=delete
 
 // TiledClusterReconciler expands each TiledCluster, through the TiledProfiles it selects, into its
 // TiledInstances, prunes the instances it no longer lists, and reports what it did in its status.
@@ -69,6 +69,15 @@ type memo struct {
 	key    string
 	result *expansion.Result
 	err    error
+	// intents are the apply intents of result's instances and their expansion hashes, built once.
+	intents []intent
+}
+
+// intent is the apply intent of one instance.
+type intent struct {
+	name string
+	obj  *unstructured.Unstructured
+	hash string
 }
 
 // expansionKey identifies the inputs of an expansion: the cluster's generation, every profile of the
@@ -93,18 +102,29 @@ func labelsString(l map[string]string) string {
 	return strings.Join(keys, ",")
 }
 
-// expand runs the engine, or returns its last result for the same inputs.
-func (r *TiledClusterReconciler) expand(cluster *tiledv1alpha1.TiledCluster, candidates []tiledv1alpha1.TiledProfile) (*expansion.Result, error) {
+// expand runs the engine and builds the instances' apply intents, or returns those of its last run
+// for the same inputs.
+func (r *TiledClusterReconciler) expand(cluster *tiledv1alpha1.TiledCluster, candidates []tiledv1alpha1.TiledProfile) (*memo, error) {
 	key := expansionKey(cluster, candidates, r.Builtins.Version)
 	name := client.ObjectKeyFromObject(cluster)
 	if m, ok := r.expansions.Load(name); ok && m.(*memo).key == key {
-		return m.(*memo).result, m.(*memo).err
+		return m.(*memo), m.(*memo).err
 	}
 	done := r.Metrics.startExpansion()
 	result, err := expansion.Expand(cluster, candidates, r.Builtins)
 	done(err)
-	r.expansions.Store(name, &memo{key: key, result: result, err: err})
-	return result, err
+	m := &memo{key: key, result: result, err: err}
+	if err == nil {
+		for _, inst := range result.Instances {
+			obj, hash, ierr := instanceObject(cluster, inst.Object)
+			if ierr != nil {
+				return nil, ierr
+			}
+			m.intents = append(m.intents, intent{name: inst.Object.Name, obj: obj, hash: hash})
+		}
+	}
+	r.expansions.Store(name, m)
+	return m, err
 }
 
 // SetupWithManager registers the controller: it watches TiledClusters, the TiledInstances they own,
@@ -195,7 +215,7 @@ func (r *TiledClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	status.InstanceSelector = tiledv1alpha1.LabelCluster + "=" + cluster.Name
 	status.Instances = int32(len(cluster.Spec.Instances))
 
-	result, err := r.expand(cluster, profileList.Items)
+	expanded, err := r.expand(cluster, profileList.Items)
 	if err == nil {
 		err = deletedInUse(cluster, profileList.Items)
 	}
@@ -216,6 +236,7 @@ func (r *TiledClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		return ctrl.Result{}, werr
 	}
 
+	result := expanded.result
 	status.Profiles = result.Profiles
 	names := make([]string, len(result.Profiles))
 	for i, p := range result.Profiles {
@@ -236,15 +257,12 @@ func (r *TiledClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		hash string
 		cur  *tiledv1alpha1.TiledInstance
 	}
-	wants := make([]want, 0, len(result.Instances))
+	wants := make([]want, 0, len(expanded.intents))
 	desired := map[string]bool{}
-	for _, inst := range result.Instances {
-		obj, hash, err := instanceObject(cluster, inst.Object)
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		desired[inst.Object.Name] = true
-		wants = append(wants, want{obj: obj, hash: hash, cur: byName[inst.Object.Name]})
+	for _, in := range expanded.intents {
+		desired[in.name] = true
+		// A copy: the applier writes the API server's answer into what it applies.
+		wants = append(wants, want{obj: in.obj.DeepCopy(), hash: in.hash, cur: byName[in.name]})
 	}
 
 	// Rollout: new instances and instances that are not ready anyway are applied at once; ready
@@ -388,6 +406,23 @@ func (r *TiledClusterReconciler) release(ctx context.Context, ti *tiledv1alpha1.
 		names = append(names, c.Name)
 	}
 	sort.Strings(names)
+	// The instance's NFS PersistentVolumes are cluster-scoped, so no owner reference can take them
+	// with it; they point at the export and hold no data (reclaim policy Retain: deleting one never
+	// touches the files), so they go with the instance.
+	var pvs corev1.PersistentVolumeList
+	if err := r.Client.List(ctx, &pvs, client.MatchingLabels{"app.kubernetes.io/instance": ti.Name, tiledv1alpha1.LabelManagedBy: tiledv1alpha1.ManagedByValue}); err != nil {
+		return nil, err
+	}
+	for i := range pvs.Items {
+		pv := &pvs.Items[i]
+		if pv.Spec.ClaimRef == nil || pv.Spec.ClaimRef.Namespace != ti.Namespace || pv.Spec.NFS == nil {
+			continue
+		}
+		uid := pv.UID
+		if err := r.Client.Delete(ctx, pv, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return nil, fmt.Errorf("deleting the NFS PersistentVolume %s of a removed instance: %w", pv.Name, err)
+		}
+	}
 	return names, nil
 }
 
@@ -425,12 +460,13 @@ func deletedInUse(cluster *tiledv1alpha1.TiledCluster, candidates []tiledv1alpha
 	if cluster.Status.ObservedGeneration != cluster.Generation {
 		return nil
 	}
-	present := map[types.UID]bool{}
+	// By name: a profile recreated under the same name (a new UID) is the profile back.
+	present := map[string]bool{}
 	for i := range candidates {
-		present[candidates[i].UID] = true
+		present[candidates[i].Name] = true
 	}
 	for _, p := range cluster.Status.Profiles {
-		if !present[p.UID] {
+		if !present[p.Name] {
 			return &ProfileDeletedError{Cluster: cluster.Name, Profile: p.Name}
 		}
 	}

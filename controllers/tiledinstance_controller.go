@@ -89,6 +89,10 @@ type TiledInstanceReconciler struct {
 	// ExternalSecretRetry is how long to wait before looking again at a missing or incomplete external
 	// database Secret (the operator does not watch Secrets it does not manage); 0 means 10s.
 	ExternalSecretRetry time.Duration
+	// ExternalSecretRecheck is how often an instance on an external database looks at its Secret
+	// again while all is well, so that a Secret deleted or emptied later is reported; 0 means 5m. It
+	// costs one GET per such instance per period (instances on a managed database cost nothing idle).
+	ExternalSecretRecheck time.Duration
 	// Random is the source of generated secrets; nil means crypto/rand.
 	Random io.Reader
 	// Resync, when not nil, delivers instances to reconcile again (Operator.ResyncAll).
@@ -250,9 +254,16 @@ func (r *TiledInstanceReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 		removeCondition(&status.Conditions, ConditionExternalEdits)
 	}
 	logger.V(1).Info("reconciled", "applied", len(applied), "ready", status.ReadyReplicas)
+	var result ctrl.Result
+	if mode == "External" {
+		result.RequeueAfter = r.ExternalSecretRecheck
+		if result.RequeueAfter == 0 {
+			result.RequeueAfter = 5 * time.Minute
+		}
+	}
 	sent, err := r.writeStatus(ctx, ti, status)
 	if err != nil || !sent {
-		return ctrl.Result{}, err
+		return result, err
 	}
 	// Events mark transitions only: sent once, when the status that records them is written.
 	if c, changed := transitioned(ti.Status.Conditions, status.Conditions, ConditionReady); changed && c.Status == metav1.ConditionTrue {
@@ -262,7 +273,7 @@ func (r *TiledInstanceReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 		r.Recorder.Eventf(ti, nil, corev1.EventTypeWarning, ReasonFieldsManaged, "Reconcile",
 			"%s; operator-owned fields are restored at the next change, other fields are left alone", c.Message)
 	}
-	return ctrl.Result{}, nil
+	return result, nil
 }
 
 // expanded returns the instance with a complete spec: as stored when a cluster stamped it out;
