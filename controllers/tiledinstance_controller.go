@@ -90,7 +90,7 @@ type TiledInstanceReconciler struct {
 	// database Secret (the operator does not watch Secrets it does not manage); 0 means 10s.
 	ExternalSecretRetry time.Duration
 	// ExternalSecretRecheck is how often an instance on an external database looks at its Secret
-	// again while all is well, so that a Secret deleted or emptied later is reported; 0 means 5m. It
+	// again while all is well, so that a Secret deleted or emptied later is reported; 0 means 30s. It
 	// costs one GET per such instance per period (instances on a managed database cost nothing idle).
 	ExternalSecretRecheck time.Duration
 	// Random is the source of generated secrets; nil means crypto/rand.
@@ -258,7 +258,7 @@ func (r *TiledInstanceReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	if mode == "External" {
 		result.RequeueAfter = r.ExternalSecretRecheck
 		if result.RequeueAfter == 0 {
-			result.RequeueAfter = 5 * time.Minute
+			result.RequeueAfter = 30 * time.Second
 		}
 	}
 	sent, err := r.writeStatus(ctx, ti, status)
