@@ -3,14 +3,12 @@ package controllers_test
 import (
 	"bufio"
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -19,9 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/controllers"
@@ -32,23 +28,7 @@ import (
 var env *testenv.Env
 
 func TestMain(m *testing.M) {
-	// The operator's logs go to the test output only when asked for.
-	if os.Getenv("TILED_TEST_LOG") != "" {
-		ctrl.SetLogger(zap.New(zap.UseDevMode(true)))
-	} else {
-		ctrl.SetLogger(logr.Discard())
-	}
-	var err error
-	env, err = testenv.Start(testenv.Options{ControllerManager: true})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "cannot start the control plane: %v\n", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	if err := env.Stop(); err != nil {
-		fmt.Fprintf(os.Stderr, "stopping the control plane: %v\n", err)
-	}
-	os.Exit(code)
+	os.Exit(testenv.Run(m, testenv.Options{ControllerManager: true}, &env))
 }
 
 // operator runs the manager in-process until the test ends.

@@ -2,7 +2,6 @@ package v1alpha1_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,17 +23,7 @@ import (
 var env *testenv.Env
 
 func TestMain(m *testing.M) {
-	var err error
-	env, err = testenv.Start(testenv.Options{ControllerManager: true})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "cannot start the control plane: %v\n", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	if err := env.Stop(); err != nil {
-		fmt.Fprintf(os.Stderr, "stopping the control plane: %v\n", err)
-	}
-	os.Exit(code)
+	os.Exit(testenv.Run(m, testenv.Options{ControllerManager: true}, &env))
 }
 
 func ctxT(t *testing.T) context.Context {

@@ -13,15 +13,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/controllers"
@@ -68,21 +65,7 @@ func TestMain(m *testing.M) {
 	if !enabled {
 		os.Exit(m.Run()) // TestFaults reports SKIP
 	}
-	if os.Getenv("TILED_TEST_LOG") != "" {
-		ctrl.SetLogger(zap.New(zap.UseDevMode(true)))
-	} else {
-		ctrl.SetLogger(logr.Discard())
-	}
-	var err error
-	env, err = testenv.Start(testenv.Options{ControllerManager: true, APIServerFlags: map[string]string{"service-cluster-ip-range": "10.96.0.0/16"}})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "cannot start the control plane: %v\n", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	if err := env.Stop(); err != nil {
-		fmt.Fprintf(os.Stderr, "stopping the control plane: %v\n", err)
-	}
+	code := testenv.Run(m, testenv.Options{ControllerManager: true, APIServerFlags: map[string]string{"service-cluster-ip-range": "10.96.0.0/16"}}, &env)
 	fmt.Printf("fault suite (N=%d, %d stop trials, seed %d): %d passed, %d failed\n", fleetN, trials, seed, len(results.passed), len(results.failed))
 	for _, f := range results.failed {
 		fmt.Printf("  failed: %s\n", f)

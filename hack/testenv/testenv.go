@@ -14,8 +14,10 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
@@ -23,8 +25,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 )
@@ -474,4 +478,27 @@ func procState(stat string) string {
 		return ""
 	}
 	return f[0]
+}
+
+// Run is a test binary's TestMain on the real control plane: it sets the operator's logger (to the
+// test output when TILED_TEST_LOG is set, discarded otherwise), starts the control plane into *env,
+// runs the tests, stops everything and returns the exit code. A control plane that cannot start
+// fails the binary: never a skip.
+func Run(m *testing.M, opts Options, env **Env) int {
+	if os.Getenv("TILED_TEST_LOG") != "" {
+		ctrl.SetLogger(zap.New(zap.UseDevMode(true)))
+	} else {
+		ctrl.SetLogger(logr.Discard())
+	}
+	e, err := Start(opts)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "cannot start the control plane: %v\n", err)
+		return 1
+	}
+	*env = e
+	code := m.Run()
+	if err := e.Stop(); err != nil {
+		fmt.Fprintf(os.Stderr, "stopping the control plane: %v\n", err)
+	}
+	return code
 }
