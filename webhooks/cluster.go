@@ -37,22 +37,9 @@ func (h *ClusterValidator) Handle(ctx context.Context, req admission.Request) ad
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return admission.Allowed("")
 	}
-	decoded, err, malformed := decodeRaw(req.Object, "TiledCluster")
-	if malformed {
-		return badRequest("%v", err)
-	}
-	if err != nil {
-		return refuse("TiledCluster", req.Namespace, req.Name, "%v", withoutObject(err))
-	}
-	c, ok := decoded.(*v1alpha1.TiledCluster)
-	if !ok {
-		return badRequest("the admission request holds a %T, not a TiledCluster", decoded)
-	}
-	if c.Namespace == "" {
-		c.Namespace = req.Namespace
-	}
-	if c.Name == "" {
-		c.Name = req.Name
+	c, refusal := decodeNamed[*v1alpha1.TiledCluster](req, "TiledCluster")
+	if refusal != nil {
+		return *refusal
 	}
 	deny := func(err error) admission.Response { return refuse("TiledCluster", c.Namespace, c.Name, "%v", err) }
 	if _, err := profiles.ParseSelector(c.Spec.ProfileSelector, "cluster/"+c.Name, "spec.profileSelector"); err != nil {

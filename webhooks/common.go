@@ -139,3 +139,31 @@ func sortedUnique(s []string) []string {
 	slices.Sort(s)
 	return slices.Compact(s)
 }
+
+// decodeNamed decodes the request's object as a T of the given kind, with the request's namespace
+// and name where the object has none. A non-nil response is the answer to give instead: a 400 for a
+// malformed request, a refusal naming the object for one the schema rejects.
+func decodeNamed[T metav1.Object](req admission.Request, kind string) (T, *admission.Response) {
+	var zero T
+	decoded, err, malformed := decodeRaw(req.Object, kind)
+	if malformed {
+		r := badRequest("%v", err)
+		return zero, &r
+	}
+	if err != nil {
+		r := refuse(kind, req.Namespace, req.Name, "%v", withoutObject(err))
+		return zero, &r
+	}
+	obj, ok := decoded.(T)
+	if !ok {
+		r := badRequest("the admission request holds a %T, not a %s", decoded, kind)
+		return zero, &r
+	}
+	if obj.GetNamespace() == "" {
+		obj.SetNamespace(req.Namespace)
+	}
+	if obj.GetName() == "" {
+		obj.SetName(req.Name)
+	}
+	return obj, nil
+}

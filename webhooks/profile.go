@@ -53,22 +53,9 @@ func (h *ProfileValidator) Handle(ctx context.Context, req admission.Request) ad
 	default:
 		return admission.Allowed("")
 	}
-	decoded, err, malformed := decodeRaw(req.Object, "TiledProfile")
-	if malformed {
-		return badRequest("%v", err)
-	}
-	if err != nil {
-		return refuse("TiledProfile", req.Namespace, req.Name, "%v", withoutObject(err))
-	}
-	p, ok := decoded.(*v1alpha1.TiledProfile)
-	if !ok {
-		return badRequest("the admission request holds a %T, not a TiledProfile", decoded)
-	}
-	if p.Namespace == "" {
-		p.Namespace = req.Namespace
-	}
-	if p.Name == "" {
-		p.Name = req.Name
+	p, refusal := decodeNamed[*v1alpha1.TiledProfile](req, "TiledProfile")
+	if refusal != nil {
+		return *refusal
 	}
 	if err := expansion.CheckLayer(expansion.ProfileSource(p), &p.Spec.InstanceTemplate); err != nil {
 		return refuse("TiledProfile", p.Namespace, p.Name, "%v", err)
