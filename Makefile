@@ -142,3 +142,18 @@ test-faults: ## Fault-injection suite on the real control plane (FAULTS_N, FAULT
 .PHONY: test-tiled
 test-tiled: ## Conformance with real Tiled (PyPI, at expansion.TiledVersion) and PostgreSQL (Debian): the rendered config must run.
 	hack/tiled/conformance.sh
+
+##@ End to end
+
+.PHONY: test-e2e
+test-e2e: ## End-to-end suite on a real single node (containerd, kubelet, CoreDNS in a network namespace): real Tiled and PostgreSQL pods; writes bench/e2e.json.
+	hack/e2e/run.sh
+
+.PHONY: e2e-report
+e2e-report: ## Generate docs/e2e-figures.md from bench/e2e.json.
+	go run ./hack/e2e/report
+
+.PHONY: verify-e2e-report
+verify-e2e-report: e2e-report ## Fail if docs/e2e-figures.md is stale.
+	@if [ -n "$$(git status --porcelain -- docs/e2e-figures.md)" ]; then \
+	  echo "docs/e2e-figures.md is stale; run 'make e2e-report' and commit"; exit 1; fi

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# run.sh is `make test-e2e`: the end-to-end suite on a real single node.
+#   1. builds (or reuses from the cache) the control plane, the node's binaries and the images;
+#   2. brings the cluster up inside its own network namespace (hack/node/cluster.sh up);
+#   3. runs the compiled suite (test/e2e, build tag e2e) inside that namespace;
+#   4. writes bench/e2e.json and tears the cluster down, failing if the host is not as it was.
+# E2E_KEEP=1 leaves the cluster up afterwards (then `make cluster-down`).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+repo=$(pwd)
+export TILED_E2E_STATE=${TILED_E2E_STATE:-/tmp/tiled-e2e}
+state=$TILED_E2E_STATE
+
+step() { printf '\n=== e2e: %s (%ss)\n' "$*" "$SECONDS"; }
+
+step "control plane"
+hack/controlplane.sh >/dev/null
+step "node binaries and Debian packages"
+hack/node/build.sh >/dev/null
+step "images"
+hack/images/build.sh
+
+step "compile the suite"
+mkdir -p "$repo/bin"
+CGO_ENABLED=0 go test -c -tags e2e -o "$repo/bin/e2e.test" ./test/e2e/
+
+teardown() {
+  rc=$?
+  if [ "${E2E_KEEP:-}" = 1 ]; then
+    echo "e2e: E2E_KEEP=1: the cluster stays up; hack/node/cluster.sh exec kubectl get pods -A; make cluster-down"
+    exit $rc
+  fi
+  step "teardown"
+  if ! hack/node/cluster.sh down; then
+    echo "e2e: teardown left the host changed (see above)" >&2
+    rc=1
+  fi
+  exit $rc
+}
+trap teardown EXIT
+
+step "cluster up"
+hack/node/cluster.sh down >/dev/null 2>&1 || true
+hack/node/cluster.sh up
+
+step "suite"
+mkdir -p bench
+# KUBECONFIG, KUBECTL, STATE, AUDIT_LOG, ... of the running cluster.
+set -a; . "$state/env"; set +a
+hack/node/cluster.sh exec env E2E_REPO="$repo" E2E_RESULTS="$repo/bench/e2e.json" \
+  "$repo/bin/e2e.test" -test.v -test.timeout "${E2E_TIMEOUT:-50m}" 2>&1 | tee "$state/e2e.log"

@@ -1,0 +1,881 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	v1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
+	"github.com/bluesky/tiled-operator/render"
+)
+
+// TestE2E runs the cases in order on one cluster: each later case builds on the fleet the earlier
+// ones stamped out. A case that fails is recorded and the next ones still run where they can.
+func TestE2E(t *testing.T) {
+	if !run(t, "install: kubectl apply --server-side -k config/default, webhooks answering", testInstall) {
+		t.Fatal("the operator did not install; nothing else can run")
+	}
+	if !run(t, "1 fleet Ready: tc Ready, every instance Ready with its URL, every pod Ready, 0 restarts", testFleetReady) {
+		t.Fatal("the fleet did not become Ready; nothing else can run")
+	}
+	run(t, "floor: the same children applied without the operator, time to all pods Ready", testFloor)
+	run(t, "2 Tiled serves an array and a table through Service DNS; catalog in PostgreSQL", testTiledServes)
+	run(t, "3 data survives deleting the Tiled and PostgreSQL pods", testDataSurvives)
+	run(t, "7 mutating webhook on the real path; a bad profile refused at admission", testMutatingWebhook)
+	run(t, "4 rolling change within maxUnavailable; paused freezes it", testRollingChange)
+	run(t, "5 operator killed mid-rollout: budget kept, unchanged objects not rewritten", testOperatorKilledMidRollout)
+	run(t, "6 leader failover within the lease; webhooks keep answering", testLeaderFailover)
+	run(t, "8 removed beamline keeps its claims (released); re-added finds its data", testRemoveReadd)
+	run(t, "bad input: image pull, PostgreSQL never ready, config Tiled refuses -> named conditions", testBadInput)
+	run(t, "no Secret value in any container log", testNoSecretsInLogs)
+	run(t, "no forbidden in the operator's log; its peak memory", testOperatorLog)
+}
+
+func testInstall(t *testing.T) {
+	overlay := filepath.Join(e.repo, "test/e2e/testdata/install")
+	mustKubectl(t, nil, "apply", "--server-side", "-k", overlay)
+	mustKubectl(t, nil, "-n", operatorNS, "rollout", "status", "deploy/"+operatorDep, "--timeout=4m")
+	var dep appsv1.Deployment
+	if err := cl.Get(ctxT(t), types.NamespacedName{Namespace: operatorNS, Name: operatorDep}, &dep); err != nil {
+		t.Fatal(err)
+	}
+	if dep.Status.ReadyReplicas < 2 {
+		t.Fatalf("the manager Deployment has %d ready replicas, want 2", dep.Status.ReadyReplicas)
+	}
+	// The validating webhook (failurePolicy Fail) answers: a dry-run of a valid profile is admitted.
+	mustKubectl(t, []byte(namespaceYAML(tenantNS)), "apply", "--server-side", "-f", "-")
+	eventually(t, 2*time.Minute, time.Second, "webhooks answering", func() (bool, string) {
+		out, err := kubectl([]byte(profileYAML("1")), "apply", "--server-side", "--dry-run=server", "-f", "-")
+		return err == nil, out
+	})
+}
+
+func testFleetReady(t *testing.T) {
+	ctx := ctxT(t)
+	det := filepath.Join(e.state, "detector")
+	if err := os.MkdirAll(det, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(det, "frame-0001.txt"), []byte("detector frame 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mustKubectl(t, []byte(detectorYAML(det, tenantNS, "e2e-detector")), "apply", "--server-side", "-f", "-")
+	mustKubectl(t, []byte(profileYAML("1")), "apply", "--server-side", "-f", "-")
+	start := time.Now()
+	mustKubectl(t, []byte(clusterYAML(false, beamlines)), "apply", "--server-side", "-f", "-")
+	fig.Cluster, fig.Beamlines = clusterName, len(beamlines)
+	mustKubectl(t, nil, "-n", tenantNS, "wait", "--for=condition=Ready", "tc/"+clusterName, "--timeout=8m")
+	fig.FleetReadySeconds = time.Since(start).Seconds()
+	t.Logf("fleet of %d Ready %.1fs after apply", len(beamlines), fig.FleetReadySeconds)
+
+	for _, b := range beamlines {
+		var ti v1alpha1.TiledInstance
+		if err := cl.Get(ctx, types.NamespacedName{Namespace: tenantNS, Name: instanceName(b)}, &ti); err != nil {
+			t.Fatal(err)
+		}
+		c := meta.FindStatusCondition(ti.Status.Conditions, "Ready")
+		if c == nil || c.Status != metav1.ConditionTrue {
+			t.Errorf("%s: Ready condition %+v", ti.Name, c)
+			continue
+		}
+		if !strings.HasPrefix(ti.Status.URL, "http://") {
+			t.Errorf("%s: status.url %q", ti.Name, ti.Status.URL)
+		}
+		fig.InstanceReadySeconds[ti.Name] = c.LastTransitionTime.Sub(ti.CreationTimestamp.Time).Seconds()
+	}
+	pods := podsIn(t, tenantNS)
+	if len(pods) != 2*len(beamlines) {
+		t.Errorf("%d pods in %s, want %d (Tiled and PostgreSQL per beamline)", len(pods), tenantNS, 2*len(beamlines))
+	}
+	fig.RestartsByContainer = map[string]int32{}
+	fig.RestartCount = 0
+	for _, p := range pods {
+		if p.Status.Phase != corev1.PodRunning || !podReady(&p) {
+			t.Errorf("pod %s: phase %s, ready %t", p.Name, p.Status.Phase, podReady(&p))
+		}
+		for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+			fig.RestartsByContainer[p.Name+"/"+cs.Name] = cs.RestartCount
+			fig.RestartCount += int(cs.RestartCount)
+		}
+	}
+	if fig.RestartCount != 0 {
+		t.Errorf("containers restarted %d times during a clean stamp-out (goal 0): %v", fig.RestartCount, fig.RestartsByContainer)
+	}
+	// The detector mount is readable in chx's Tiled container.
+	out := mustKubectl(t, nil, "-n", tenantNS, "exec", instanceName("chx")+"-0", "-c", "tiled", "--", "cat", "/data/detector/frame-0001.txt")
+	if !strings.Contains(out, "detector frame 1") {
+		t.Errorf("detector file in chx: %q", out)
+	}
+}
+
+// testFloor applies the fleet's own children, read back from the cluster with ownership and status
+// stripped, into a fresh namespace without the operator, and times them until every pod is Ready.
+func testFloor(t *testing.T) {
+	ctx := ctxT(t)
+	mustKubectl(t, []byte(namespaceYAML(floorNS)), "apply", "--server-side", "-f", "-")
+	sel := client.MatchingLabels{v1alpha1.LabelCluster: clusterName}
+	var docs []string
+	docs = append(docs, detectorYAML(filepath.Join(e.state, "detector"), floorNS, "e2e-detector-floor"))
+	add := func(list client.ObjectList, apiVersion, kind string) {
+		if err := cl.List(ctx, list, client.InNamespace(tenantNS), sel); err != nil {
+			t.Fatal(err)
+		}
+		items, _ := meta.ExtractList(list)
+		for _, it := range items {
+			m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(it)
+			if err != nil {
+				t.Fatal(err)
+			}
+			u := &unstructured.Unstructured{Object: m}
+			u.SetAPIVersion(apiVersion)
+			u.SetKind(kind)
+			docs = append(docs, floorCopy(t, u))
+		}
+	}
+	add(&corev1.ConfigMapList{}, "v1", "ConfigMap")
+	add(&corev1.SecretList{}, "v1", "Secret")
+	add(&corev1.ServiceList{}, "v1", "Service")
+	add(&corev1.PersistentVolumeClaimList{}, "v1", "PersistentVolumeClaim")
+	add(&appsv1.StatefulSetList{}, "apps/v1", "StatefulSet")
+	var want int32
+	var sts appsv1.StatefulSetList
+	_ = cl.List(ctx, &sts, client.InNamespace(tenantNS), sel)
+	for _, s := range sts.Items {
+		want += *s.Spec.Replicas
+	}
+	bundle := []byte(strings.Join(docs, "\n---\n"))
+	writeTemp(t, "floor.yaml", bundle)
+	start := time.Now()
+	mustKubectl(t, bundle, "apply", "--server-side", "--field-manager=floor", "-f", "-")
+	eventually(t, 8*time.Minute, 500*time.Millisecond, "floor pods Ready", func() (bool, string) {
+		pods := podsIn(t, floorNS)
+		ready := 0
+		for i := range pods {
+			if podReady(&pods[i]) {
+				ready++
+			}
+		}
+		return int32(ready) == want, fmt.Sprintf("%d of %d pods Ready", ready, want)
+	})
+	fig.FloorReadySeconds = time.Since(start).Seconds()
+	fig.OperatorOverFloor = fig.FleetReadySeconds / fig.FloorReadySeconds
+	t.Logf("floor: %.1fs; operator %.1fs; operator/floor %.2f", fig.FloorReadySeconds, fig.FleetReadySeconds, fig.OperatorOverFloor)
+	mustKubectl(t, nil, "delete", "namespace", floorNS, "--wait=false")
+	if fig.OperatorOverFloor > 1.2 {
+		t.Errorf("operator/floor = %.2f, goal <= 1.2", fig.OperatorOverFloor)
+	}
+}
+
+// floorCopy strips what the apiserver and the operator added and moves the object to the floor
+// namespace, including the namespace in Service DNS names inside the config.
+func floorCopy(t *testing.T, u *unstructured.Unstructured) string {
+	t.Helper()
+	obj := u.Object
+	delete(obj, "status")
+	md := map[string]any{"name": u.GetName(), "namespace": floorNS}
+	if l := u.GetLabels(); len(l) > 0 {
+		md["labels"] = l
+	}
+	ann := map[string]any{}
+	for k, v := range u.GetAnnotations() {
+		if strings.HasPrefix(k, "pv.kubernetes.io/") || strings.HasPrefix(k, "volume.") || strings.HasPrefix(k, "kubectl.kubernetes.io/") {
+			continue
+		}
+		ann[k] = v
+	}
+	if len(ann) > 0 {
+		md["annotations"] = ann
+	}
+	obj["metadata"] = md
+	switch u.GetKind() {
+	case "Service":
+		unstructured.RemoveNestedField(obj, "spec", "clusterIP")
+		unstructured.RemoveNestedField(obj, "spec", "clusterIPs")
+	case "PersistentVolumeClaim":
+		unstructured.RemoveNestedField(obj, "spec", "volumeName")
+	}
+	b, err := yaml.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := strings.ReplaceAll(string(b), "."+tenantNS+".svc", "."+floorNS+".svc")
+	return s
+}
+
+func testTiledServes(t *testing.T) {
+	ti := getInstance(t, instanceName("amx"))
+	n := render.NamesFor(ti)
+	runClient(t, "client-write", ti.Status.URL, n.Secret, "write")
+	// The catalog is in the managed PostgreSQL.
+	out := mustKubectl(t, nil, "-n", tenantNS, "exec", n.Postgres+"-0", "-c", "postgres", "--",
+		"psql", "-U", render.DatabaseUser, "-d", render.CatalogDatabase, "-tAc", "select key from nodes order by key")
+	for _, k := range []string{"e2e_array", "e2e_table"} {
+		if !strings.Contains(out, k) {
+			t.Errorf("catalog table nodes in %s has no %q: %q", n.Postgres, k, out)
+		}
+	}
+}
+
+// runClient runs the client pod to completion and requires E2E-OK in its log.
+func runClient(t *testing.T, name, url, secret, mode string) {
+	t.Helper()
+	_, _ = kubectl(nil, "-n", tenantNS, "delete", "pod", name, "--ignore-not-found", "--wait=true")
+	mustKubectl(t, []byte(clientPodYAML(name, url, secret, mode)), "apply", "--server-side", "-f", "-")
+	var phase corev1.PodPhase
+	eventually(t, 3*time.Minute, time.Second, "client pod "+name+" finished", func() (bool, string) {
+		var p corev1.Pod
+		if err := cl.Get(context.Background(), types.NamespacedName{Namespace: tenantNS, Name: name}, &p); err != nil {
+			return false, err.Error()
+		}
+		phase = p.Status.Phase
+		return phase == corev1.PodSucceeded || phase == corev1.PodFailed, string(phase)
+	})
+	logs, _ := kubectl(nil, "-n", tenantNS, "logs", name)
+	if phase != corev1.PodSucceeded || !strings.Contains(logs, "E2E-OK") {
+		t.Fatalf("client %s (%s) against %s: phase %s\n%s", name, mode, url, phase, logs)
+	}
+	_, _ = kubectl(nil, "-n", tenantNS, "delete", "pod", name, "--wait=false")
+}
+
+func testDataSurvives(t *testing.T) {
+	ctx := ctxT(t)
+	ti := getInstance(t, instanceName("amx"))
+	n := render.NamesFor(ti)
+	claims := map[string]types.UID{}
+	for _, c := range []string{n.DataClaim, n.DatabaseClaim} {
+		var pvc corev1.PersistentVolumeClaim
+		if err := cl.Get(ctx, types.NamespacedName{Namespace: tenantNS, Name: c}, &pvc); err != nil {
+			t.Fatal(err)
+		}
+		claims[c] = pvc.UID
+	}
+	var sec corev1.Secret
+	if err := cl.Get(ctx, types.NamespacedName{Namespace: tenantNS, Name: n.Secret}, &sec); err != nil {
+		t.Fatal(err)
+	}
+	oldUIDs := map[string]types.UID{}
+	for _, p := range []string{n.Tiled + "-0", n.Postgres + "-0"} {
+		var pod corev1.Pod
+		if err := cl.Get(ctx, types.NamespacedName{Namespace: tenantNS, Name: p}, &pod); err != nil {
+			t.Fatal(err)
+		}
+		oldUIDs[p] = pod.UID
+	}
+	start := time.Now()
+	mustKubectl(t, nil, "-n", tenantNS, "delete", "pod", n.Tiled+"-0", n.Postgres+"-0", "--wait=false")
+	eventually(t, 4*time.Minute, 500*time.Millisecond, "pods recreated and Ready", func() (bool, string) {
+		for p, old := range oldUIDs {
+			var pod corev1.Pod
+			if err := cl.Get(ctx, types.NamespacedName{Namespace: tenantNS, Name: p}, &pod); err != nil {
+				return false, err.Error()
+			}
+			if pod.UID == old || !podReady(&pod) {
+				return false, p + " not yet recreated and Ready"
+			}
+		}
+		return true, ""
+	})
+	fig.PodRecreateSeconds = time.Since(start).Seconds()
+	for c, uid := range claims {
+		var pvc corev1.PersistentVolumeClaim
+		if err := cl.Get(ctx, types.NamespacedName{Namespace: tenantNS, Name: c}, &pvc); err != nil {
+			t.Fatal(err)
+		}
+		if pvc.UID != uid {
+			t.Errorf("claim %s was recreated: uid %s, was %s", c, pvc.UID, uid)
+		}
+	}
+	var sec2 corev1.Secret
+	if err := cl.Get(ctx, types.NamespacedName{Namespace: tenantNS, Name: n.Secret}, &sec2); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range sec.Data {
+		if string(sec2.Data[k]) != string(v) {
+			t.Errorf("Secret %s key %s changed", n.Secret, k)
+		}
+	}
+	// The first request after the database restart must succeed too: read straight away.
+	runClient(t, "client-read", ti.Status.URL, n.Secret, "read")
+}
+
+func testMutatingWebhook(t *testing.T) {
+	out := mustKubectl(t, []byte(standaloneYAML("terse", "  tiled: {replicas: 1}\n")), "apply", "--server-side", "--dry-run=server", "-o", "yaml", "-f", "-")
+	var ti v1alpha1.TiledInstance
+	if err := yaml.Unmarshal([]byte(out), &ti); err != nil {
+		t.Fatalf("dry-run output: %v\n%s", err, out)
+	}
+	if ti.Spec.Tiled == nil || ti.Spec.Tiled.Image != tiledImg() {
+		t.Errorf("the dry-run result is not expanded: spec.tiled %+v", ti.Spec.Tiled)
+	}
+	if ti.Spec.Database == nil || ti.Spec.Database.Managed == nil || ti.Spec.Database.Managed.Image != postgresImg {
+		t.Errorf("spec.database not expanded from the profile: %+v", ti.Spec.Database)
+	}
+	src := ti.Provenance["spec.tiled.image"]
+	if !strings.Contains(src, "e2e-defaults") {
+		t.Errorf("provenance of spec.tiled.image = %q, want the profile e2e-defaults (all: %v)", src, ti.Provenance)
+	}
+	bad := strings.Replace(profileYAML("1"), "name: e2e-defaults", "name: e2e-broken", 1) +
+		"  expose:\n    ingress:\n      enabled: true\n      hostExpression: \"instance.name +\"\n"
+	o, err := kubectl([]byte(bad), "apply", "--server-side", "--dry-run=server", "-f", "-")
+	if err == nil {
+		t.Fatalf("a profile with a broken expression was admitted:\n%s", o)
+	}
+	if !strings.Contains(o, "hostExpression") {
+		t.Errorf("the refusal does not name the field: %s", o)
+	}
+}
+
+// unreadySampler counts, every 250 ms, the beamlines whose Tiled pod is missing or not Ready.
+type unreadySampler struct {
+	mu      sync.Mutex
+	max     int
+	samples []int
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+func startSampler(t *testing.T, names []string) *unreadySampler {
+	s := &unreadySampler{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-s.stop:
+				return
+			case <-tick.C:
+			}
+			unready := 0
+			for _, b := range names {
+				var pod corev1.Pod
+				err := cl.Get(context.Background(), types.NamespacedName{Namespace: tenantNS, Name: instanceName(b) + "-0"}, &pod)
+				if err != nil || !podReady(&pod) || pod.DeletionTimestamp != nil {
+					unready++
+				}
+			}
+			s.mu.Lock()
+			s.samples = append(s.samples, unready)
+			if unready > s.max {
+				s.max = unready
+			}
+			s.mu.Unlock()
+		}
+	}()
+	return s
+}
+
+func (s *unreadySampler) finish() (int, []int) {
+	close(s.stop)
+	<-s.done
+	// Keep the changes only, so the figure stays short.
+	var compact []int
+	for i, v := range s.samples {
+		if i == 0 || v != s.samples[i-1] {
+			compact = append(compact, v)
+		}
+	}
+	return s.max, compact
+}
+
+// rolledTo reports how many instances' specs carry the rollout variable value, and whether every
+// instance's Tiled StatefulSet runs that value on all replicas, Ready.
+func rolledTo(t *testing.T, value string) (specs int, done bool, why string) {
+	done = true
+	for _, b := range beamlines {
+		ti := getInstance(t, instanceName(b))
+		has := false
+		if ti.Spec.Tiled != nil {
+			for _, ev := range ti.Spec.Tiled.Env {
+				if ev.Name == rolloutVar && ev.Value != nil && *ev.Value == value {
+					has = true
+				}
+			}
+		}
+		if has {
+			specs++
+		}
+		var sts appsv1.StatefulSet
+		if err := cl.Get(context.Background(), types.NamespacedName{Namespace: tenantNS, Name: render.NamesFor(ti).Tiled}, &sts); err != nil {
+			return specs, false, err.Error()
+		}
+		podHas := false
+		for _, c := range sts.Spec.Template.Spec.Containers {
+			for _, ev := range c.Env {
+				if ev.Name == rolloutVar && ev.Value == value {
+					podHas = true
+				}
+			}
+		}
+		st := sts.Status
+		if !has || !podHas || st.ObservedGeneration != sts.Generation || st.UpdateRevision != st.CurrentRevision ||
+			st.UpdatedReplicas != *sts.Spec.Replicas || st.ReadyReplicas != *sts.Spec.Replicas {
+			done = false
+			why = fmt.Sprintf("%s: spec %t, template %t, status %+v", b, has, podHas, st)
+		}
+	}
+	return specs, done, why
+}
+
+func testRollingChange(t *testing.T) {
+	s := startSampler(t, beamlines)
+	start := time.Now()
+	mustKubectl(t, []byte(profileYAML("2")), "apply", "--server-side", "-f", "-")
+	// Pause as soon as the first instance carries the change.
+	eventually(t, 2*time.Minute, 200*time.Millisecond, "rollout started", func() (bool, string) {
+		n, _, why := rolledTo(t, "2")
+		return n >= 1, why
+	})
+	mustKubectl(t, nil, "-n", tenantNS, "patch", "tc", clusterName, "--type=merge", "-p", `{"spec":{"paused":true}}`)
+	frozen, _, _ := rolledTo(t, "2")
+	pauseEnd := time.Now().Add(25 * time.Second)
+	for time.Now().Before(pauseEnd) {
+		n, _, _ := rolledTo(t, "2")
+		if n > frozen {
+			t.Errorf("paused cluster went on rolling: %d instances changed, %d when paused", n, frozen)
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	if frozen == len(beamlines) {
+		t.Errorf("every instance had changed before pause took effect; the pause was not exercised")
+	}
+	mustKubectl(t, nil, "-n", tenantNS, "patch", "tc", clusterName, "--type=merge", "-p", `{"spec":{"paused":false}}`)
+	eventually(t, 8*time.Minute, time.Second, "rollout finished", func() (bool, string) {
+		_, done, why := rolledTo(t, "2")
+		return done, why
+	})
+	mustKubectl(t, nil, "-n", tenantNS, "wait", "--for=condition=Ready", "tc/"+clusterName, "--timeout=3m")
+	fig.RolloutSeconds = time.Since(start).Seconds()
+	fig.RolloutBudget = 1
+	fig.RolloutMaxUnready, fig.RolloutUnreadySamples = s.finish()
+	if fig.RolloutMaxUnready > fig.RolloutBudget {
+		t.Errorf("up to %d instances were unready at once; rollout.maxUnavailable is %d (samples %v)", fig.RolloutMaxUnready, fig.RolloutBudget, fig.RolloutUnreadySamples)
+	}
+}
+
+func leaderPod(t *testing.T) string {
+	var l coordinationv1.Lease
+	if err := cl.Get(context.Background(), types.NamespacedName{Namespace: operatorNS, Name: leaseName}, &l); err != nil {
+		t.Fatalf("leader Lease: %v", err)
+	}
+	if l.Spec.HolderIdentity == nil {
+		t.Fatal("the leader Lease has no holder")
+	}
+	id, _, _ := strings.Cut(*l.Spec.HolderIdentity, "_")
+	return id
+}
+
+func testOperatorKilledMidRollout(t *testing.T) {
+	s := startSampler(t, beamlines)
+	start := time.Now()
+	mustKubectl(t, []byte(profileYAML("3")), "apply", "--server-side", "-f", "-")
+	eventually(t, 2*time.Minute, 200*time.Millisecond, "rollout started", func() (bool, string) {
+		n, _, why := rolledTo(t, "3")
+		return n >= 1, why
+	})
+	leader := leaderPod(t)
+	mustKubectl(t, nil, "-n", operatorNS, "delete", "pod", leader, "--grace-period=0", "--force")
+	eventually(t, 8*time.Minute, time.Second, "rollout finished after the operator was killed", func() (bool, string) {
+		_, done, why := rolledTo(t, "3")
+		return done, why
+	})
+	mustKubectl(t, nil, "-n", operatorNS, "rollout", "status", "deploy/"+operatorDep, "--timeout=3m")
+	mustKubectl(t, nil, "-n", tenantNS, "wait", "--for=condition=Ready", "tc/"+clusterName, "--timeout=3m")
+	end := time.Now()
+	fig.KillRolloutSeconds = end.Sub(start).Seconds()
+	fig.KillRolloutMaxUnready, _ = s.finish()
+	if fig.KillRolloutMaxUnready > 1 {
+		t.Errorf("up to %d instances unready at once with the operator killed; budget 1", fig.KillRolloutMaxUnready)
+	}
+	// Every write the operator sent in the window, from the apiserver's audit log. Only the objects
+	// the change touches may be written: the instances, their Tiled StatefulSets, statuses, events
+	// and the leader Lease. Anything else is an unchanged object rewritten.
+	time.Sleep(2 * time.Second) // the audit log is written asynchronously
+	evs := auditSince(t, operatorUser, start, end.Add(time.Second))
+	fig.KillRolloutRequests = map[string]int{}
+	fig.KillRolloutWritesByKind = map[string]int{}
+	allowed := map[string]bool{}
+	for _, b := range beamlines {
+		allowed["tiledinstances/"+instanceName(b)] = true
+		allowed["statefulsets/"+render.NamesFor(getInstance(t, instanceName(b))).Tiled] = true
+	}
+	var rewritten []string
+	for _, ev := range evs {
+		fig.KillRolloutRequests[ev.Verb]++
+		if !isWrite(ev.Verb) {
+			continue
+		}
+		rk := resourceKey(ev)
+		fig.KillRolloutWritesByKind[rk]++
+		switch {
+		case ev.ObjectRef == nil:
+		case ev.ObjectRef.Subresource == "status", rk == "events", rk == "leases", rk == "configmaps" && ev.ObjectRef.Namespace == operatorNS,
+			rk == "secrets" && ev.ObjectRef.Namespace == operatorNS, rk == "tokenreviews", rk == "subjectaccessreviews":
+		case allowed[rk+"/"+ev.ObjectRef.Name]:
+		default:
+			rewritten = append(rewritten, ev.Verb+" "+rk+"/"+ev.ObjectRef.Namespace+"/"+ev.ObjectRef.Name)
+		}
+	}
+	t.Logf("operator requests during the rollout by verb: %v; writes by resource: %v", fig.KillRolloutRequests, fig.KillRolloutWritesByKind)
+	if len(rewritten) > 0 {
+		t.Errorf("the operator rewrote %d unchanged objects after its restart: %v", len(rewritten), rewritten)
+	}
+}
+
+func testLeaderFailover(t *testing.T) {
+	old := leaderPod(t)
+	var calls, failures atomic.Int64
+	var firstErr atomic.Value
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			p := &v1alpha1.TiledProfile{}
+			if err := yaml.Unmarshal([]byte(profileYAML("probe")), p); err != nil {
+				panic(err)
+			}
+			p.Name = "webhook-probe"
+			calls.Add(1)
+			if err := cl.Create(context.Background(), p, client.DryRunAll); err != nil {
+				failures.Add(1)
+				firstErr.CompareAndSwap(nil, err.Error())
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}()
+	start := time.Now()
+	mustKubectl(t, nil, "-n", operatorNS, "delete", "pod", old, "--wait=false")
+	var l coordinationv1.Lease
+	eventually(t, 60*time.Second, 200*time.Millisecond, "another replica holds the Lease", func() (bool, string) {
+		if err := cl.Get(context.Background(), types.NamespacedName{Namespace: operatorNS, Name: leaseName}, &l); err != nil {
+			return false, err.Error()
+		}
+		if l.Spec.HolderIdentity == nil {
+			return false, "no holder"
+		}
+		id, _, _ := strings.Cut(*l.Spec.HolderIdentity, "_")
+		return id != old, "holder " + id
+	})
+	fig.FailoverSeconds = time.Since(start).Seconds()
+	mustKubectl(t, nil, "-n", operatorNS, "rollout", "status", "deploy/"+operatorDep, "--timeout=3m")
+	close(stop)
+	wg.Wait()
+	fig.WebhookCallsDuringFail, fig.WebhookFailuresDuringFai = int(calls.Load()), int(failures.Load())
+	lease := 15.0
+	if l.Spec.LeaseDurationSeconds != nil {
+		lease = float64(*l.Spec.LeaseDurationSeconds)
+	}
+	if fig.FailoverSeconds > lease {
+		t.Errorf("failover took %.1fs, longer than the lease duration %.0fs", fig.FailoverSeconds, lease)
+	}
+	if failures.Load() > 0 {
+		t.Errorf("%d of %d webhook calls failed during the failover; first: %v", failures.Load(), calls.Load(), firstErr.Load())
+	}
+	// The pods of the fleet did not notice.
+	mustKubectl(t, nil, "-n", tenantNS, "wait", "--for=condition=Ready", "tc/"+clusterName, "--timeout=2m")
+}
+
+func testRemoveReadd(t *testing.T) {
+	ctx := ctxT(t)
+	ti := getInstance(t, instanceName("bmm"))
+	n := render.NamesFor(ti)
+	runClient(t, "client-write-bmm", ti.Status.URL, n.Secret, "write")
+	claims := map[string]types.UID{}
+	for _, c := range []string{n.DataClaim, n.DatabaseClaim} {
+		var pvc corev1.PersistentVolumeClaim
+		if err := cl.Get(ctx, types.NamespacedName{Namespace: tenantNS, Name: c}, &pvc); err != nil {
+			t.Fatal(err)
+		}
+		claims[c] = pvc.UID
+	}
+	var sec corev1.Secret
+	if err := cl.Get(ctx, types.NamespacedName{Namespace: tenantNS, Name: n.Secret}, &sec); err != nil {
+		t.Fatal(err)
+	}
+	mustKubectl(t, []byte(clusterYAML(false, []string{"amx", "chx"})), "apply", "--server-side", "-f", "-")
+	eventually(t, 3*time.Minute, time.Second, "bmm's instance and workloads removed", func() (bool, string) {
+		checks := []struct {
+			obj  client.Object
+			name string
+		}{{&v1alpha1.TiledInstance{}, ti.Name}, {&appsv1.StatefulSet{}, n.Tiled}, {&appsv1.StatefulSet{}, n.Postgres}, {&corev1.ConfigMap{}, n.ConfigMap}, {&corev1.Service{}, n.Tiled}}
+		for _, c := range checks {
+			err := cl.Get(ctx, types.NamespacedName{Namespace: tenantNS, Name: c.name}, c.obj)
+			if !apierrors.IsNotFound(err) {
+				return false, fmt.Sprintf("%T %s still there (%v)", c.obj, c.name, err)
+			}
+		}
+		return true, ""
+	})
+	for c, uid := range claims {
+		var pvc corev1.PersistentVolumeClaim
+		if err := cl.Get(ctx, types.NamespacedName{Namespace: tenantNS, Name: c}, &pvc); err != nil {
+			t.Fatalf("claim %s of the removed beamline is gone: %v", c, err)
+		}
+		if pvc.UID != uid {
+			t.Errorf("claim %s recreated", c)
+		}
+		if pvc.Labels["tiled.blueskyproject.io/released"] != "true" {
+			t.Errorf("claim %s of the removed beamline is not labelled released=true: %v", c, pvc.Labels)
+		}
+	}
+	mustKubectl(t, []byte(clusterYAML(false, beamlines)), "apply", "--server-side", "-f", "-")
+	mustKubectl(t, nil, "-n", tenantNS, "wait", "--for=condition=Ready", "tc/"+clusterName, "--timeout=6m")
+	for c, uid := range claims {
+		var pvc corev1.PersistentVolumeClaim
+		if err := cl.Get(ctx, types.NamespacedName{Namespace: tenantNS, Name: c}, &pvc); err != nil {
+			t.Fatal(err)
+		}
+		if pvc.UID != uid {
+			t.Errorf("re-added beamline got a new claim %s", c)
+		}
+		if _, ok := pvc.Labels["tiled.blueskyproject.io/released"]; ok {
+			t.Errorf("claim %s of the re-added beamline still has the released label", c)
+		}
+	}
+	var sec2 corev1.Secret
+	if err := cl.Get(ctx, types.NamespacedName{Namespace: tenantNS, Name: n.Secret}, &sec2); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range sec.Data {
+		if string(sec2.Data[k]) != string(v) {
+			t.Errorf("Secret %s key %s regenerated for the re-added beamline", n.Secret, k)
+		}
+	}
+	ti = getInstance(t, instanceName("bmm"))
+	runClient(t, "client-read-bmm", ti.Status.URL, n.Secret, "read")
+}
+
+// badCase is an instance that cannot run, and what its conditions must name.
+type badCase struct {
+	name, extra, pod, container string
+	reason                      *regexp.Regexp
+}
+
+func testBadInput(t *testing.T) {
+	cases := []badCase{
+		{name: "bad-image", extra: "  tiled: {image: \"docker.io/local/tiled:does-not-exist\"}\n",
+			pod: "bad-image-0", reason: regexp.MustCompile(`ImagePullBackOff|ErrImagePull|ErrImageNeverPull`)},
+		{name: "bad-db", extra: "  database: {managed: {image: \"" + pauseImg + "\"}}\n",
+			pod: "bad-db-postgres-0", container: "postgres", reason: regexp.MustCompile(`(?i)readiness|probe|not ready|unready`)},
+		{name: "bad-config", extra: "  config: {allow_origins: 5}\n",
+			pod: "bad-config-0", container: "tiled", reason: regexp.MustCompile(`CrashLoopBackOff|Error`)},
+	}
+	start := time.Now()
+	for _, c := range cases {
+		mustKubectl(t, []byte(standaloneYAML(c.name, c.extra)), "apply", "--server-side", "-f", "-")
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			deadline := start.Add(2 * time.Minute)
+			var last string
+			for {
+				ti := getInstance(t, c.name)
+				last = ""
+				for _, cond := range ti.Status.Conditions {
+					last += fmt.Sprintf("%s=%s/%s: %s; ", cond.Type, cond.Status, cond.Reason, cond.Message)
+					if cond.Type == "Ready" && cond.Status == metav1.ConditionTrue {
+						t.Fatalf("%s is Ready", c.name)
+					}
+					if (cond.Type == "Stalled" && cond.Status == metav1.ConditionTrue) || (cond.Type == "Ready" && cond.Status == metav1.ConditionFalse) {
+						msg := cond.Reason + " " + cond.Message
+						if strings.Contains(msg, c.pod) && (c.container == "" || strings.Contains(msg, c.container)) && c.reason.MatchString(msg) {
+							t.Logf("%s: %s=%s %s: %s (%.0fs)", c.name, cond.Type, cond.Status, cond.Reason, cond.Message, time.Since(start).Seconds())
+							return
+						}
+					}
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%s: no condition naming pod %s, container %q and %s within 2 minutes; conditions: %s", c.name, c.pod, c.container, c.reason, last)
+				}
+				time.Sleep(2 * time.Second)
+			}
+		})
+	}
+	// Nothing written is lost: the bad instances keep their Secrets, the fleet stays Ready.
+	for _, c := range cases {
+		ti := getInstance(t, c.name)
+		var sec corev1.Secret
+		if err := cl.Get(context.Background(), types.NamespacedName{Namespace: tenantNS, Name: render.NamesFor(ti).Secret}, &sec); err != nil {
+			t.Errorf("%s: its Secret: %v", c.name, err)
+		}
+		mustKubectl(t, nil, "-n", tenantNS, "delete", "tiledinstance", c.name, "--wait=false")
+	}
+	mustKubectl(t, nil, "-n", tenantNS, "wait", "--for=condition=Ready", "tc/"+clusterName, "--timeout=2m")
+}
+
+func testNoSecretsInLogs(t *testing.T) {
+	ctx := ctxT(t)
+	var secrets corev1.SecretList
+	if err := cl.List(ctx, &secrets, client.InNamespace(tenantNS)); err != nil {
+		t.Fatal(err)
+	}
+	var values []string
+	for _, s := range secrets.Items {
+		if s.Type == corev1.SecretTypeServiceAccountToken {
+			continue
+		}
+		for _, v := range s.Data {
+			if len(v) >= 8 {
+				values = append(values, string(v))
+			}
+			// TILED_SECRET_KEYS is a JSON list; look for each key on its own as well.
+			var list []string
+			if json.Unmarshal(v, &list) == nil {
+				for _, x := range list {
+					if len(x) >= 8 {
+						values = append(values, x)
+					}
+				}
+			}
+		}
+	}
+	if len(values) == 0 {
+		t.Fatal("no Secret values found to look for")
+	}
+	pods := podsIn(t, tenantNS)
+	logged := 0
+	for _, p := range pods {
+		for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+			logs := []string{}
+			if out, err := kubectl(nil, "-n", tenantNS, "logs", p.Name, "-c", cs.Name); err == nil {
+				logs = append(logs, out)
+			}
+			if cs.RestartCount > 0 {
+				if out, err := kubectl(nil, "-n", tenantNS, "logs", p.Name, "-c", cs.Name, "--previous"); err == nil {
+					logs = append(logs, out)
+				}
+			}
+			for _, l := range logs {
+				logged += len(l)
+				for _, v := range values {
+					if strings.Contains(l, v) {
+						t.Errorf("a Secret value appears in the log of %s/%s", p.Name, cs.Name)
+					}
+				}
+			}
+		}
+	}
+	t.Logf("read %d bytes of logs from %d pods, %d Secret values looked for", logged, len(pods), len(values))
+	if logged == 0 {
+		t.Error("no log output read at all; the check would prove nothing")
+	}
+}
+
+func testOperatorLog(t *testing.T) {
+	out := mustKubectl(t, nil, "-n", operatorNS, "logs", "-l", "control-plane=controller-manager", "--all-containers", "--prefix", "--tail=-1")
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(strings.ToLower(l), "forbidden") {
+			t.Errorf("the operator's log has a forbidden: %s", l)
+		}
+	}
+	// Peak memory of the operator's pods, from their memory cgroups on the node.
+	pods := podsIn(t, operatorNS)
+	for _, p := range pods {
+		if v, err := podPeakMemory(p.UID); err == nil {
+			mib := float64(v) / (1 << 20)
+			if mib > fig.OperatorPeakMemoryMiB {
+				fig.OperatorPeakMemoryMiB = mib
+			}
+		} else {
+			t.Logf("peak memory of %s: %v", p.Name, err)
+		}
+	}
+	if fig.OperatorPeakMemoryMiB == 0 {
+		t.Error("could not read the operator pods' peak memory")
+	}
+	t.Logf("operator pod peak memory %.1f MiB", fig.OperatorPeakMemoryMiB)
+}
+
+// podPeakMemory reads memory.max_usage_in_bytes (cgroup v1) of a pod's cgroup.
+func podPeakMemory(uid types.UID) (int64, error) {
+	var found string
+	root := "/sys/fs/cgroup/memory"
+	want := "pod" + string(uid)
+	_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil || found != "" {
+			return filepath.SkipDir
+		}
+		if d.IsDir() && strings.Count(strings.TrimPrefix(p, root), "/") > 4 {
+			return filepath.SkipDir
+		}
+		if d.IsDir() && (d.Name() == want || d.Name() == strings.ReplaceAll(want, "-", "_")) {
+			found = p
+			return filepath.SkipAll
+		}
+		return nil
+	})
+	if found == "" {
+		return 0, fmt.Errorf("no memory cgroup %s under %s", want, root)
+	}
+	b, err := os.ReadFile(filepath.Join(found, "memory.max_usage_in_bytes"))
+	if err != nil {
+		return 0, err
+	}
+	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+}
+
+func getInstance(t *testing.T, name string) *v1alpha1.TiledInstance {
+	t.Helper()
+	var ti v1alpha1.TiledInstance
+	if err := cl.Get(context.Background(), types.NamespacedName{Namespace: tenantNS, Name: name}, &ti); err != nil {
+		t.Fatalf("TiledInstance %s: %v", name, err)
+	}
+	return &ti
+}
+
+func podsIn(t *testing.T, ns string) []corev1.Pod {
+	t.Helper()
+	var pods corev1.PodList
+	if err := cl.List(context.Background(), &pods, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	var out []corev1.Pod
+	for _, p := range pods.Items {
+		if strings.HasPrefix(p.Name, "client-") {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+

@@ -1,0 +1,203 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/bluesky/tiled-operator/expansion"
+)
+
+const (
+	operatorNS   = "tiled-operator-system"
+	operatorDep  = "tiled-operator-controller-manager"
+	operatorUser = "system:serviceaccount:" + operatorNS + ":tiled-operator-controller-manager"
+	leaseName    = "tiled-operator.tiled.blueskyproject.io"
+	tenantNS     = "beamlines"
+	floorNS      = "floor"
+	clusterName  = "e2e"
+	storageClass = "local-hostpath"
+	postgresImg  = "docker.io/local/postgres:15"
+	pauseImg     = "docker.io/local/pause:3.10"
+	rolloutVar   = "E2E_ROLL"
+)
+
+// beamlines of the sample fleet: one plain, one with an override, one with a read-only detector
+// mount on a hostPath-backed PersistentVolume (the NFS-style mount of a real facility).
+var beamlines = []string{"amx", "bmm", "chx"}
+
+func tiledImg() string { return "docker.io/local/tiled:" + expansion.TiledVersion }
+
+func instanceName(b string) string { return clusterName + "-" + b }
+
+// namespaceYAML is a tenant namespace that enforces the restricted Pod Security Standard.
+func namespaceYAML(name string) string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: Namespace
+metadata:
+  name: %s
+  labels:
+    pod-security.kubernetes.io/enforce: restricted
+    pod-security.kubernetes.io/enforce-version: latest
+    pod-security.kubernetes.io/warn: restricted
+`, name)
+}
+
+// detectorYAML is the read-only detector data: a static PV on a hostPath folder the suite fills,
+// and the claim the chx beamline mounts.
+func detectorYAML(hostPath, ns, pv string) string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: PersistentVolume
+metadata:
+  name: %s
+spec:
+  capacity: {storage: 1Gi}
+  accessModes: [ReadOnlyMany]
+  persistentVolumeReclaimPolicy: Retain
+  storageClassName: ""
+  claimRef: {namespace: %s, name: detector-data}
+  hostPath: {path: %s, type: Directory}
+---
+apiVersion: v1
+kind: PersistentVolumeClaim
+metadata:
+  name: detector-data
+  namespace: %s
+spec:
+  accessModes: [ReadOnlyMany]
+  storageClassName: ""
+  volumeName: %s
+  resources: {requests: {storage: 1Gi}}
+`, pv, ns, hostPath, ns, pv)
+}
+
+// profileYAML is the facility profile of the suite: local images, small requests (two shared
+// cores), hostPath storage, a managed PostgreSQL and a single-user API key. roll is the value of an
+// environment variable that changes every instance's pod template.
+func profileYAML(roll string) string {
+	return fmt.Sprintf(`apiVersion: tiled.blueskyproject.io/v1alpha1
+kind: TiledProfile
+metadata:
+  name: e2e-defaults
+  namespace: %s
+  labels: {facility: e2e}
+spec:
+  priority: 0
+  tiled:
+    image: %s
+    imagePullPolicy: IfNotPresent
+    resources:
+      requests: {cpu: 50m, memory: 256Mi}
+      limits: {memory: 1Gi}
+    env:
+    - {name: %s, value: %q}
+  storage:
+    data: {storageClassName: %s, size: 1Gi, accessModes: [ReadWriteOnce]}
+    retention: Retain
+  database:
+    managed:
+      image: %s
+      storageClassName: %s
+      size: 1Gi
+      resources:
+        requests: {cpu: 50m, memory: 64Mi}
+        limits: {memory: 512Mi}
+  auth:
+    singleUserAPIKey: {}
+`, tenantNS, tiledImg(), rolloutVar, roll, storageClass, postgresImg, storageClass)
+}
+
+// clusterYAML is the terse TiledCluster: one line per beamline, one override, one detector mount.
+// paused and the beamlines present are parameters for the rollout and re-add cases.
+func clusterYAML(paused bool, present []string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, `apiVersion: tiled.blueskyproject.io/v1alpha1
+kind: TiledCluster
+metadata:
+  name: %s
+  namespace: %s
+spec:
+  profileSelector: {matchLabels: {facility: e2e}}
+  paused: %t
+  rollout: {maxUnavailable: 1}
+  instances:
+`, clusterName, tenantNS, paused)
+	for _, n := range present {
+		switch n {
+		case "bmm":
+			b.WriteString("  - {name: bmm, overrides: {tiled: {env: [{name: E2E_OVERRIDE, value: bmm}]}}}\n")
+		case "chx":
+			b.WriteString("  - {name: chx, overrides: {storage: {readOnlyMounts: [{name: detector, mountPath: /data/detector, existingClaimName: detector-data}]}}}\n")
+		default:
+			fmt.Fprintf(&b, "  - {name: %s}\n", n)
+		}
+	}
+	return b.String()
+}
+
+// standaloneYAML is a terse standalone TiledInstance: the mutating webhook expands it from the
+// profiles it selects. extra is indented YAML appended under spec.
+func standaloneYAML(name, extra string) string {
+	return fmt.Sprintf(`apiVersion: tiled.blueskyproject.io/v1alpha1
+kind: TiledInstance
+metadata:
+  name: %s
+  namespace: %s
+spec:
+  profileSelector: {matchLabels: {facility: e2e}}
+%s`, name, tenantNS, extra)
+}
+
+// clientPodYAML runs the Tiled Python client in the cluster against an instance's Service DNS name
+// with the API key from the operator's Secret. mode "write" writes an array and a table and reads
+// them back; "read" only reads them back.
+func clientPodYAML(name, url, secret, mode string) string {
+	script := `
+import os, sys
+import numpy, pandas
+from tiled.client import from_uri
+c = from_uri(os.environ["TILED_URL"], api_key=os.environ["TILED_API_KEY"])
+if sys.argv[1] == "write":
+    c.write_array(numpy.arange(10), key="e2e_array")
+    c.write_dataframe(pandas.DataFrame({"x": [1, 2, 3]}), key="e2e_table")
+a = c["e2e_array"].read()
+assert list(a) == list(range(10)), a
+t = c["e2e_table"].read()
+assert list(t["x"]) == [1, 2, 3], t
+print("E2E-OK", sorted(c))
+`
+	var ind strings.Builder
+	for _, l := range strings.Split(strings.TrimSpace(script), "\n") {
+		ind.WriteString("      " + l + "\n")
+	}
+	return fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: %s
+  namespace: %s
+spec:
+  restartPolicy: Never
+  securityContext:
+    runAsNonRoot: true
+    runAsUser: 999
+    runAsGroup: 999
+    seccompProfile: {type: RuntimeDefault}
+  containers:
+  - name: client
+    image: %s
+    imagePullPolicy: IfNotPresent
+    command: [python, -c]
+    args:
+    - |
+%s    - %s
+    env:
+    - {name: TILED_URL, value: %q}
+    - {name: HOME, value: /tmp}
+    - name: TILED_API_KEY
+      valueFrom: {secretKeyRef: {name: %s, key: TILED_SINGLE_USER_API_KEY}}
+    securityContext:
+      allowPrivilegeEscalation: false
+      capabilities: {drop: [ALL]}
+`, name, tenantNS, tiledImg(), ind.String(), mode, url, secret)
+}

@@ -1,0 +1,284 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
+)
+
+// env is what hack/node/cluster.sh writes to $STATE/env and hack/e2e/run.sh exports.
+type env struct {
+	kubeconfig string // admin kubeconfig of the cluster
+	kubectl    string // kubectl at the cluster's version
+	state      string // the cluster's state folder (hostPath volumes live under it)
+	auditLog   string // the apiserver's JSON audit log
+	repo       string // the checkout (for config/default)
+	results    string // where the figures go (bench/e2e.json)
+}
+
+var (
+	e   env
+	cl  client.Client
+	fig = &figures{InstanceReadySeconds: map[string]float64{}}
+)
+
+// figures are the measured values written to bench/e2e.json.
+type figures struct {
+	Cluster                  string             `json:"cluster"`
+	Beamlines                int                `json:"beamlines"`
+	FleetReadySeconds        float64            `json:"fleetReadySeconds"`
+	InstanceReadySeconds     map[string]float64 `json:"instanceReadySeconds"`
+	FloorReadySeconds        float64            `json:"floorReadySeconds"`
+	OperatorOverFloor        float64            `json:"operatorOverFloor"`
+	RestartCount             int                `json:"restartCount"`
+	RestartsByContainer      map[string]int32   `json:"restartsByContainer,omitempty"`
+	RolloutBudget            int                `json:"rolloutBudget"`
+	RolloutMaxUnready        int                `json:"rolloutMaxUnready"`
+	RolloutSeconds           float64            `json:"rolloutSeconds"`
+	RolloutUnreadySamples    []int              `json:"rolloutUnreadySamples,omitempty"`
+	KillRolloutMaxUnready    int                `json:"killRolloutMaxUnready"`
+	KillRolloutSeconds       float64            `json:"killRolloutSeconds"`
+	KillRolloutRequests      map[string]int     `json:"killRolloutRequestsByVerb"`
+	KillRolloutWritesByKind  map[string]int     `json:"killRolloutWritesByResource"`
+	FailoverSeconds          float64            `json:"failoverSeconds"`
+	WebhookCallsDuringFail   int                `json:"webhookCallsDuringFailover"`
+	WebhookFailuresDuringFai int                `json:"webhookFailuresDuringFailover"`
+	PodRecreateSeconds       float64            `json:"podRecreateSeconds"`
+	OperatorPeakMemoryMiB    float64            `json:"operatorPeakMemoryMiB"`
+	Cases                    []caseResult       `json:"cases"`
+	Passed                   int                `json:"passed"`
+	Failed                   int                `json:"failed"`
+}
+
+type caseResult struct {
+	Name    string  `json:"name"`
+	Passed  bool    `json:"passed"`
+	Seconds float64 `json:"seconds"`
+}
+
+var figMu sync.Mutex
+
+func TestMain(m *testing.M) {
+	e = env{
+		kubeconfig: os.Getenv("KUBECONFIG"),
+		kubectl:    os.Getenv("KUBECTL"),
+		state:      os.Getenv("STATE"),
+		auditLog:   os.Getenv("AUDIT_LOG"),
+		repo:       os.Getenv("E2E_REPO"),
+		results:    os.Getenv("E2E_RESULTS"),
+	}
+	for k, v := range map[string]string{"KUBECONFIG": e.kubeconfig, "KUBECTL": e.kubectl, "STATE": e.state, "AUDIT_LOG": e.auditLog, "E2E_REPO": e.repo} {
+		if v == "" {
+			fmt.Fprintf(os.Stderr, "e2e: %s is not set: run the suite through `make test-e2e` (hack/e2e/run.sh)\n", k)
+			os.Exit(2)
+		}
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", e.kubeconfig)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: kubeconfig %s: %v\n", e.kubeconfig, err)
+		os.Exit(2)
+	}
+	cfg.QPS, cfg.Burst = 50, 100
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = v1alpha1.AddToScheme(scheme)
+	if cl, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: client: %v\n", err)
+		os.Exit(2)
+	}
+	code := m.Run()
+	fig.Passed, fig.Failed = 0, 0
+	for _, c := range fig.Cases {
+		if c.Passed {
+			fig.Passed++
+		} else {
+			fig.Failed++
+		}
+	}
+	fmt.Printf("\ne2e cases:\n")
+	for _, c := range fig.Cases {
+		mark := "PASS"
+		if !c.Passed {
+			mark = "FAIL"
+		}
+		fmt.Printf("  %s  %-60s %6.1fs\n", mark, c.Name, c.Seconds)
+	}
+	fmt.Printf("%d passed, %d failed\n", fig.Passed, fig.Failed)
+	if e.results != "" {
+		b, _ := json.MarshalIndent(fig, "", "  ")
+		if err := os.WriteFile(e.results, append(b, '\n'), 0o644); err != nil {
+			fmt.Fprintf(os.Stderr, "e2e: writing %s: %v\n", e.results, err)
+			code = 1
+		}
+	}
+	if fig.Failed > 0 && code == 0 {
+		code = 1
+	}
+	os.Exit(code)
+}
+
+// run runs one numbered case as a subtest and records its verdict and duration.
+func run(t *testing.T, name string, f func(t *testing.T)) bool {
+	start := time.Now()
+	ok := t.Run(name, f)
+	figMu.Lock()
+	fig.Cases = append(fig.Cases, caseResult{Name: name, Passed: ok, Seconds: time.Since(start).Seconds()})
+	figMu.Unlock()
+	return ok
+}
+
+// kubectl runs the cluster's kubectl with the admin kubeconfig; stdin may be nil.
+func kubectl(stdin []byte, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, e.kubectl, args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig)
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	if err != nil {
+		return out.String() + errb.String(), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(errb.String()))
+	}
+	return out.String(), nil
+}
+
+// mustKubectl is kubectl that fails the test on error.
+func mustKubectl(t *testing.T, stdin []byte, args ...string) string {
+	t.Helper()
+	out, err := kubectl(stdin, args...)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	return out
+}
+
+// eventually polls f every interval until it returns true or the timeout passes; the last error or
+// reason f returned is in the failure message.
+func eventually(t *testing.T, timeout, interval time.Duration, what string, f func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for {
+		ok, why := f()
+		if ok {
+			return
+		}
+		last = why
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s; last: %s", what, timeout, last)
+		}
+		time.Sleep(interval)
+	}
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// auditEvent is the part of an apiserver audit event the suite reads.
+type auditEvent struct {
+	Stage     string `json:"stage"`
+	Verb      string `json:"verb"`
+	User      struct{ Username string } `json:"user"`
+	ObjectRef *struct {
+		Resource    string `json:"resource"`
+		Subresource string `json:"subresource"`
+		Namespace   string `json:"namespace"`
+		Name        string `json:"name"`
+		APIGroup    string `json:"apiGroup"`
+	} `json:"objectRef"`
+	RequestReceived time.Time `json:"requestReceivedTimestamp"`
+}
+
+// auditSince returns the completed requests of user received in [from, to).
+func auditSince(t *testing.T, user string, from, to time.Time) []auditEvent {
+	t.Helper()
+	f, err := os.Open(e.auditLog)
+	if err != nil {
+		t.Fatalf("audit log: %v", err)
+	}
+	defer f.Close()
+	var out []auditEvent
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var ev auditEvent
+		if json.Unmarshal(sc.Bytes(), &ev) != nil {
+			continue
+		}
+		if ev.Stage != "ResponseComplete" || ev.User.Username != user {
+			continue
+		}
+		if ev.RequestReceived.Before(from) || !ev.RequestReceived.Before(to) {
+			continue
+		}
+		out = append(out, ev)
+	}
+	return out
+}
+
+// resourceKey is "resource" or "resource/subresource" of an audit event.
+func resourceKey(ev auditEvent) string {
+	if ev.ObjectRef == nil {
+		return "-"
+	}
+	if ev.ObjectRef.Subresource != "" {
+		return ev.ObjectRef.Resource + "/" + ev.ObjectRef.Subresource
+	}
+	return ev.ObjectRef.Resource
+}
+
+func isWrite(verb string) bool {
+	switch verb {
+	case "create", "update", "patch", "delete", "deletecollection":
+		return true
+	}
+	return false
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
+
+// writeTemp writes b to a file under the state folder and returns its path.
+func writeTemp(t *testing.T, name string, b []byte) string {
+	t.Helper()
+	dir := filepath.Join(e.state, "e2e-files")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
