@@ -878,4 +878,3 @@ func podReady(p *corev1.Pod) bool {
 	}
 	return false
 }
-

@@ -201,8 +201,8 @@ func ctxT(t *testing.T) context.Context {
 
 // auditEvent is the part of an apiserver audit event the suite reads.
 type auditEvent struct {
-	Stage     string `json:"stage"`
-	Verb      string `json:"verb"`
+	Stage     string                    `json:"stage"`
+	Verb      string                    `json:"verb"`
 	User      struct{ Username string } `json:"user"`
 	ObjectRef *struct {
 		Resource    string `json:"resource"`
