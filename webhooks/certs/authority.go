@@ -285,7 +285,9 @@ func (a *Authority) watch(ctx context.Context) error {
 		DeleteFunc: func(any) { a.trigger() },
 	}
 	byName := func(name string) func(*metav1.ListOptions) {
-		return func(o *metav1.ListOptions) { o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String() }
+		return func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
+		}
 	}
 	informers := []cache.SharedIndexInformer{
 		coreinformers.NewFilteredSecretInformer(a.cs, a.o.Namespace, 0, cache.Indexers{}, byName(a.o.SecretName)),

@@ -126,7 +126,11 @@ func TestPlanRotationSteps(t *testing.T) {
 		{name: "previous expired: drop it", st: state{active: active, previous: old.cert, previousPEM: old.certPEM}, now: old.cert.NotAfter,
 			want: "dropped the expired previous CA", check: func(g Gomega, s *state) { g.Expect(s.previous).To(BeNil()) }},
 		{name: "active expired: replace at once", st: state{active: active, next: next}, now: active.cert.NotAfter, want: "replaced the expired CA",
-			check: func(g Gomega, s *state) { g.Expect(s.active).To(Equal(next)); g.Expect(s.next).To(BeNil()); g.Expect(s.previous).To(BeNil()) }},
+			check: func(g Gomega, s *state) {
+				g.Expect(s.active).To(Equal(next))
+				g.Expect(s.next).To(BeNil())
+				g.Expect(s.previous).To(BeNil())
+			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
