@@ -15,6 +15,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -60,7 +61,9 @@ func run(args []string) error {
 	watch := fs.String("watch-namespaces", os.Getenv(EnvWatchNamespaces), "Comma-separated namespaces to watch (default $"+EnvWatchNamespaces+"; empty: all).")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		return nil // the usage is printed
+	} else if err != nil {
 		return err
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
