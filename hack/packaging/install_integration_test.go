@@ -72,9 +72,9 @@ func TestDefaultInstallServesWebhooks(t *testing.T) {
 	fwd := newForwarder(t, net.JoinHostPort(svc.Spec.ClusterIP, fmt.Sprint(svc.Spec.Ports[0].Port)))
 	serviceName := webhookService + "." + namespace + ".svc"
 
-	cfg := serviceAccountConfig(ctx, t, namespace, managerSA)
-	a := startManager(t, "a", cfg, namespace, 2*time.Second)
-	b := startManager(t, "b", cfg, namespace, 2*time.Second)
+	cfg := serviceAccountConfig(ctx, t, e, namespace, managerSA)
+	a := startManager(t, "a", cfg, namespace, 2*time.Second, false)
+	b := startManager(t, "b", cfg, namespace, 2*time.Second, false)
 	for _, m := range []*running{a, b} {
 		g.Eventually(m.ready).WithContext(ctx).WithTimeout(2*time.Minute).WithPolling(200*time.Millisecond).Should(Succeed(), "manager %s", m.name)
 	}
@@ -102,7 +102,7 @@ func TestDefaultInstallServesWebhooks(t *testing.T) {
 	before, err := e.Clientset.CoreV1().Secrets(namespace).Get(ctx, caSecret, metav1.GetOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	a.stop()
-	a = startManager(t, "a (restarted)", cfg, namespace, 2*time.Second)
+	a = startManager(t, "a (restarted)", cfg, namespace, 2*time.Second, false)
 	g.Eventually(a.ready).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
 	after, err := e.Clientset.CoreV1().Secrets(namespace).Get(ctx, caSecret, metav1.GetOptions{})
 	g.Expect(err).NotTo(HaveOccurred())

@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/bluesky/tiled-operator/controllers"
+	"github.com/bluesky/tiled-operator/hack/testenv"
 	"github.com/bluesky/tiled-operator/webhooks"
 )
 
@@ -37,9 +38,8 @@ const serviceCIDR = "127.77.0.0/24"
 // serviceAccountConfig returns a client configuration that authenticates as the manager's
 // ServiceAccount with a token from the TokenRequest API: the API server then authorizes its requests
 // with the RBAC config/default installed, as in a cluster.
-func serviceAccountConfig(ctx context.Context, t *testing.T, namespace, name string) *rest.Config {
+func serviceAccountConfig(ctx context.Context, t *testing.T, e *testenv.Env, namespace, name string) *rest.Config {
 	t.Helper()
-	e := controlPlane(t)
 	tr, err := e.Clientset.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, &authenticationv1.TokenRequest{
 		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)},
 	}, metav1.CreateOptions{})
@@ -59,6 +59,7 @@ type running struct {
 	op          *controllers.Operator
 	webhookPort int
 	probe       string
+	metrics     string
 	cancel      context.CancelFunc
 	done        chan error
 	opts        *webhooks.Options
@@ -66,8 +67,9 @@ type running struct {
 
 // startManager runs the operator's manager in this process as config/default runs it: leader
 // election in the namespace, the webhooks with the manager's own CA (--cert-management=self) whose
-// Secret lives in the namespace, probes on loopback. Only the addresses differ.
-func startManager(t *testing.T, name string, cfg *rest.Config, namespace string, trustDelay time.Duration) *running {
+// Secret lives in the namespace, probes on loopback, and with secureMetrics the metrics endpoint
+// behind authentication and authorization. Only the addresses differ.
+func startManager(t *testing.T, name string, cfg *rest.Config, namespace string, trustDelay time.Duration, secureMetrics bool) *running {
 	t.Helper()
 	r := &running{name: name, webhookPort: freePort(t), probe: fmt.Sprintf("127.0.0.1:%d", freePort(t)), done: make(chan error, 1)}
 	r.opts = &webhooks.Options{
@@ -75,8 +77,13 @@ func startManager(t *testing.T, name string, cfg *rest.Config, namespace string,
 		Certs:             webhooks.CertOptions{Namespace: namespace, TrustDelay: trustDelay},
 		OperatorUsernames: []string{"system:serviceaccount:" + namespace + ":" + managerSA},
 	}
+	metrics := "0"
+	if secureMetrics {
+		r.metrics = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		metrics = r.metrics
+	}
 	op, err := controllers.NewManager(cfg, controllers.ManagerOptions{
-		MetricsBindAddress: "0", HealthProbeBindAddress: r.probe,
+		MetricsBindAddress: metrics, SecureMetrics: secureMetrics, HealthProbeBindAddress: r.probe,
 		LeaderElection: true, LeaderElectionNamespace: namespace,
 		Webhooks: r.opts, Restartable: true,
 	})
