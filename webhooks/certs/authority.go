@@ -127,8 +127,8 @@ type Authority struct {
 	// serving is the certificate this replica serves, servingTrusted whether its CA is trusted.
 	serving        *tls.Certificate
 	servingTrusted bool
-	// forcePending asks the next sync to publish a next CA (Rotate).
-	forcePending bool
+	// rotateFrom, set by Rotate, asks for a next CA as long as it is the active one.
+	rotateFrom *x509.Certificate
 	// changed is closed and replaced whenever st or serving change.
 	changed chan struct{}
 	poke    chan struct{}
@@ -213,7 +213,7 @@ func (a *Authority) Rotate(ctx context.Context) error {
 		return errors.New("rotate: the CA has not been loaded yet")
 	}
 	old := a.st.active.cert
-	a.forcePending = true
+	a.rotateFrom = old
 	a.mu.Unlock()
 	a.trigger()
 	for {
@@ -313,8 +313,9 @@ func (a *Authority) sync(ctx context.Context) (time.Duration, error) {
 		return 0, err
 	}
 	for attempt := 0; ; attempt++ {
+		// Only this goroutine writes a.trusted, which plan reads through trustedSince.
 		a.mu.Lock()
-		force := a.forcePending
+		force := a.rotateFrom != nil && a.rotateFrom.Equal(st.active.cert)
 		a.mu.Unlock()
 		next, what, err := plan(st, planInput{
 			now: time.Now(), validity: a.o.Validity, trustDelay: a.o.TrustDelay,
@@ -322,11 +323,6 @@ func (a *Authority) sync(ctx context.Context) (time.Duration, error) {
 		}, newCA)
 		if err != nil {
 			return 0, err
-		}
-		if force && next.next != nil {
-			a.mu.Lock()
-			a.forcePending = false
-			a.mu.Unlock()
 		}
 		if what == "" {
 			break
