@@ -47,8 +47,6 @@ func TestDefaultRenders(t *testing.T) {
 		"ClusterRoleBinding/tiled-operator-webhook-certs-rolebinding":                    true,
 		"Role/tiled-operator-webhook-certs-role":                                         true,
 		"RoleBinding/tiled-operator-webhook-certs-rolebinding":                           true,
-		"ClusterRole/tiled-operator-metrics-auth-role":                                   true,
-		"ClusterRoleBinding/tiled-operator-metrics-auth-rolebinding":                     true,
 		"ClusterRole/tiled-operator-metrics-reader":                                      true,
 		"ClusterRole/tiled-operator-editor-role":                                         true,
 		"ClusterRole/tiled-operator-viewer-role":                                         true,
