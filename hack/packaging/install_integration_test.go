@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -196,7 +195,7 @@ func apiServerCalls(ctx context.Context, t *testing.T, g Gomega, fwd *forwarder,
 
 func profile(name, spec string) *unstructured.Unstructured {
 	u := &unstructured.Unstructured{}
-	if err := yaml.Unmarshal([]byte("apiVersion: tiled.blueskyproject.io/v1alpha1\nkind: TiledProfile\nmetadata: {name: "+name+", namespace: default}\nspec: {"+strings.TrimSuffix(strings.TrimPrefix(spec, "{"), "}")+"}\n"), &u.Object); err != nil {
+	if err := yaml.Unmarshal([]byte("apiVersion: tiled.blueskyproject.io/v1alpha1\nkind: TiledProfile\nmetadata: {name: "+name+", namespace: default}\nspec: {"+spec+"}\n"), &u.Object); err != nil {
 		panic(err)
 	}
 	return u
