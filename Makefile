@@ -26,7 +26,8 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code and apply configurations.
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC.
 	$(CONTROLLER_GEN) crd paths=./apis/... output:crd:artifacts:config=config/crd/bases
-	$(CONTROLLER_GEN) rbac:roleName=manager-role paths=./controllers/... paths=./cmd/... paths=./webhooks/... output:rbac:artifacts:config=config/rbac
+	$(CONTROLLER_GEN) rbac:roleName=manager-role paths=./controllers/... paths=./cmd/... paths=./webhooks output:rbac:artifacts:config=config/rbac
+	$(CONTROLLER_GEN) rbac:roleName=webhook-certs-role paths=./webhooks/certs/... output:rbac:artifacts:config=config/rbac/webhookcerts
 	$(CONTROLLER_GEN) webhook paths=./webhooks/... output:webhook:artifacts:config=config/webhook
 
 .PHONY: verify-generated

@@ -6,6 +6,5 @@ package controllers
 // The manager reads and updates the operator's own kinds; later controllers add their own markers.
 // +kubebuilder:rbac:groups=tiled.blueskyproject.io,resources=tiledprofiles;tiledclusters;tiledinstances,verbs=get;list;watch
 // +kubebuilder:rbac:groups=tiled.blueskyproject.io,resources=tiledprofiles/status;tiledclusters/status;tiledinstances/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch

@@ -73,6 +73,8 @@ type Operator struct {
 	Traffic *traffic.Counter
 	// Applier is the server-side apply writer shared by the controllers.
 	Applier *applier.Applier
+	// Webhooks are the admission webhooks and their certificates (nil when they are off).
+	Webhooks *webhooks.Webhooks
 
 	clusterResync, instanceResync chan event.GenericEvent
 }
@@ -172,7 +174,7 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (*Operator, error) {
 		return nil, fmt.Errorf("setting up the TiledInstance controller: %w", err)
 	}
 	if o.Webhooks != nil {
-		if _, err := webhooks.Setup(mgr, *o.Webhooks); err != nil {
+		if op.Webhooks, err = webhooks.Setup(mgr, *o.Webhooks); err != nil {
 			return nil, fmt.Errorf("setting up the webhooks: %w", err)
 		}
 	}

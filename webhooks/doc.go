@@ -1,6 +1,5 @@
 // Package webhooks holds the operator's admission webhooks for TiledProfile, TiledCluster and
-// TiledInstance, and the self-signed certificates the manager serves them with when cert-manager
-// is not there (make run, tests).
+// TiledInstance, and how they get their certificates.
 //
 // # Mutating: TiledInstance
 //
@@ -46,12 +45,14 @@
 //
 // # Certificates
 //
-// In a cluster, cert-manager issues the serving certificate and injects the CA bundle
-// (config/certmanager). With Options.SelfSigned, Certs creates a CA and a serving certificate,
-// writes them where controller-runtime's webhook server reads them (its certwatcher reloads
-// them), applies the CA bundle to the webhook configurations with server-side apply under the
-// field manager tiled-operator, and rotates both before they expire; the bundle holds the new and
-// the previous CA across a rotation, so the API server never sees an untrusted certificate.
+// Options.CertMode says who provides the serving certificate (docs/webhooks.md). CertSelf, the
+// default of cmd/manager and config/default: the manager's own CA (package certs), shared by all
+// replicas through one Secret in its namespace; each replica serves a certificate it signs with it,
+// from memory, once both webhook configurations trust the CA, and every replica keeps their
+// caBundle with server-side apply; the CA rotates in two steps so the API server never meets a
+// certificate it does not trust. CertCertManager (config/certmanager) and CertOLM (the OLM bundle):
+// the certificate is a mounted file the webhook server reloads, and cert-manager or OLM fills the
+// caBundle.
 //
 // Setup registers everything with a controller-runtime manager whose webhook server NewServer
 // built from the same Options.

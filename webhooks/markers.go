@@ -33,6 +33,5 @@ const (
 	ValidatingConfigurationName = "tiled-operator-validating-webhook-configuration"
 )
 
-// With SelfSigned, the manager applies the webhook configurations (their CA bundle, or all of them
-// with a URL). The rbac generator of `make manifests` must include ./webhooks/... for this marker.
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations;validatingwebhookconfigurations,verbs=get;create;patch
+// The permissions of the manager's own CA (reading and patching these configurations) are in
+// package certs, generated into their own roles (config/rbac/webhookcerts).

@@ -2,13 +2,10 @@ package webhooks
 
 import (
 	"context"
+	"crypto/tls"
 	"flag"
 	"fmt"
-	"net"
 	"os"
-	"path/filepath"
-	"strings"
-	"time"
 
 	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -18,6 +15,7 @@ import (
 
 	"github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/expansion"
+	"github.com/bluesky/tiled-operator/webhooks/certs"
 )
 
 // Options configure the webhooks.
@@ -25,14 +23,16 @@ type Options struct {
 	// Host and Port the webhook server listens on; Port 0 is 9443.
 	Host string
 	Port int
-	// CertDir holds tls.crt and tls.key: mounted from cert-manager's Secret in a cluster, or
-	// written by the manager with SelfSigned. Default: controller-runtime's,
-	// <tmp>/k8s-webhook-server/serving-certs.
-	CertDir string
-	// SelfSigned makes the manager create, rotate and publish its own CA and serving certificate
-	// (see Certs); without it the certificate comes from cert-manager.
+	// CertMode says who provides the serving certificate. Empty means CertSelf when SelfSigned is
+	// set, CertCertManager otherwise.
+	CertMode CertMode
+	// SelfSigned is CertMode CertSelf, for callers that predate CertMode.
 	SelfSigned bool
-	// Certs configure the self-signed certificates (Dir and FieldManager are filled in).
+	// CertDir holds tls.crt and tls.key with CertCertManager (the mounted Secret) and CertOLM
+	// (default OLMCertDir); the webhook server reloads them when they change. Unused with CertSelf,
+	// whose certificates never touch the disk.
+	CertDir string
+	// Certs configure the manager's own CA with CertSelf (FieldManager is filled in).
 	Certs CertOptions
 	// FieldManager is the operator's field manager (controllers.FieldOwner): requests under it pass
 	// through the mutating webhook, and it applies the CA bundle. Default tiled-operator.
@@ -40,21 +40,52 @@ type Options struct {
 	// OperatorUsernames are the users the operator runs as; their requests pass through the
 	// mutating webhook.
 	OperatorUsernames []string
+	// WatchNamespaces are the namespaces the operator watches (empty: all). Admission requests for
+	// objects in other namespaces are allowed unchecked: the manager's cache does not hold their
+	// profiles and clusters, and another operator may be watching them.
+	WatchNamespaces []string
 	// Builtins are the built-in defaults; zero means expansion.DefaultBuiltins().
 	Builtins expansion.Builtins
 }
 
 // BindFlags registers the webhook flags on fs and returns the options they fill; enabled tells
-// whether --webhooks was given. For cmd/manager.
+// whether --webhooks was given. Call Options.Complete after parsing. For cmd/manager.
 func BindFlags(fs *flag.FlagSet) (o *Options, enabled *bool) {
 	o = &Options{}
 	enabled = fs.Bool("webhooks", false, "Serve the admission webhooks.")
-	fs.IntVar(&o.Port, "webhook-port", 9443, "Port of the webhook server.")
-	fs.StringVar(&o.CertDir, "webhook-cert-dir", "", "Directory of the webhook server's tls.crt and tls.key.")
-	fs.BoolVar(&o.SelfSigned, "webhook-self-signed", false, "Create, rotate and publish a self-signed webhook certificate instead of using cert-manager's.")
-	fs.DurationVar(&o.Certs.Validity, "webhook-cert-validity", 90*24*time.Hour, "Validity of the self-signed webhook certificates.")
-	fs.StringVar(&o.Certs.URL, "webhook-url", "", "With --webhook-self-signed: install the webhook configurations calling this base URL (local runs).")
+	fs.IntVar(&o.Port, "webhook-port", webhook.DefaultPort, "Port of the webhook server.")
+	fs.Func("cert-management", `Who provides the webhook certificate: "self" (the manager's own CA in a Secret of its namespace, shared by all replicas; it patches the webhook configurations' caBundle), "cert-manager" (a Secret mounted at --webhook-cert-dir, caBundle injected by cert-manager) or "olm" (OLM's certificate, mounted at `+OLMCertDir+`). Default "self".`,
+		func(s string) error {
+			m, err := ParseCertMode(s)
+			o.CertMode = m
+			return err
+		})
+	fs.StringVar(&o.CertDir, "webhook-cert-dir", "", "With --cert-management=cert-manager or olm: directory of tls.crt and tls.key (default "+OLMCertDir+").")
+	fs.StringVar(&o.Certs.SecretName, "webhook-ca-secret", certs.DefaultSecretName, "With --cert-management=self: the Secret, in the manager's namespace ($POD_NAMESPACE), that holds the CA every replica signs with.")
+	fs.DurationVar(&o.Certs.Validity, "webhook-ca-validity", certs.DefaultValidity, "With --cert-management=self: validity of a CA; rotated when a third is left.")
+	fs.DurationVar(&o.Certs.ServingValidity, "webhook-cert-validity", certs.DefaultServingValidity, "With --cert-management=self: validity of a serving certificate; renewed when a third is left.")
+	fs.StringVar(&o.Certs.URL, "webhook-url", "", "With --cert-management=self, for local runs: install the whole webhook configurations, calling this base URL (e.g. https://127.0.0.1:9443) instead of the Service.")
 	return o, enabled
+}
+
+// mode is the certificate mode in effect.
+func (o *Options) mode() CertMode {
+	switch {
+	case o.CertMode != "":
+		return o.CertMode
+	case o.SelfSigned:
+		return CertSelf
+	default:
+		return CertCertManager
+	}
+}
+
+// Complete fills the defaults of the flags BindFlags registered: certificate management "self"
+// unless --cert-management said otherwise.
+func (o *Options) Complete() {
+	if o.CertMode == "" && !o.SelfSigned {
+		o.CertMode = CertSelf
+	}
 }
 
 func (o *Options) setDefaults() {
@@ -62,7 +93,7 @@ func (o *Options) setDefaults() {
 		o.Port = webhook.DefaultPort
 	}
 	if o.CertDir == "" {
-		o.CertDir = filepath.Join(os.TempDir(), "k8s-webhook-server", "serving-certs")
+		o.CertDir = OLMCertDir
 	}
 	if o.FieldManager == "" {
 		o.FieldManager = "tiled-operator"
@@ -83,7 +114,7 @@ func serviceAccount() (string, string, bool) {
 }
 
 // NewServer returns the webhook server for the manager's options (ctrl.Options.WebhookServer), or
-// nil when o is nil (webhooks off).
+// nil when o is nil (webhooks off). With CertSelf, Setup gives it the certificates.
 func NewServer(o *Options) webhook.Server {
 	if o == nil {
 		return nil
@@ -93,19 +124,21 @@ func NewServer(o *Options) webhook.Server {
 	return webhook.NewServer(webhook.Options{Host: c.Host, Port: c.Port, CertDir: c.CertDir})
 }
 
-// Webhooks are the registered handlers and, with SelfSigned, the certificates.
+// Webhooks are the registered handlers and, with CertSelf, the certificates.
 type Webhooks struct {
 	InstanceDefaulter *InstanceDefaulter
 	InstanceValidator *InstanceValidator
 	ProfileValidator  *ProfileValidator
 	ClusterValidator  *ClusterValidator
-	// Certs are the self-signed certificates (nil unless SelfSigned).
-	Certs *Certs
+	// Certs is the manager's own CA and serving certificate (nil unless CertSelf).
+	Certs *certs.Authority
 }
 
 // Setup registers the webhooks with the manager's webhook server (built by NewServer with the same
-// options), starts the informers they read, and with SelfSigned creates the certificates and adds
-// the runnable that publishes and rotates them.
+// options), starts the informers they read, and adds the readiness checks: the webhook server
+// answers TLS and, with CertSelf, serves a certificate the webhook configurations trust. With
+// CertSelf it also adds the certs.Authority that keeps the CA Secret, the caBundle and the serving
+// certificate.
 func Setup(mgr ctrl.Manager, o Options) (*Webhooks, error) {
 	o.setDefaults()
 	ctx := context.Background()
@@ -124,43 +157,65 @@ func Setup(mgr ctrl.Manager, o Options) (*Webhooks, error) {
 		ClusterValidator:  &ClusterValidator{Reader: mgr.GetClient(), Builtins: o.Builtins},
 	}
 	srv := mgr.GetWebhookServer()
-	srv.Register(MutateInstancePath, &admission.Webhook{Handler: w.InstanceDefaulter})
-	srv.Register(ValidateInstancePath, &admission.Webhook{Handler: w.InstanceValidator})
-	srv.Register(ValidateProfilePath, &admission.Webhook{Handler: w.ProfileValidator})
-	srv.Register(ValidateProfileDeletePath, &admission.Webhook{Handler: w.ProfileValidator})
-	srv.Register(ValidateClusterPath, &admission.Webhook{Handler: w.ClusterValidator})
+	scope := func(h admission.Handler) *admission.Webhook {
+		return &admission.Webhook{Handler: namespaceScoped(h, o.WatchNamespaces)}
+	}
+	srv.Register(MutateInstancePath, scope(w.InstanceDefaulter))
+	srv.Register(ValidateInstancePath, scope(w.InstanceValidator))
+	srv.Register(ValidateProfilePath, scope(w.ProfileValidator))
+	srv.Register(ValidateProfileDeletePath, scope(w.ProfileValidator))
+	srv.Register(ValidateClusterPath, scope(w.ClusterValidator))
 	if err := mgr.AddReadyzCheck("webhooks", srv.StartedChecker()); err != nil {
 		return nil, err
 	}
-	if !o.SelfSigned {
+	if o.mode() != CertSelf {
 		return w, nil
 	}
+	def, ok := srv.(*webhook.DefaultServer)
+	if !ok {
+		return nil, fmt.Errorf("webhooks: the manager's webhook server is a %T, not the one NewServer builds", srv)
+	}
 	co := o.Certs
-	co.Dir = o.CertDir
 	co.FieldManager = o.FieldManager
-	if co.URL != "" {
-		co.URL = strings.TrimSuffix(co.URL, "/")
-		if len(co.IPs) == 0 {
-			if host, _, err := net.SplitHostPort(strings.TrimPrefix(co.URL, "https://")); err == nil {
-				if ip := net.ParseIP(host); ip != nil {
-					co.IPs = []net.IP{ip}
-				} else {
-					co.DNSNames = append(co.DNSNames, host)
-				}
-			}
-		}
+	if co.MutatingName == "" {
+		co.MutatingName = MutatingConfigurationName
+	}
+	if co.ValidatingName == "" {
+		co.ValidatingName = ValidatingConfigurationName
 	}
 	cs, err := kubernetes.NewForConfig(mgr.GetConfig())
 	if err != nil {
 		return nil, err
 	}
-	if w.Certs, err = NewCerts(cs, co); err != nil {
-		return nil, fmt.Errorf("webhooks: %w", err)
-	}
+	w.Certs = certs.New(cs, co)
+	// The server takes its certificate from memory, not from files: it refuses TLS until the API
+	// server trusts the CA that signed it.
+	def.Options.TLSOpts = append(def.Options.TLSOpts, func(c *tls.Config) { c.GetCertificate = w.Certs.GetCertificate })
 	if err := mgr.Add(w.Certs); err != nil {
 		return nil, err
 	}
+	if err := mgr.AddReadyzCheck("webhook-certs", w.Certs.Ready); err != nil {
+		return nil, err
+	}
 	return w, nil
+}
+
+// namespaceScoped allows requests for namespaces outside namespaces (when it is not empty)
+// without calling h.
+func namespaceScoped(h admission.Handler, namespaces []string) admission.Handler {
+	if len(namespaces) == 0 {
+		return h
+	}
+	set := map[string]bool{}
+	for _, n := range namespaces {
+		set[n] = true
+	}
+	return admission.HandlerFunc(func(ctx context.Context, req admission.Request) admission.Response {
+		if req.Namespace != "" && !set[req.Namespace] {
+			return admission.Allowed("namespace " + req.Namespace + " is not watched by this operator")
+		}
+		return h.Handle(ctx, req)
+	})
 }
 
 func objectsRead() []client.Object {

@@ -1,9 +1,23 @@
 // Command manager runs the tiled-operator: the controllers that expand TiledClusters into
-// TiledInstances and run each instance's workloads, with health probes, metrics and leader election.
+// TiledInstances and run each instance's workloads, and with --webhooks the admission webhooks,
+// with health probes, metrics and leader election.
+//
+// Flags (besides controller-runtime's logging flags):
+//
+//	--leader-elect                  elect one active replica (a Lease in the manager's namespace)
+//	--watch-namespaces=a,b          watch only these namespaces (default $WATCH_NAMESPACES, or all);
+//	                                OLM passes its target namespaces this way
+//	--webhooks                      serve the admission webhooks
+//	--cert-management=self          who provides their certificate: self (default), cert-manager, olm
+//
+// and the webhook, metrics and probe flags `manager --help` lists. docs/getting-started.md says
+// which install path sets which.
 package main
 
 import (
+	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"strings"
 
@@ -14,47 +28,91 @@ import (
 	"github.com/bluesky/tiled-operator/webhooks"
 )
 
-// The manager's metrics endpoint is protected by authentication and authorization.
+// The manager's metrics endpoint is protected by authentication and authorization: it asks the
+// API server who a scraper's token belongs to and whether it may get /metrics.
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 
+// Leader election: the Lease tiled-operator.tiled.blueskyproject.io in the manager's own namespace
+// (read, created by the first leader, renewed by updates). Namespaced: a Role, never cluster-wide.
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;create;update,namespace=system
+
+// EnvWatchNamespaces is the environment variable --watch-namespaces defaults to. The OLM bundle's
+// Deployment sets it from the pod annotation olm.targetNamespaces (empty for AllNamespaces).
+const EnvWatchNamespaces = "WATCH_NAMESPACES"
+
 func main() {
-	var o controllers.ManagerOptions
-	flag.StringVar(&o.MetricsBindAddress, "metrics-bind-address", ":8443", `Address of the metrics endpoint ("0" turns it off).`)
-	flag.BoolVar(&o.SecureMetrics, "metrics-secure", true, "Serve metrics over HTTPS with Kubernetes authentication and authorization.")
-	flag.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
-	flag.BoolVar(&o.LeaderElection, "leader-elect", false, "Elect a leader so that only one replica of the manager is active.")
-	flag.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader-election Lease (default: the manager's own).")
-	wh, webhooksOn := webhooks.BindFlags(flag.CommandLine)
-	var watch string
-	flag.StringVar(&watch, "watch-namespaces", "", "Comma-separated namespaces to watch (default: all).")
-	zapOpts := zap.Options{}
-	zapOpts.BindFlags(flag.CommandLine)
-	flag.Parse()
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
-	for _, ns := range strings.Split(watch, ",") {
-		if ns = strings.TrimSpace(ns); ns != "" {
-			o.WatchNamespaces = append(o.WatchNamespaces, ns)
-		}
+	if err := run(os.Args[1:]); err != nil {
+		ctrl.Log.WithName("setup").Error(err, "the manager stopped")
+		fmt.Fprintln(os.Stderr, "manager:", err)
+		os.Exit(1)
 	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
+	var o controllers.ManagerOptions
+	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", ":8443", `Address of the metrics endpoint ("0" turns it off).`)
+	fs.BoolVar(&o.SecureMetrics, "metrics-secure", true, "Serve metrics over HTTPS with Kubernetes authentication and authorization.")
+	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
+	fs.BoolVar(&o.LeaderElection, "leader-elect", false, "Elect a leader so that only one replica of the manager is active.")
+	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader-election Lease (default: the manager's own).")
+	wh, webhooksOn := webhooks.BindFlags(fs)
+	watch := fs.String("watch-namespaces", os.Getenv(EnvWatchNamespaces), "Comma-separated namespaces to watch (default $"+EnvWatchNamespaces+"; empty: all).")
+	zapOpts := zap.Options{}
+	zapOpts.BindFlags(fs)
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		return nil // the usage is printed
+	} else if err != nil {
+		return err
+	}
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+	o.WatchNamespaces = ParseNamespaces(*watch)
 	log := ctrl.Log.WithName("setup")
 
 	if *webhooksOn {
+		wh.Complete()
+		wh.WatchNamespaces = o.WatchNamespaces
 		o.Webhooks = wh
 	}
 	cfg, err := ctrl.GetConfig()
 	if err != nil {
-		log.Error(err, "no Kubernetes configuration: set KUBECONFIG, use --kubeconfig, or run in a cluster")
-		os.Exit(1)
+		return fmt.Errorf("no Kubernetes configuration: set KUBECONFIG, use --kubeconfig, or run in a cluster: %w", err)
 	}
 	mgr, err := controllers.NewManager(cfg, o)
 	if err != nil {
-		log.Error(err, "cannot set up the manager")
-		os.Exit(1)
+		return fmt.Errorf("setting up the manager: %w", err)
 	}
-	log.Info("operator running", "host", cfg.Host)
-	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
-		log.Error(err, "manager stopped with an error")
-		os.Exit(1)
+	log.Info("operator running", "host", cfg.Host, "namespaces", namespacesForLog(o.WatchNamespaces),
+		"webhooks", *webhooksOn, "certManagement", certMode(o.Webhooks))
+	return mgr.Start(ctrl.SetupSignalHandler())
+}
+
+// ParseNamespaces splits a comma-separated list, dropping blanks and repeats: OLM's
+// olm.targetNamespaces is "" for AllNamespaces, one name for OwnNamespace and SingleNamespace, and
+// several for MultiNamespace.
+func ParseNamespaces(s string) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, ns := range strings.Split(s, ",") {
+		if ns = strings.TrimSpace(ns); ns != "" && !seen[ns] {
+			seen[ns] = true
+			out = append(out, ns)
+		}
 	}
+	return out
+}
+
+func namespacesForLog(ns []string) string {
+	if len(ns) == 0 {
+		return "all"
+	}
+	return strings.Join(ns, ",")
+}
+
+func certMode(o *webhooks.Options) string {
+	if o == nil {
+		return "none"
+	}
+	return string(o.CertMode)
 }

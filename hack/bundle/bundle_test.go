@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -9,10 +10,16 @@ import (
 	"testing"
 
 	"github.com/operator-framework/api/pkg/manifests"
+	operatorsv1alpha1 "github.com/operator-framework/api/pkg/operators/v1alpha1"
 	"github.com/operator-framework/api/pkg/validation"
 	"github.com/operator-framework/api/pkg/validation/errors"
 	interfaces "github.com/operator-framework/api/pkg/validation/interfaces"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+
+	webhookconfig "github.com/bluesky/tiled-operator/config/webhook"
+	"github.com/bluesky/tiled-operator/expansion"
 	"github.com/bluesky/tiled-operator/hack/testenv"
 )
 
@@ -173,7 +180,7 @@ func TestCSVContents(t *testing.T) {
 			t.Errorf("alm-examples has no %s", owned.Kind)
 		}
 	}
-	// Permissions are the generated ClusterRole's rules, and the leader-election Role's.
+	// Permissions are the generated ClusterRole's rules, and the leader-election Role's (namespaced).
 	cp := csv.Spec.InstallStrategy.StrategySpec.ClusterPermissions
 	if len(cp) != 1 || !slices.ContainsFunc(cp[0].Rules, func(r rbacRule) bool { return slices.Contains(r.Resources, "tiledinstances") }) {
 		t.Errorf("clusterPermissions do not carry the generated manager role: %+v", cp)
@@ -224,5 +231,160 @@ func TestValidatorsCatchProblems(t *testing.T) {
 	}
 	if !slices.ContainsFunc(warns, func(s string) bool { return strings.Contains(s, "minKubeVersion") }) {
 		t.Errorf("a missing minKubeVersion was not a warning: %v", warns)
+	}
+}
+
+// The CSV declares the webhooks of config/webhook as webhookdefinitions served by the manager
+// Deployment (OLM creates the configurations, the Service and the certificate), and the manager runs
+// with OLM's certificate and without the permissions of its own CA.
+func TestCSVWebhooksAndCertificates(t *testing.T) {
+	b, err := manifests.GetBundleFromDir(filepath.Join(root, "bundle"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	csv := b.CSV
+	mutating, validating, err := webhookconfig.Configurations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{}
+	for _, w := range mutating.Webhooks {
+		want[w.Name] = *w.ClientConfig.Service.Path
+	}
+	for _, w := range validating.Webhooks {
+		want[w.Name] = *w.ClientConfig.Service.Path
+	}
+	dep := csv.Spec.InstallStrategy.StrategySpec.DeploymentSpecs[0]
+	got := map[string]string{}
+	for _, d := range csv.Spec.WebhookDefinitions {
+		got[d.GenerateName] = *d.WebhookPath
+		if d.DeploymentName != dep.Name || d.TargetPort == nil || d.TargetPort.IntValue() != 9443 || d.ContainerPort != 443 {
+			t.Errorf("webhook %s: deployment %s, port %d -> %v; want %s, 443 -> 9443", d.GenerateName, d.DeploymentName, d.ContainerPort, d.TargetPort, dep.Name)
+		}
+		if d.SideEffects == nil || d.FailurePolicy == nil || len(d.Rules) == 0 || len(d.AdmissionReviewVersions) == 0 {
+			t.Errorf("webhook %s lacks sideEffects, failurePolicy, rules or admissionReviewVersions", d.GenerateName)
+		}
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("webhookdefinitions %v, want config/webhook's %v", got, want)
+	}
+	args := dep.Spec.Template.Spec.Containers[0].Args
+	if !slices.Contains(args, "--webhooks") || !slices.Contains(args, "--cert-management=olm") {
+		t.Errorf("the manager's args %q lack --webhooks --cert-management=olm", args)
+	}
+	all := append(slices.Clone(csv.Spec.InstallStrategy.StrategySpec.ClusterPermissions), csv.Spec.InstallStrategy.StrategySpec.Permissions...)
+	for _, p := range all {
+		for _, r := range p.Rules {
+			if slices.Contains(r.APIGroups, "admissionregistration.k8s.io") {
+				t.Errorf("the CSV grants %v on webhook configurations: with OLM's certificate the manager patches none", r.Verbs)
+			}
+			if slices.Contains(r.Resources, "secrets") && slices.Contains(r.Verbs, "update") {
+				t.Errorf("the CSV grants update on secrets, which only the manager's own CA needs")
+			}
+		}
+	}
+	for _, p := range csv.Spec.InstallStrategy.StrategySpec.ClusterPermissions {
+		for _, r := range p.Rules {
+			if slices.Contains(r.Resources, "leases") {
+				t.Errorf("the CSV grants leases cluster-wide: %v", r)
+			}
+		}
+	}
+	// No webhook Service of our own: OLM makes one per webhook Deployment.
+	for _, o := range b.Objects {
+		if o.GetKind() == "Service" && strings.Contains(o.GetName(), "webhook") {
+			t.Errorf("the bundle ships the webhook Service %s, which OLM replaces", o.GetName())
+		}
+	}
+}
+
+// Every install mode is supported through --watch-namespaces: the Deployment takes
+// WATCH_NAMESPACES from the annotation OLM sets to the OperatorGroup's target namespaces.
+func TestCSVInstallModes(t *testing.T) {
+	b, err := manifests.GetBundleFromDir(filepath.Join(root, "bundle"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	modes := map[operatorsv1alpha1.InstallModeType]bool{}
+	for _, m := range b.CSV.Spec.InstallModes {
+		modes[m.Type] = m.Supported
+	}
+	for _, m := range []operatorsv1alpha1.InstallModeType{operatorsv1alpha1.InstallModeTypeOwnNamespace, operatorsv1alpha1.InstallModeTypeSingleNamespace,
+		operatorsv1alpha1.InstallModeTypeMultiNamespace, operatorsv1alpha1.InstallModeTypeAllNamespaces} {
+		if !modes[m] {
+			t.Errorf("install mode %s is not supported", m)
+		}
+	}
+	c := b.CSV.Spec.InstallStrategy.StrategySpec.DeploymentSpecs[0].Spec.Template.Spec.Containers[0]
+	if err := checkOLMDeployment(&appsv1.Deployment{Spec: appsv1.DeploymentSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{c}}}}}); err != nil {
+		t.Error(err)
+	}
+}
+
+// relatedImages list the manager's image and the built-in Tiled and PostgreSQL images, read from
+// expansion (so a new default reaches the bundle by `make bundle`), fully qualified; the CSV says
+// it installs disconnected under the current and the older annotation; the maintainer is the
+// project.
+func TestCSVRelatedImagesAndAnnotations(t *testing.T) {
+	b, err := manifests.GetBundleFromDir(filepath.Join(root, "bundle"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	csv := b.CSV
+	images := map[string]string{}
+	for _, ri := range csv.Spec.RelatedImages {
+		images[ri.Name] = ri.Image
+	}
+	want := map[string]string{
+		"tiled-operator": csv.Annotations["containerImage"],
+		"tiled":          expansion.TiledImage,
+		"postgresql":     "docker.io/library/" + expansion.PostgresImage,
+	}
+	if !maps.Equal(images, want) {
+		t.Errorf("relatedImages %v, want %v", images, want)
+	}
+	if csv.Annotations["features.operators.openshift.io/disconnected"] != "true" || csv.Annotations["operators.openshift.io/infrastructure-features"] != `["disconnected"]` {
+		t.Errorf("disconnected annotations: %q, %q", csv.Annotations["features.operators.openshift.io/disconnected"], csv.Annotations["operators.openshift.io/infrastructure-features"])
+	}
+	if err := checkDisconnected(csv); err != nil {
+		t.Error(err)
+	}
+	for _, m := range csv.Spec.Maintainers {
+		if strings.Contains(m.Email, "example.") || m.Name == "" {
+			t.Errorf("maintainer %+v is a placeholder", m)
+		}
+	}
+}
+
+func TestNormalizeImage(t *testing.T) {
+	for in, want := range map[string]string{
+		"postgres:16":                     "docker.io/library/postgres:16",
+		"bitnami/postgresql:16":           "docker.io/bitnami/postgresql:16",
+		"ghcr.io/bluesky/tiled:0.2.20":    "ghcr.io/bluesky/tiled:0.2.20",
+		"localhost/tiled:dev":             "localhost/tiled:dev",
+		"registry:5000/tiled@sha256:abcd": "registry:5000/tiled@sha256:abcd",
+	} {
+		if got := normalizeImage(in); got != want {
+			t.Errorf("normalizeImage(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// A claim of disconnected installs without the images to mirror, or with the two annotations
+// disagreeing, fails the generation.
+func TestDisconnectedClaimIsChecked(t *testing.T) {
+	csv := &operatorsv1alpha1.ClusterServiceVersion{}
+	csv.Annotations = map[string]string{"containerImage": "ghcr.io/bluesky/tiled-operator:1.0.0",
+		annotationDisconnected: "true", annotationInfrastructureFeat: `["disconnected"]`}
+	if err := checkDisconnected(csv); err == nil || !strings.Contains(err.Error(), "relatedImages lacks") {
+		t.Errorf("no relatedImages: %v", err)
+	}
+	csv.Spec.RelatedImages = relatedImages("ghcr.io/bluesky/tiled-operator:1.0.0")
+	if err := checkDisconnected(csv); err != nil {
+		t.Error(err)
+	}
+	csv.Annotations[annotationInfrastructureFeat] = `[]`
+	if err := checkDisconnected(csv); err == nil || !strings.Contains(err.Error(), "disagree") {
+		t.Errorf("disagreeing annotations: %v", err)
 	}
 }

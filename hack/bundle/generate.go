@@ -15,7 +15,9 @@ import (
 
 	"github.com/blang/semver/v4"
 	operatorsv1alpha1 "github.com/operator-framework/api/pkg/operators/v1alpha1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -37,6 +39,11 @@ type Options struct {
 // csvBase is the hand-written part of the CSV.
 const csvBase = "config/manifests/bases/tiled-operator.clusterserviceversion.yaml"
 
+// overlay is the kustomization the bundle is made from: config/default as OLM runs it (the manager
+// with --cert-management=olm and WATCH_NAMESPACES from olm.targetNamespaces, without the RBAC of
+// its own CA).
+const overlay = "config/olm"
+
 // Generate returns the files of the bundle, by path relative to the bundle folder, and the
 // bundle.Dockerfile that builds its image.
 func Generate(o Options) (files map[string][]byte, dockerfile []byte, err error) {
@@ -44,7 +51,7 @@ func Generate(o Options) (files map[string][]byte, dockerfile []byte, err error)
 	if err != nil {
 		return nil, nil, fmt.Errorf("version %q is not semver: %w", o.Version, err)
 	}
-	rendered, err := kustomize(o.Root, "config/default")
+	rendered, err := kustomize(o.Root, overlay)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -92,12 +99,26 @@ func Generate(o Options) (files map[string][]byte, dockerfile []byte, err error)
 		crds           []*apiextensionsv1.CustomResourceDefinition
 		serviceAccount string
 		extra          []*unstructured.Unstructured
+		mutating       []*admissionregistrationv1.MutatingWebhookConfiguration
+		validating     []*admissionregistrationv1.ValidatingWebhookConfiguration
+		services       []*corev1.Service
 	)
 	for _, u := range rendered {
 		switch u.GetKind() {
-		case "Namespace", "ServiceMonitor":
-			// OLM creates the namespace; the ServiceMonitor would fail to install on clusters without
-			// prometheus-operator, so it stays in config/prometheus for those who have it.
+		case "Namespace":
+			// OLM creates the namespace.
+		case "MutatingWebhookConfiguration":
+			m := &admissionregistrationv1.MutatingWebhookConfiguration{}
+			if err := fromUnstructured(u, m); err != nil {
+				return nil, nil, err
+			}
+			mutating = append(mutating, m)
+		case "ValidatingWebhookConfiguration":
+			v := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+			if err := fromUnstructured(u, v); err != nil {
+				return nil, nil, err
+			}
+			validating = append(validating, v)
 		case "ServiceAccount":
 			serviceAccount = u.GetName()
 		case "Deployment":
@@ -125,13 +146,20 @@ func Generate(o Options) (files map[string][]byte, dockerfile []byte, err error)
 			}
 			crds = append(crds, c)
 		case "Service":
+			svc := &corev1.Service{}
+			if err := fromUnstructured(u, svc); err != nil {
+				return nil, nil, err
+			}
+			services = append(services, svc)
+			extra = append(extra, u)
+		case "PodDisruptionBudget":
 			extra = append(extra, u)
 		default:
-			return nil, nil, fmt.Errorf("config/default renders %s %s, which hack/bundle does not know where to put", u.GetKind(), u.GetName())
+			return nil, nil, fmt.Errorf("%s renders %s %s, which hack/bundle does not know where to put", overlay, u.GetKind(), u.GetName())
 		}
 	}
 	if deployment == nil || serviceAccount == "" {
-		return nil, nil, errors.New("config/default renders no manager Deployment or ServiceAccount")
+		return nil, nil, errors.New(overlay + " renders no manager Deployment or ServiceAccount")
 	}
 	if deployment.Spec.Template.Spec.ServiceAccountName != serviceAccount {
 		return nil, nil, fmt.Errorf("the Deployment runs as %q, not the rendered ServiceAccount %q", deployment.Spec.Template.Spec.ServiceAccountName, serviceAccount)
@@ -143,6 +171,23 @@ func Generate(o Options) (files map[string][]byte, dockerfile []byte, err error)
 		return nil, nil, fmt.Errorf("the manager image %s is not tagged %s: set the tag in config/manager/kustomization.yaml", image, version)
 	}
 	csv.Annotations["containerImage"] = image
+	if err := checkOLMDeployment(deployment); err != nil {
+		return nil, nil, err
+	}
+	// Every image the operator runs, for mirroring into disconnected registries: the manager's and
+	// the built-in defaults of every instance (a profile may name others; docs/getting-started.md).
+	csv.Spec.RelatedImages = relatedImages(image)
+	if err := checkDisconnected(csv); err != nil {
+		return nil, nil, err
+	}
+
+	// Admission webhooks: OLM creates the configurations from webhookdefinitions, with its own
+	// Service and certificate; config/default's webhook Service is left out.
+	webhookService := ""
+	csv.Spec.WebhookDefinitions, webhookService, err = webhookDefinitions(mutating, validating, services, deployment)
+	if err != nil {
+		return nil, nil, err
+	}
 
 	// Permissions: what config/default binds to the manager's ServiceAccount, by role name.
 	bound := map[string]bool{}
@@ -201,7 +246,7 @@ func Generate(o Options) (files map[string][]byte, dockerfile []byte, err error)
 		files["manifests/"+c.Spec.Group+"_"+c.Spec.Names.Plural+".yaml"] = b
 	}
 	for _, u := range extra {
-		if bound[u.GetKind()+"/"+u.GetName()] {
+		if bound[u.GetKind()+"/"+u.GetName()] || (u.GetKind() == "Service" && u.GetName() == webhookService) {
 			continue
 		}
 		u.SetNamespace("") // OLM installs them in the operator's namespace
@@ -281,13 +326,13 @@ func completeOwned(csv *operatorsv1alpha1.ClusterServiceVersion, crds []*apiexte
 	}
 	owned := csv.Spec.CustomResourceDefinitions.Owned
 	if len(owned) != len(crds) {
-		return fmt.Errorf("%s owns %d CRDs, config/default renders %d", csvBase, len(owned), len(crds))
+		return fmt.Errorf("%s owns %d CRDs, %s renders %d", csvBase, len(owned), overlay, len(crds))
 	}
 	for i := range owned {
 		d := &owned[i]
 		c, ok := byName[d.Name]
 		if !ok {
-			return fmt.Errorf("%s owns %s, which config/default does not render", csvBase, d.Name)
+			return fmt.Errorf("%s owns %s, which %s does not render", csvBase, d.Name, overlay)
 		}
 		var served *apiextensionsv1.CustomResourceDefinitionVersion
 		for j := range c.Spec.Versions {

@@ -1,5 +1,6 @@
 // Command bundle writes the tiled-operator's OLM bundle (bundle/ and bundle.Dockerfile) from
-// config/default, config/samples, config/manifests and the generated CRDs and RBAC: `make bundle`.
+// config/olm (config/default as OLM runs it), config/samples, config/manifests and the generated
+// CRDs, RBAC and webhook configurations: `make bundle`.
 // The release it describes is in release.go; flags override it for a release candidate.
 package main
 

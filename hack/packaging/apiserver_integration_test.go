@@ -5,7 +5,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
-	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -89,48 +89,95 @@ func TestDefaultAcceptedByAPIServer(t *testing.T) {
 	acceptedByAPIServer(t, renderDefault(t))
 }
 
-// With the admission webhooks and cert-manager's certificate enabled as config/default's comment
-// says, the rendering is accepted too, and the manager keeps its other arguments.
-func TestDefaultWithWebhooksAccepted(t *testing.T) {
-	dir := t.TempDir()
-	if err := os.CopyFS(filepath.Join(dir, "config"), os.DirFS(filepath.Join(root, "config"))); err != nil {
-		t.Fatal(err)
+// The opt-in overlays build on config/default and are accepted too: config/prometheus adds a
+// ServiceMonitor; config/certmanager swaps the manager's own CA for cert-manager's Certificate (the
+// CA-injector annotations, the manager's flag and mounted Secret, and none of the RBAC of the
+// manager's own CA); config/olm is what the bundle is made from. Each keeps the manager's other
+// arguments and passes the restricted Pod Security Standard.
+func TestOverlaysAccepted(t *testing.T) {
+	for _, tc := range []struct {
+		dir        string
+		adds       []string // kinds the overlay adds to config/default
+		removes    []string // kind/name it removes
+		args       []string // manager arguments it must have
+		notArgs    []string
+		annotation string // on both webhook configurations
+	}{
+		{dir: "config/prometheus", adds: []string{"ServiceMonitor"}, args: []string{"--cert-management=self"}},
+		{
+			dir: "config/certmanager", adds: []string{"Certificate", "Issuer"},
+			removes: []string{"ClusterRole/tiled-operator-webhook-certs-role", "ClusterRoleBinding/tiled-operator-webhook-certs-rolebinding",
+				"Role/tiled-operator-webhook-certs-role", "RoleBinding/tiled-operator-webhook-certs-rolebinding"},
+			args:       []string{"--cert-management=cert-manager", "--webhook-cert-dir=/var/run/webhook-certs"},
+			notArgs:    []string{"--cert-management=self"},
+			annotation: "cert-manager.io/inject-ca-from",
+		},
+		{
+			dir: "config/olm",
+			removes: []string{"ClusterRole/tiled-operator-webhook-certs-role", "ClusterRoleBinding/tiled-operator-webhook-certs-rolebinding",
+				"Role/tiled-operator-webhook-certs-role", "RoleBinding/tiled-operator-webhook-certs-rolebinding"},
+			args:    []string{"--cert-management=olm"},
+			notArgs: []string{"--cert-management=self"},
+		},
+	} {
+		t.Run(tc.dir, func(t *testing.T) {
+			base := map[string]bool{}
+			for _, o := range renderDefault(t) {
+				base[key(o)] = true
+			}
+			objs, err := decodeAll(kustomize(t, tc.dir))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]bool{}
+			for _, o := range objs {
+				got[key(o)] = true
+				if !base[key(o)] && !slices.Contains(tc.adds, o.GetKind()) {
+					t.Errorf("%s adds %s", tc.dir, key(o))
+				}
+			}
+			for _, kind := range tc.adds {
+				if len(only(objs, kind)) == 0 {
+					t.Errorf("%s renders no %s", tc.dir, kind)
+				}
+			}
+			for k := range base {
+				if !got[k] && !slices.Contains(tc.removes, k) {
+					t.Errorf("%s drops %s", tc.dir, k)
+				}
+			}
+			for _, k := range tc.removes {
+				if got[k] {
+					t.Errorf("%s keeps %s", tc.dir, k)
+				}
+			}
+			dep := one[appsv1.Deployment](t, objs, "Deployment")
+			args := dep.Spec.Template.Spec.Containers[0].Args
+			for _, flag := range append([]string{"--leader-elect", "--metrics-bind-address=:8443", "--health-probe-bind-address=:8081", "--webhooks"}, tc.args...) {
+				if !slices.Contains(args, flag) {
+					t.Errorf("%s: the manager's args %q lack %s", tc.dir, args, flag)
+				}
+			}
+			for _, flag := range tc.notArgs {
+				if slices.Contains(args, flag) {
+					t.Errorf("%s: the manager's args %q still have %s", tc.dir, args, flag)
+				}
+			}
+			if tc.annotation != "" {
+				for _, kind := range []string{"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"} {
+					for _, o := range only(objs, kind) {
+						if o.GetAnnotations()[tc.annotation] == "" {
+							t.Errorf("%s: %s lacks the annotation %s", tc.dir, key(o), tc.annotation)
+						}
+					}
+				}
+			}
+			if v := violations(t, &dep.Spec.Template); len(v) > 0 {
+				t.Errorf("%s: the manager violates the restricted standard: %v", tc.dir, v)
+			}
+			acceptedByAPIServer(t, objs)
+		})
 	}
-	k := filepath.Join(dir, "config", "default", "kustomization.yaml")
-	data, err := os.ReadFile(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	enabled := string(data)
-	for _, line := range []string{"- ../webhook", "- ../certmanager", "patches:", "- path: manager_webhook_patch.yaml", "  target: "} {
-		if !strings.Contains(enabled, "# "+line) {
-			t.Fatalf("config/default/kustomization.yaml has no commented %q to enable", line)
-		}
-		enabled = strings.Replace(enabled, "# "+line, line, 1)
-	}
-	if err := os.WriteFile(k, []byte(enabled), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	objs, err := decodeAll(kustomizeAt(t, filepath.Join(dir, "config", "default")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, kind := range []string{"ValidatingWebhookConfiguration", "MutatingWebhookConfiguration", "Certificate", "Issuer"} {
-		if len(only(objs, kind)) == 0 {
-			t.Errorf("enabling the webhooks renders no %s", kind)
-		}
-	}
-	dep := one[appsv1.Deployment](t, objs, "Deployment")
-	args := strings.Join(dep.Spec.Template.Spec.Containers[0].Args, " ")
-	for _, flag := range []string{"--leader-elect", "--metrics-bind-address=:8443", "--webhooks", "--webhook-cert-dir="} {
-		if !strings.Contains(args, flag) {
-			t.Errorf("with webhooks, the manager's args %q lack %s", args, flag)
-		}
-	}
-	if v := violations(t, &dep.Spec.Template); len(v) > 0 {
-		t.Errorf("with webhooks, the manager violates the restricted standard: %v", v)
-	}
-	acceptedByAPIServer(t, objs)
 }
 
 // acceptedByAPIServer creates the namespace and CRDs for real and applies everything else with a

@@ -136,7 +136,7 @@ func TestManagerBinaryIsStaticAndRunsAsNonRoot(t *testing.T) {
 	if err != nil {
 		t.Fatalf("manager --help as uid %d: %v\n%s", uid, err, out)
 	}
-	for _, flag := range []string{"-leader-elect", "-metrics-bind-address", "-health-probe-bind-address", "-metrics-secure"} {
+	for _, flag := range []string{"-leader-elect", "-metrics-bind-address", "-health-probe-bind-address", "-metrics-secure", "-webhooks", "-cert-management", "-watch-namespaces"} {
 		if !bytes.Contains(out, []byte(flag)) {
 			t.Errorf("manager --help does not list %s:\n%s", flag, out)
 		}

@@ -53,22 +53,17 @@ func run() error {
 	}()
 
 	samples := filepath.Join(testenv.RepoRoot(), "config", "samples")
-	// The admission webhooks run too, with a self-signed certificate the manager makes, rotates and
-	// publishes in webhook configurations that call it on loopback.
+	// The admission webhooks run too, with the manager's own CA (its Secret in the namespace
+	// "default"), which it rotates and publishes in webhook configurations that call it on loopback.
 	port, err := freePort()
 	if err != nil {
 		return err
 	}
-	certDir, err := os.MkdirTemp("", "tiled-webhook-certs-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(certDir)
 	mgr, err := controllers.NewManager(env.Config, controllers.ManagerOptions{
 		MetricsBindAddress:     envOr("METRICS_BIND_ADDRESS", "127.0.0.1:8080"),
 		HealthProbeBindAddress: envOr("HEALTH_PROBE_BIND_ADDRESS", "127.0.0.1:8081"),
 		Webhooks: &webhooks.Options{
-			Host: "127.0.0.1", Port: port, CertDir: certDir, SelfSigned: true,
+			Host: "127.0.0.1", Port: port, CertMode: webhooks.CertSelf,
 			Certs: webhooks.CertOptions{URL: fmt.Sprintf("https://127.0.0.1:%d", port)},
 		},
 	})

@@ -1,0 +1,35 @@
+package main
+
+import (
+	"testing"
+
+	. "github.com/onsi/gomega"
+)
+
+// OLM's olm.targetNamespaces is "" for AllNamespaces, one name for OwnNamespace and
+// SingleNamespace, several comma-separated for MultiNamespace.
+func TestParseNamespaces(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []string
+	}{
+		{"", nil},
+		{"  ", nil},
+		{"beamlines", []string{"beamlines"}},
+		{"a,b", []string{"a", "b"}},
+		{" a , b ,,a", []string{"a", "b"}},
+	} {
+		g := NewWithT(t)
+		g.Expect(ParseNamespaces(tc.in)).To(Equal(tc.want), "%q", tc.in)
+	}
+}
+
+// --help prints the flags and succeeds; an unknown flag or certificate mode fails naming it.
+func TestFlags(t *testing.T) {
+	g := NewWithT(t)
+	g.Expect(run([]string{"--help"})).To(Succeed())
+	err := run([]string{"--cert-management=vault"})
+	g.Expect(err).To(HaveOccurred())
+	g.Expect(err.Error()).To(And(ContainSubstring("vault"), ContainSubstring("self, cert-manager, olm")))
+	g.Expect(run([]string{"--no-such-flag"})).To(MatchError(ContainSubstring("no-such-flag")))
+}

@@ -1,0 +1,397 @@
+package packaging
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/client-go/rest"
+
+	"github.com/bluesky/tiled-operator/hack/testenv"
+)
+
+// apiCall is one request the manager sent, as the API server authorizes it.
+type apiCall struct {
+	verb, group, resource, namespace, name string
+	status                                 int
+}
+
+func (c apiCall) String() string {
+	return fmt.Sprintf("%s %s %s ns=%q name=%q -> %d", c.verb, c.group, c.resource, c.namespace, c.name, c.status)
+}
+
+// recorder records every request of a client configuration, parsed the way the API server's
+// authorization sees it (verb, group, resource/subresource, namespace, name), with the response
+// status. A server-side apply that creates its object answers 201: the API server authorized it as
+// a create as well as a patch.
+type recorder struct {
+	mu    sync.Mutex
+	calls []apiCall
+	info  *request.RequestInfoFactory
+}
+
+func newRecorder() *recorder {
+	return &recorder{info: &request.RequestInfoFactory{APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")}}
+}
+
+func (r *recorder) wrap(cfg *rest.Config) *rest.Config {
+	cfg = rest.CopyConfig(cfg)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return roundTripper{rt: rt, r: r} })
+	return cfg
+}
+
+type roundTripper struct {
+	rt http.RoundTripper
+	r  *recorder
+}
+
+func (t roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.rt.RoundTrip(req)
+	info, ierr := t.r.info.NewRequestInfo(req)
+	if ierr != nil || !info.IsResourceRequest {
+		return resp, err
+	}
+	c := apiCall{verb: info.Verb, group: info.APIGroup, resource: info.Resource, namespace: info.Namespace, name: info.Name}
+	if info.Subresource != "" {
+		c.resource += "/" + info.Subresource
+	}
+	if resp != nil {
+		c.status = resp.StatusCode
+	}
+	t.r.mu.Lock()
+	t.r.calls = append(t.r.calls, c)
+	if c.verb == "patch" && c.status == http.StatusCreated {
+		created := c
+		created.verb = "create"
+		t.r.calls = append(t.r.calls, created)
+	}
+	t.r.mu.Unlock()
+	return resp, err
+}
+
+func (r *recorder) snapshot() []apiCall {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.calls)
+}
+
+// grant is one verb on one resource that a role bound to the manager gives it.
+type grant struct {
+	role                  string
+	verb, group, resource string
+	namespace             string // for a Role; "" cluster-wide
+	resourceNames         []string
+}
+
+func (g grant) String() string {
+	s := fmt.Sprintf("%s: %s %s/%s", g.role, g.verb, g.group, g.resource)
+	if g.namespace != "" {
+		s += " in " + g.namespace
+	}
+	if len(g.resourceNames) > 0 {
+		s += " named " + strings.Join(g.resourceNames, ",")
+	}
+	return s
+}
+
+// usedBy says whether c is a request g authorizes.
+func (g grant) usedBy(c apiCall) bool {
+	if c.status == http.StatusForbidden || c.verb != g.verb || c.group != g.group || c.resource != g.resource {
+		return false
+	}
+	if g.namespace != "" && c.namespace != g.namespace {
+		return false
+	}
+	return len(g.resourceNames) == 0 || slices.Contains(g.resourceNames, c.name)
+}
+
+// managerGrants lists every verb on every resource of the roles config/default binds to the
+// manager's ServiceAccount (non-resource URLs aside: the manager holds none).
+func managerGrants(t *testing.T, objs []*unstructured.Unstructured) []grant {
+	t.Helper()
+	roles := map[string]*unstructured.Unstructured{}
+	for _, o := range objs {
+		if o.GetKind() == "Role" || o.GetKind() == "ClusterRole" {
+			roles[o.GetKind()+"/"+o.GetNamespace()+"/"+o.GetName()] = o
+		}
+	}
+	var out []grant
+	for _, o := range objs {
+		if o.GetKind() != "RoleBinding" && o.GetKind() != "ClusterRoleBinding" {
+			continue
+		}
+		var b rbacv1.RoleBinding
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &b); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(b.Subjects, func(s rbacv1.Subject) bool { return s.Kind == "ServiceAccount" && s.Name == managerSA }) {
+			continue
+		}
+		ns := ""
+		if b.RoleRef.Kind == "Role" {
+			ns = b.Namespace
+		}
+		role, ok := roles[b.RoleRef.Kind+"/"+ns+"/"+b.RoleRef.Name]
+		if !ok {
+			t.Fatalf("%s refers to %s %s, not rendered", key(o), b.RoleRef.Kind, b.RoleRef.Name)
+		}
+		var r rbacv1.ClusterRole
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(role.Object, &r); err != nil {
+			t.Fatal(err)
+		}
+		// A ClusterRole bound by a RoleBinding grants in that namespace only.
+		if o.GetKind() == "RoleBinding" {
+			ns = b.Namespace
+		}
+		for _, rule := range r.Rules {
+			if len(rule.NonResourceURLs) > 0 {
+				t.Errorf("%s grants the manager non-resource URLs %v", key(role), rule.NonResourceURLs)
+			}
+			for _, group := range rule.APIGroups {
+				for _, res := range rule.Resources {
+					for _, verb := range rule.Verbs {
+						out = append(out, grant{role: key(role), verb: verb, group: group, resource: res, namespace: ns, resourceNames: rule.ResourceNames})
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// Every permission the manager holds is used, and it is refused nothing. The manager runs as its
+// ServiceAccount with the RBAC of config/default, against its own control plane, through a
+// scenario that exercises everything it does: leader election, its webhook CA (created, rotated),
+// the caBundle, the authenticated metrics endpoint, a cluster stamped out with every optional child
+// (Ingress, PodDisruptionBudget, ServiceMonitor, NFS PersistentVolumes, a managed database), then
+// pruned (optional children turned off, the database made external, a beamline dropped). Each
+// request it sends is recorded; each verb on each resource of its roles must match one.
+// docs/rbac.md says what each permission is for.
+func TestManagerUsesEveryPermission(t *testing.T) {
+	g := NewWithT(t)
+	e, err := testenv.Start(testenv.Options{SkipCRDs: true, APIServerFlags: map[string]string{"service-cluster-ip-range": serviceCIDR}})
+	g.Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = e.Stop() }()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+
+	// Install as a user would; prometheus-operator's CRD (a stand-in) first, since the manager
+	// looks for it when it starts.
+	sm := &unstructured.Unstructured{Object: standInCRD("ServiceMonitor")}
+	_, stderr, err := kubectlIn(ctx, e, toYAML(t, []*unstructured.Unstructured{sm}), "apply", "--server-side", "-f", "-")
+	g.Expect(err).NotTo(HaveOccurred(), stderr)
+	out, stderr, err := e.Kubectl(ctx, "apply", "--server-side", "-k", filepath.Join(root, "config", "default"))
+	g.Expect(err).NotTo(HaveOccurred(), "%s%s", out, stderr)
+	for _, r := range []string{"tiledprofiles", "tiledclusters", "tiledinstances"} {
+		g.Expect(e.WaitForResource(ctx, schema.GroupVersionResource{Group: "tiled.blueskyproject.io", Version: "v1alpha1", Resource: r})).To(Succeed())
+	}
+	g.Expect(e.WaitForResource(ctx, schema.GroupVersionResource{Group: "monitoring.coreos.com", Version: "v1", Resource: "servicemonitors"})).To(Succeed())
+	svc, err := e.Clientset.CoreV1().Services(namespace).Get(ctx, webhookService, metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	fwd := newForwarder(t, net.JoinHostPort(svc.Spec.ClusterIP, fmt.Sprint(svc.Spec.Ports[0].Port)))
+
+	rec := newRecorder()
+	m := startManager(t, "rbac", rec.wrap(serviceAccountConfig(ctx, t, e, namespace, managerSA)), namespace, time.Second, true)
+	fwd.use(fmt.Sprintf("127.0.0.1:%d", m.webhookPort))
+	g.Eventually(m.ready).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
+
+	// The metrics endpoint: Prometheus's token is reviewed, and its access to /metrics checked.
+	scrape(ctx, t, g, e, m)
+
+	// A fleet with every optional child.
+	const ns = "beamlines"
+	apply := func(doc string) {
+		t.Helper()
+		out, stderr, err := kubectlIn(ctx, e, []byte(doc), "apply", "--server-side", "--force-conflicts", "-f", "-")
+		g.Expect(err).NotTo(HaveOccurred(), "%s%s\n%s", out, stderr, doc)
+	}
+	apply("apiVersion: v1\nkind: Namespace\nmetadata: {name: " + ns + "}\n")
+	apply(`apiVersion: v1
+kind: Secret
+metadata: {name: catalog, namespace: beamlines}
+stringData: {uri: "postgresql://tiled:secret@db.example.org:5432/catalog"}
+`)
+	apply(profileDoc(true))
+	apply(clusterDoc([]string{"a", "b"}, false))
+	get := func(resource, name string) error {
+		_, stderr, err := e.Kubectl(ctx, "get", resource, name, "-n", ns)
+		if err != nil {
+			return fmt.Errorf("%s %s: %v %s", resource, name, err, stderr)
+		}
+		return nil
+	}
+	for _, inst := range []string{"fleet-a", "fleet-b"} {
+		for _, r := range []string{"statefulset", "ingress", "poddisruptionbudget", "servicemonitors.monitoring.coreos.com", "configmap", "secret", "service"} {
+			g.Eventually(func() error { return get(r, inst) }).WithContext(ctx).WithTimeout(2*time.Minute).Should(Succeed(), "%s %s", r, inst)
+		}
+	}
+	pvs := func() int {
+		out, _, _ := e.Kubectl(ctx, "get", "pv", "-l", "app.kubernetes.io/managed-by=tiled-operator", "-o", "name")
+		return len(strings.Fields(out))
+	}
+	g.Eventually(pvs).WithContext(ctx).WithTimeout(time.Minute).Should(BeNumerically(">=", 2), "NFS PersistentVolumes")
+	before := pvs()
+
+	// Prune: the optional children off, beamline b's database external, then beamline a dropped.
+	apply(profileDoc(false))
+	apply(clusterDoc([]string{"a", "b"}, true))
+	for _, inst := range []string{"fleet-a", "fleet-b"} {
+		for _, r := range []string{"ingress", "poddisruptionbudget", "servicemonitors.monitoring.coreos.com"} {
+			g.Eventually(func() error { return get(r, inst) }).WithContext(ctx).WithTimeout(time.Minute).Should(HaveOccurred(), "%s %s pruned", r, inst)
+		}
+	}
+	out, _, _ = e.Kubectl(ctx, "get", "statefulsets", "-n", ns, "-o", "name")
+	g.Eventually(func() string {
+		out, _, _ = e.Kubectl(ctx, "get", "statefulsets", "-n", ns, "-o", "name")
+		return out
+	}).WithContext(ctx).WithTimeout(time.Minute).ShouldNot(ContainSubstring("fleet-b-postgres"), "the managed database of b pruned")
+	apply(clusterDoc([]string{"b"}, true))
+	g.Eventually(func() error { return get("tiledinstance", "fleet-a") }).WithContext(ctx).WithTimeout(time.Minute).Should(HaveOccurred(), "beamline a dropped")
+	g.Eventually(pvs).WithContext(ctx).WithTimeout(time.Minute).Should(BeNumerically("<", before), "a's NFS PersistentVolumes deleted")
+
+	// The webhook CA rotates: the CA Secret is updated.
+	g.Expect(m.op.Webhooks.Certs.Rotate(ctx)).To(Succeed())
+
+	calls := rec.snapshot()
+	m.stop()
+	var refused []string
+	for _, c := range calls {
+		if c.status == http.StatusForbidden {
+			refused = append(refused, c.String())
+		}
+	}
+	g.Expect(refused).To(BeEmpty(), "requests of the manager its RBAC refuses")
+
+	rendered, err := decodeAll(kustomize(t, "config/default"))
+	g.Expect(err).NotTo(HaveOccurred())
+	grants := managerGrants(t, rendered)
+	var unused []string
+	for _, gr := range grants {
+		if !slices.ContainsFunc(calls, gr.usedBy) {
+			unused = append(unused, gr.String())
+		}
+	}
+	sort.Strings(unused)
+	t.Logf("%d requests recorded; %d grants, %d unused", len(calls), len(grants), len(unused))
+	if len(unused) > 0 {
+		seen := map[string]bool{}
+		var kinds []string
+		for _, c := range calls {
+			k := c.verb + " " + c.group + "/" + c.resource
+			if !seen[k] {
+				seen[k] = true
+				kinds = append(kinds, k)
+			}
+		}
+		sort.Strings(kinds)
+		t.Errorf("permissions the manager holds but never used:\n  %s\nrequests it sent:\n  %s", strings.Join(unused, "\n  "), strings.Join(kinds, "\n  "))
+	}
+}
+
+// scrape reads m's metrics as Prometheus would: with a ServiceAccount token bound to the
+// metrics-reader ClusterRole. The manager reviews the token and checks the access.
+func scrape(ctx context.Context, t *testing.T, g Gomega, e *testenv.Env, m *running) {
+	t.Helper()
+	_, stderr, err := kubectlIn(ctx, e, []byte(`apiVersion: v1
+kind: ServiceAccount
+metadata: {name: prometheus, namespace: default}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: prometheus-tiled-operator-metrics}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: tiled-operator-metrics-reader}
+subjects: [{kind: ServiceAccount, name: prometheus, namespace: default}]
+`), "apply", "--server-side", "-f", "-")
+	g.Expect(err).NotTo(HaveOccurred(), stderr)
+	token := serviceAccountConfig(ctx, t, e, "default", "prometheus").BearerToken
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // the manager's metrics certificate is self-signed
+	g.Eventually(func(g Gomega) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+m.metrics+"/metrics", nil)
+		g.Expect(err).NotTo(HaveOccurred())
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := client.Do(req)
+		g.Expect(err).NotTo(HaveOccurred())
+		defer resp.Body.Close()
+		g.Expect(resp.StatusCode).To(Equal(http.StatusOK))
+	}).WithContext(ctx).WithTimeout(time.Minute).Should(Succeed(), "scraping the metrics with an authorized token")
+}
+
+// profileDoc is a profile whose instances have every optional child (with optional) or none.
+func profileDoc(optional bool) string {
+	extra := `
+  tiled: {image: "ghcr.io/bluesky/tiled:0.2.20", replicas: 1}
+  expose: {ingress: {enabled: false}}
+  monitoring: {serviceMonitor: false}`
+	if optional {
+		extra = `
+  tiled: {image: "ghcr.io/bluesky/tiled:0.2.20", replicas: 2}
+  expose: {ingress: {enabled: true, className: nginx, hostExpression: "instance.name + '.example.org'"}}
+  monitoring: {serviceMonitor: true}`
+	}
+	return `apiVersion: tiled.blueskyproject.io/v1alpha1
+kind: TiledProfile
+metadata: {name: facility, namespace: beamlines, labels: {facility: test}}
+spec:` + extra + `
+  storage:
+    data: {size: 1Gi, accessModes: [ReadWriteMany]}
+    readOnlyMounts:
+    - name: raw
+      mountPath: /raw
+      nfs: {server: nfs.example.org, pathExpression: "'/raw/' + instance.name"}
+    retention: Delete
+  database:
+    managed: {image: "postgres:16", size: 1Gi}
+`
+}
+
+// clusterDoc is a cluster of the named beamlines; with external, b's database is external.
+func clusterDoc(names []string, external bool) string {
+	var b strings.Builder
+	b.WriteString(`apiVersion: tiled.blueskyproject.io/v1alpha1
+kind: TiledCluster
+metadata: {name: fleet, namespace: beamlines}
+spec:
+  profileSelector: {matchLabels: {facility: test}}
+  instances:
+`)
+	for _, n := range names {
+		if n == "b" && external {
+			b.WriteString("  - {name: b, overrides: {database: {external: {uriSecretRef: {name: catalog, key: uri}}}}}\n")
+		} else {
+			fmt.Fprintf(&b, "  - {name: %s}\n", n)
+		}
+	}
+	return b.String()
+}
+
+// kubectlIn runs kubectl against e with stdin.
+func kubectlIn(ctx context.Context, e *testenv.Env, stdin []byte, args ...string) (string, string, error) {
+	path, err := exec.LookPath("kubectl")
+	if err != nil {
+		return "", "", fmt.Errorf("kubectl is not on PATH: %w", err)
+	}
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, path, append([]string{"--kubeconfig", e.Kubeconfig}, args...)...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = bytes.NewReader(stdin), &stdout, &stderr
+	err = cmd.Run()
+	return stdout.String(), stderr.String(), err
+}
