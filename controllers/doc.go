@@ -3,8 +3,8 @@
 // instance's workloads. Both write only through server-side apply and read only from the cache.
 package controllers
 
-// The manager reads and updates the operator's own kinds; later controllers add their own markers.
-// +kubebuilder:rbac:groups=tiled.blueskyproject.io,resources=tiledprofiles;tiledclusters;tiledinstances,verbs=get;list;watch
-// +kubebuilder:rbac:groups=tiled.blueskyproject.io,resources=tiledprofiles/status;tiledclusters/status;tiledinstances/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// The manager reads the operator's own kinds from its cache (list, watch); each controller adds the
+// status it writes and the objects it applies. Events are created, once per state transition (a
+// repeated event would be patched into a series; the operator does not repeat them).
+// +kubebuilder:rbac:groups=tiled.blueskyproject.io,resources=tiledprofiles;tiledclusters;tiledinstances,verbs=list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create

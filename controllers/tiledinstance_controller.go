@@ -39,14 +39,19 @@ import (
 	"github.com/bluesky/tiled-operator/webhooks"
 )
 
+// The children: read from the cache (list, watch; never a get), written with server-side apply
+// (patch, and create when the apply creates), pruned (delete). A Secret is read past the cache
+// (get) only when it is an external database's; the instance's own Secret is always rendered, so it
+// is never pruned and the operator cannot delete Secrets. hack/packaging's
+// TestManagerUsesEveryPermission fails on a verb the manager never uses; docs/rbac.md.
 // +kubebuilder:rbac:groups=tiled.blueskyproject.io,resources=tiledinstances/status,verbs=patch
-// +kubebuilder:rbac:groups="",resources=configmaps;services;persistentvolumeclaims,verbs=get;list;watch;create;patch;delete
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;patch;delete
-// +kubebuilder:rbac:groups="",resources=persistentvolumes,verbs=get;list;watch;create;patch
-// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=get;list;watch;create;patch;delete
-// +kubebuilder:rbac:groups=networking.k8s.io,resources=ingresses,verbs=get;list;watch;create;patch;delete
-// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;patch;delete
-// +kubebuilder:rbac:groups=monitoring.coreos.com,resources=servicemonitors,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups="",resources=configmaps;services;persistentvolumeclaims,verbs=list;watch;create;patch;delete
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;patch
+// +kubebuilder:rbac:groups="",resources=persistentvolumes,verbs=list;watch;create;patch
+// +kubebuilder:rbac:groups=apps,resources=statefulsets,verbs=list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=networking.k8s.io,resources=ingresses,verbs=list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=monitoring.coreos.com,resources=servicemonitors,verbs=list;watch;create;patch;delete
 
 // ownerIndex indexes child objects by the UID of their controller.
 const ownerIndex = ".metadata.controllerUID"

@@ -34,8 +34,10 @@ import (
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 
 // Leader election: the Lease tiled-operator.tiled.blueskyproject.io in the manager's own namespace
-// (read, created by the first leader, renewed by updates). Namespaced: a Role, never cluster-wide.
+// (read, created by the first leader, renewed by updates), and the Events that record a change of
+// leader there. Namespaced: a Role, never cluster-wide.
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;create;update,namespace=system
+// +kubebuilder:rbac:groups="",resources=events,verbs=create,namespace=system
 
 // EnvWatchNamespaces is the environment variable --watch-namespaces defaults to. The OLM bundle's
 // Deployment sets it from the pod annotation olm.targetNamespaces (empty for AllNamespaces).
