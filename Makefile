@@ -142,3 +142,9 @@ test-faults: ## Fault-injection suite on the real control plane (FAULTS_N, FAULT
 .PHONY: test-tiled
 test-tiled: ## Conformance with real Tiled (PyPI, at expansion.TiledVersion) and PostgreSQL (Debian): the rendered config must run.
 	hack/tiled/conformance.sh
+
+##@ Images
+
+.PHONY: images
+images: ## Build the node's images (pause, CoreDNS, manager, Tiled, PostgreSQL) as docker-archive tarballs, no registry; cached (docs/images.md).
+	hack/images/build.sh

@@ -70,17 +70,27 @@ if ! flock -n 9; then
 	flock 9
 fi
 
-TILED_VERSION=$(go run ./hack/tiled/version) || die "cannot read expansion.TiledVersion (go run ./hack/tiled/version)"
-[[ $TILED_VERSION =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "unexpected Tiled version '$TILED_VERSION'"
+# Read from the source rather than with `go run ./hack/tiled/version`, which would first compile the
+# expansion package and its Kubernetes dependencies; the image check compares it with the compiled
+# constant.
+TILED_VERSION=$(sed -n 's/^const TiledVersion = "\([^"]*\)"$/\1/p' expansion/builtins.go)
+[[ $TILED_VERSION =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] ||
+	die "cannot read TiledVersion from expansion/builtins.go (const TiledVersion = \"x.y.z\"), got '$TILED_VERSION'"
 GO_VERSION=$(go env GOVERSION)
 
 TMP=$(mktemp -d "$CACHE/.build.XXXXXX")
+# kill_tree PID...: each process and, first, its descendants (a job's go build or chroot).
+kill_tree() {
+	local p c
+	for p in "$@"; do
+		for c in $(ps -o pid= --ppid "$p" 2>/dev/null); do kill_tree "$c"; done
+		kill "$p" 2>/dev/null || true
+	done
+}
 cleanup() {
-	local pids
-	pids=$(jobs -pr)
-	# Only this script's own background jobs, by PID.
-	# shellcheck disable=SC2086 # one PID per word
-	[[ -z $pids ]] || kill $pids 2>/dev/null || true
+	# Only this script's own background jobs and their children, by PID.
+	# shellcheck disable=SC2046 # one PID per word
+	kill_tree $(jobs -pr)
 	wait 2>/dev/null || true
 	rm -rf "$TMP"
 }
@@ -146,13 +156,12 @@ publish() {
 	find "$STORE" -maxdepth 1 -name "$name-*" ! -name "$(basename "${file%.tar}")*" -delete
 }
 
-# --- Go programs (in the background while the Debian base is prepared) --------------------------
+# --- Go programs ----------------------------------------------------------------------------------
 gobuild() { CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$@"; }
 
+# build_go builds the binaries of the three static images (run in the background).
 build_go() {
-	set -e
-	go build -o "$TMP/mkimage" ./hack/images/mkimage
-	mkdir -p "$TMP/pause" "$TMP/manager/etc" "$TMP/coredns"
+	mkdir -p "$TMP/pause" "$TMP/manager" "$TMP/coredns"
 	gobuild "$TMP/pause/pause" ./hack/images/pause
 	gobuild "$TMP/manager/manager" ./cmd/manager
 	local cdns=$CACHE/bin/coredns-$COREDNS_VERSION
@@ -165,9 +174,6 @@ build_go() {
 	fi
 	cp "$cdns" "$TMP/coredns/coredns"
 }
-say "building mkimage, pause, the manager and CoreDNS $COREDNS_VERSION (go $GO_VERSION) in the background"
-build_go >"$TMP/go.log" 2>&1 &
-GO_PID=$!
 
 # --- Debian base root filesystem -----------------------------------------------------------------
 # A debootstrap minbase of bookworm with bookworm-updates and bookworm-security enabled and applied,
@@ -200,20 +206,6 @@ build_base() {
 }
 BASE_KEY=$(KEY_FILES=() && key "$SUITE" "$MIRROR" "$SECURITY_MIRROR" "$DEBOOTSTRAP_VERSION" "$(declare -f build_base chroot_run run)")
 BASE=$CACHE/rootfs/$SUITE-minbase-$BASE_KEY.tar
-if [[ -s $BASE ]]; then
-	say "Debian base: reusing $BASE"
-else
-	say "Debian base: debootstrap --variant=minbase $SUITE from $MIRROR (a few minutes, once)"
-	mkdir -p "$CACHE/rootfs" "$TMP/base"
-	# In the background so that errexit holds inside the function (it is ignored under || ).
-	build_base "$TMP/base/rootfs" "$TMP/base.log" &
-	wait $! || { tail -n 40 "$TMP/base.log" >&2; die "building the Debian base failed (log above)"; }
-	tar --numeric-owner -C "$TMP/base/rootfs" -cf "$BASE.tmp" .
-	mv "$BASE.tmp" "$BASE"
-	find "$CACHE/rootfs" -maxdepth 1 -name "$SUITE-minbase-*.tar" ! -name "$(basename "$BASE")" -delete
-	rm -rf "$TMP/base"
-	say "Debian base: $(du -h "$BASE" | cut -f1)"
-fi
 
 # --- shared steps of the Debian-based images ----------------------------------------------------
 # prepare_rootfs DIR unpacks the base into DIR, ready for apt-get in a chroot.
@@ -335,14 +327,14 @@ build_pause() {
 		-user 65535:65535 -entrypoint '["/pause"]' >>"$d/log"
 }
 
-# CoreDNS runs as root like the upstream image's binary would with its file capability: binding
-# port 53 as another user needs a capability the layer cannot carry (mkimage writes no xattrs).
+# CoreDNS as the upstream image runs it, as nonroot 65532 (hack/node has it listen on 1053: port 53
+# would need the file capability upstream sets, and mkimage writes no extended attributes).
 build_coredns() {
 	local d=$1
 	mkdir -p "$d/rootfs"
 	install -m 0755 "$TMP/coredns/coredns" "$d/rootfs/coredns"
 	"$TMP/mkimage" -rootfs "$d/rootfs" -tag "docker.io/local/coredns:$COREDNS_VERSION" -o "$d/image.tar" \
-		-entrypoint '["/coredns"]' -expose 53/tcp -expose 53/udp >>"$d/log"
+		-user 65532:65532 -entrypoint '["/coredns"]' -expose 1053/tcp -expose 1053/udp >>"$d/log"
 }
 
 # The project's Dockerfile final stage (distroless static:nonroot) rebuilt from scratch: the manager,
@@ -407,14 +399,38 @@ finish() {
 	die "$1 image (full log: $TMP/$1/log, kept until this script exits)"
 }
 
-# The Go programs must be there first for mkimage; then the two Debian images build side by side
-# (their time is mostly downloads and unpacking) with the three small ones.
-wait "$GO_PID" || { cat "$TMP/go.log" >&2; die "building the Go programs failed"; }
-say "Go programs built"
+# --- build ----------------------------------------------------------------------------------------
+go build -o "$TMP/mkimage" ./hack/images/mkimage || die "cannot build hack/images/mkimage"
+say "building pause, the manager and CoreDNS $COREDNS_VERSION (go $GO_VERSION) in the background"
+build_go >"$TMP/go.log" 2>&1 &
+go_pid=$!
+
+# The Debian base, only when a Debian image is to be built.
+if [[ ! -s $STORE/${KEYS[postgres]}.tar || ! -s $STORE/${KEYS[tiled]}.tar ]]; then
+	if [[ -s $BASE ]]; then
+		say "Debian base: reusing $BASE"
+	else
+		say "Debian base: debootstrap --variant=minbase $SUITE from $MIRROR (a few minutes, once)"
+		mkdir -p "$CACHE/rootfs" "$TMP/base"
+		# In the background so that errexit holds inside the function (it is ignored under || ).
+		build_base "$TMP/base/rootfs" "$TMP/base.log" &
+		wait $! || { tail -n 40 "$TMP/base.log" >&2; die "building the Debian base failed (log above)"; }
+		tar --numeric-owner -C "$TMP/base/rootfs" -cf "$BASE.tmp" .
+		mv "$BASE.tmp" "$BASE"
+		find "$CACHE/rootfs" -maxdepth 1 -name "$SUITE-minbase-*.tar" ! -name "$(basename "$BASE")" -delete
+		rm -rf "$TMP/base"
+		say "Debian base: $(du -h "$BASE" | cut -f1)"
+	fi
+fi
+
+# The two Debian images build side by side (their time is mostly downloads and unpacking), and beside
+# the Go programs.
 build postgres &
 pg_pid=$!
 build tiled &
 tiled_pid=$!
+wait "$go_pid" || { cat "$TMP/go.log" >&2; die "building the Go programs failed"; }
+say "Go programs built"
 build pause &
 finish pause $!
 build coredns &
