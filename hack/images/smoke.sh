@@ -31,8 +31,8 @@ trap finish EXIT
 
 # run_in ROOT CHECK [MOUNT]... runs the bash file CHECK in private mount, PID and network namespaces
 # with ROOT mounted read-only on itself, /proc, a minimal /dev, a tmpfs /tmp and each MOUNT given as
-# bind:SRC:DST, robind:SRC:DST or tmpfs::DST (inside ROOT). CHECK finds the root in $ROOT and the
-# function as999 (below).
+# bind:SRC:DST, robind:SRC:DST or tmpfs::DST (inside ROOT). CHECK finds the root in $ROOT, a folder
+# for logs in $LOGS and the function as999 (below).
 run_in() {
 	local root=$1 check=$2
 	shift 2
@@ -48,10 +48,16 @@ run_in() {
 		mount -t tmpfs -o mode=0755 tmpfs "$root/dev"
 		for d in null zero random urandom; do touch "$root/dev/$d"; mount --bind "/dev/$d" "$root/dev/$d"; done
 		mkdir "$root/dev/shm" && mount -t tmpfs -o mode=1777 tmpfs "$root/dev/shm"
+		# The links runc creates in every container.
 		ln -s /proc/self/fd "$root/dev/fd"
+		ln -s /proc/self/fd/0 "$root/dev/stdin"
+		ln -s /proc/self/fd/1 "$root/dev/stdout"
+		ln -s /proc/self/fd/2 "$root/dev/stderr"
 		mount -t tmpfs -o mode=1777 tmpfs "$root/tmp"
 		for m in "$@"; do
 			IFS=: read -r type src dst <<<"$m"
+			# Resolved inside the image, as runc does (/var/run is a link to /run).
+			dst=$(chroot "$root" /usr/bin/realpath -m "$dst")
 			case $type in
 			bind) mount --bind "$src" "$root$dst" ;;
 			robind) mount --bind "$src" "$root$dst"; mount -o remount,bind,ro "$root$dst" ;;
@@ -60,13 +66,17 @@ run_in() {
 		done
 		mount -o remount,bind,ro "$root"
 		ROOT=$root
+		# Logs of the servers, on the image'"'"'s tmpfs /tmp (this shell is outside the chroot).
+		LOGS=$root/tmp
 		# as999 [ENV...] -- CMD...: in the image as uid/gid 999 with no capabilities and no_new_privs,
-		# a clean environment (IMAGE_ENV, then ENV), like a container of the operator pods.
+		# a clean environment (IMAGE_ENV, then ENV), like a container of the operator pods. With
+		# AS999_EXEC=exec, in a background subshell, the job becomes the command itself (its PID is
+		# the one a signal must reach, as PID 1 of a container).
 		as999() {
 			local env=()
 			while [[ $1 != -- ]]; do env+=("$1"); shift; done
 			shift
-			chroot "$ROOT" /usr/bin/setpriv --reuid 999 --regid 999 --clear-groups --no-new-privs \
+			${AS999_EXEC:-} chroot "$ROOT" /usr/bin/setpriv --reuid 999 --regid 999 --clear-groups --no-new-privs \
 				--inh-caps=-all --bounding-set=-all -- /usr/bin/env -i $IMAGE_ENV "${env[@]}" "$@"
 		}
 		. "$check"
@@ -87,7 +97,7 @@ IMAGE_ENV="PATH=/usr/lib/postgresql/15/bin:/usr/local/sbin:/usr/local/bin:/usr/s
 # The operator's container environment (render.Postgres).
 PGENV=(POSTGRES_USER=tiled POSTGRES_DB=catalog POSTGRES_PASSWORD=s3cret-pw PGDATA=/var/lib/postgresql/data/pgdata)
 start() {
-	as999 "${PGENV[@]}" -- docker-entrypoint.sh >>/tmp/pg.log 2>&1 &
+	AS999_EXEC=exec as999 "${PGENV[@]}" -- docker-entrypoint.sh >>"$LOGS/pg.log" 2>&1 &
 	PG=$!
 	local i t0=$SECONDS
 	for i in $(seq 1 240); do
@@ -96,21 +106,32 @@ start() {
 			echo "postgres: ready after about $((SECONDS - t0))s"
 			return 0
 		fi
-		kill -0 $PG 2>/dev/null || { cat /tmp/pg.log; echo "postgres exited"; return 1; }
+		kill -0 $PG 2>/dev/null || { cat "$LOGS/pg.log"; echo "postgres exited"; return 1; }
 		sleep 0.25
 	done
-	cat /tmp/pg.log
+	cat "$LOGS/pg.log"
 	echo "postgres: not ready in 60s"
 	return 1
 }
 stop() {
+	# The image's stop signal, to the PID the entrypoint exec'ed into; bounded like a grace period.
 	kill -INT $PG
-	local rc=0
+	local i rc=0
+	for i in $(seq 1 120); do
+		kill -0 $PG 2>/dev/null || break
+		sleep 0.25
+	done
+	if kill -0 $PG 2>/dev/null; then
+		kill -KILL $PG
+		cat "$LOGS/pg.log"
+		echo "postgres still running 30s after SIGINT"
+		return 1
+	fi
 	wait $PG || rc=$?
-	[[ $rc == 0 ]] || { cat /tmp/pg.log; echo "postgres exited $rc on SIGINT"; return 1; }
+	[[ $rc == 0 ]] || { cat "$LOGS/pg.log"; echo "postgres exited $rc on SIGINT"; return 1; }
 }
 sql() { as999 PGPASSWORD=s3cret-pw -- psql -X -h "$1" -U tiled -d catalog -Atc "$2"; }
-expect_log() { grep -qF -- "$1" /tmp/pg.log || { cat /tmp/pg.log; echo "log lacks: $1"; return 1; }; }
+expect_log() { grep -qF -- "$1" "$LOGS/pg.log" || { cat "$LOGS/pg.log"; echo "log lacks: $1"; return 1; }; }
 
 start
 expect_log "removing /var/lib/postgresql/data/pgdata.initdb-tmp left by an interrupted initialisation"
@@ -125,7 +146,7 @@ if as999 PGPASSWORD=wrong -- psql -X -h 10.77.0.1 -U tiled -d catalog -Atc "SELE
 	exit 1
 fi
 stop
-echo "--- second start" >>/tmp/pg.log
+echo "--- second start" >>"$LOGS/pg.log"
 start
 expect_log "appears to contain a database; skipping initialization"
 [[ $(sql 127.0.0.1 "SELECT v FROM kept") == "still here" ]] || { echo "data lost across a restart"; exit 1; }
@@ -147,17 +168,19 @@ v=$(as999 HOME=/tmp -- tiled --version | tail -n1)
 [[ $v == "$WANT" ]] || { echo "tiled --version says $v, want $WANT"; exit 1; }
 echo "tiled --version: $v"
 [[ $(as999 -- /bin/sh -ec 'echo $(id -u):$(id -g)') == 999:999 ]] || { echo "/bin/sh -ec as 999 failed"; exit 1; }
-as999 HOME=/tmp -- tiled serve catalog --temp --host 127.0.0.1 --port 8000 --api-key smoke-key >/tmp/tiled.log 2>&1 &
+AS999_EXEC=exec as999 HOME=/tmp -- tiled serve catalog --temp --host 127.0.0.1 --port 8000 --api-key smokekey0123456789 >"$LOGS/tiled.log" 2>&1 &
 T=$!
-as999 HOME=/tmp -- python - <<'PY' || { cat /tmp/tiled.log; kill $T; exit 1; }
-import time, numpy, pandas
+as999 HOME=/tmp TILED_PID=$T -- python - <<'PY' || { cat "$LOGS/tiled.log"; kill $T 2>/dev/null || true; exit 1; }
+import os, time, numpy, pandas
 from tiled.client import from_uri
 start = time.monotonic()
 while True:
     try:
-        c = from_uri("http://127.0.0.1:8000", api_key="smoke-key")
+        c = from_uri("http://127.0.0.1:8000", api_key="smokekey0123456789")
         break
     except Exception:
+        if not os.path.exists(f"/proc/{os.environ['TILED_PID']}"):
+            raise SystemExit("tiled serve exited")
         if time.monotonic() - start > 90:
             raise SystemExit("tiled did not answer in 90s")
         time.sleep(0.25)
@@ -165,13 +188,14 @@ print(f"tiled: answering after {time.monotonic() - start:.1f}s")
 a = numpy.arange(12, dtype="float64").reshape(3, 4)
 t = pandas.DataFrame({"motor": [1.0, 2.0], "det": [10, 20]})
 c.write_array(a, key="a")
-c.write_dataframe(t, key="t")
+c.write_table(t, key="t")
 assert (c["a"].read() == a).all(), "array differs"
 assert c["t"].read().equals(t), "table differs"
 print("tiled: array and table written and read back")
 PY
 kill -TERM $T
 wait $T || true
+echo "tiled: stopped by SIGTERM"
 CHECK
 	WANT=$2 run_in "$root" "$TMP/tiled-check.sh"
 }

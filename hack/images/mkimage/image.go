@@ -156,6 +156,10 @@ func Write(rootfs, out string, opt Options) (string, error) {
 	if err := tw.Close(); err != nil {
 		return "", err
 	}
+	// CreateTemp makes the file 0600; an image archive is not a secret.
+	if err := tmp.Chmod(0o644); err != nil {
+		return "", err
+	}
 	if err := tmp.Sync(); err != nil {
 		return "", err
 	}

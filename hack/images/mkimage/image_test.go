@@ -63,6 +63,9 @@ func TestWrite(t *testing.T) {
 	id, err := Write(root, out, opt)
 	must(err)
 
+	st, err := os.Stat(out)
+	must(err)
+	g.Expect(st.Mode().Perm()).To(Equal(os.FileMode(0o644)), "the archive is readable by all")
 	f, err := os.Open(out)
 	must(err)
 	defer f.Close()
