@@ -302,8 +302,8 @@ build_tiled() {
 	cp /etc/ssl/certs/ca-certificates.crt "$r/tmp/host-ca.crt"
 	mkdir -p "$wheels"
 	run "$log" chroot_run "$r" -- python3 -m venv /opt/venv
-	if ! run "$log" chroot_run "$r" "$wheels:/var/cache/wheels" -- "${pipenv[@]}" /opt/venv/bin/pip install -q \
-		--no-index --find-links /var/cache/wheels "tiled[server]==$TILED_VERSION"; then
+	if ! chroot_run "$r" "$wheels:/var/cache/wheels" -- "${pipenv[@]}" /opt/venv/bin/pip install -q \
+		--no-index --find-links /var/cache/wheels "tiled[server]==$TILED_VERSION" >>"$log" 2>&1; then
 		echo "(the wheelhouse $wheels lacks something: downloading from PyPI)" >>"$log"
 		run "$log" chroot_run "$r" "$wheels:/var/cache/wheels" -- "${pipenv[@]}" /opt/venv/bin/pip download -q \
 			--dest /var/cache/wheels "tiled[server]==$TILED_VERSION"
