@@ -151,8 +151,10 @@ MKIMAGE_SRC=(hack/images/mkimage/main.go hack/images/mkimage/image.go)
 # cached versions of NAME.
 publish() {
 	local name=$1 file=$2
-	ln -f "$file" "$OUT/.$name.tar.tmp"
-	mv -f "$OUT/.$name.tar.tmp" "$OUT/$name.tar"
+	if [[ ! $file -ef $OUT/$name.tar ]]; then
+		ln -f "$file" "$OUT/.$name.tar.tmp"
+		mv -f "$OUT/.$name.tar.tmp" "$OUT/$name.tar"
+	fi
 	find "$STORE" -maxdepth 1 -name "$name-*" ! -name "$(basename "${file%.tar}")*" -delete
 }
 
