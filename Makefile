@@ -144,6 +144,12 @@ test-faults: ## Fault-injection suite on the real control plane (FAULTS_N, FAULT
 test-tiled: ## Conformance with real Tiled (PyPI, at expansion.TiledVersion) and PostgreSQL (Debian): the rendered config must run.
 	hack/tiled/conformance.sh
 
+##@ Images
+
+.PHONY: images
+images: ## Build the node's images (pause, CoreDNS, manager, Tiled, PostgreSQL) as docker-archive tarballs, no registry; cached (docs/images.md).
+	hack/images/build.sh
+
 ##@ End to end
 
 .PHONY: test-e2e

@@ -1,0 +1,481 @@
+#!/usr/bin/env bash
+# build.sh builds the container images a real node needs, without any registry or container engine,
+# as docker-archive tarballs that `ctr -n k8s.io images import` (and `docker load`) read:
+#
+#   ${TILED_OPERATOR_CACHE:-~/.cache/tiled-operator}/images/current/
+#     pause.tar           docker.io/local/pause:3.10            static Go sandbox program, FROM scratch
+#     coredns.tar         docker.io/local/coredns:v1.15.0       CoreDNS from the Go module proxy, FROM scratch
+#     tiled-operator.tar  docker.io/local/tiled-operator:e2e    ./cmd/manager of this checkout, static base
+#     tiled.tar           docker.io/local/tiled:<TiledVersion>  Debian bookworm + tiled[server] from PyPI
+#     postgres.tar        docker.io/local/postgres:15           Debian bookworm + postgresql-15
+#
+#   hack/images/build.sh             build what changed, reuse the rest, check every archive
+#   hack/images/build.sh --smoke     also run hack/images/smoke.sh on every image (not only rebuilt ones)
+#
+# Each image except the manager is cached by a hash of its inputs (its recipe in this script, its
+# files under hack/images/, mkimage, the pinned versions) and reused while they are unchanged; the
+# manager is rebuilt on every run (Go's build cache makes that a few seconds). The Debian base
+# (debootstrap --variant=minbase) is built once and shared by the Tiled and PostgreSQL images.
+# Archives are written by hack/images/mkimage (one layer per image, see docs/images.md).
+# Needs root (debootstrap, chroot, file owners in the layers), go, and network access to the Go
+# module proxy, deb.debian.org and PyPI on a cold cache only.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+CACHE_ROOT=${TILED_OPERATOR_CACHE:-$HOME/.cache/tiled-operator}
+CACHE=$CACHE_ROOT/images
+OUT=$CACHE/current
+STORE=$CACHE/store
+
+# Pinned versions. The image names and tags are a contract with hack/node (and the e2e profile).
+SUITE=bookworm
+MIRROR=http://deb.debian.org/debian
+SECURITY_MIRROR=http://deb.debian.org/debian-security
+DEBOOTSTRAP_VERSION=1.0.128+nmu2+deb12u2
+PAUSE_TAG=3.10
+COREDNS_VERSION=v1.15.0
+PG_MAJOR=15
+# Set from expansion.TiledVersion below, never written here.
+TILED_VERSION=
+
+SMOKE_ALL=false
+for a in "$@"; do
+	case $a in
+	--smoke) SMOKE_ALL=true ;;
+	-h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+	*) echo "build.sh: unknown argument '$a' (try --help)" >&2; exit 2 ;;
+	esac
+done
+
+START=$SECONDS
+say() { printf '[images %3ds] %s\n' "$((SECONDS - START))" "$*" >&2; }
+die() { say "FAIL: $*"; exit 1; }
+
+# --- prerequisites -------------------------------------------------------------------------------
+[[ $(id -u) == 0 ]] || die "run as root: debootstrap and chroot need it, and the layers keep file owners"
+for c in go tar unshare chroot flock sha256sum mount; do
+	command -v "$c" >/dev/null || die "'$c' not found on PATH"
+done
+if [[ $(dpkg-query -W -f='${Version}' debootstrap 2>/dev/null || true) != "$DEBOOTSTRAP_VERSION" ]]; then
+	say "installing debootstrap=$DEBOOTSTRAP_VERSION from Debian"
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "debootstrap=$DEBOOTSTRAP_VERSION" >/dev/null ||
+		die "apt-get could not install debootstrap=$DEBOOTSTRAP_VERSION (run apt-get update?)"
+fi
+
+mkdir -p "$CACHE" "$OUT" "$STORE"
+# One build at a time per cache: a second caller waits, then finds the first one's images.
+exec 9>"$CACHE/.lock"
+if ! flock -n 9; then
+	say "another build.sh is running on $CACHE; waiting for it"
+	flock 9
+fi
+
+# Read from the source rather than with `go run ./hack/tiled/version`, which would first compile the
+# expansion package and its Kubernetes dependencies; the image check compares it with the compiled
+# constant.
+TILED_VERSION=$(sed -n 's/^const TiledVersion = "\([^"]*\)"$/\1/p' expansion/builtins.go)
+[[ $TILED_VERSION =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] ||
+	die "cannot read TiledVersion from expansion/builtins.go (const TiledVersion = \"x.y.z\"), got '$TILED_VERSION'"
+GO_VERSION=$(go env GOVERSION)
+
+TMP=$(mktemp -d "$CACHE/.build.XXXXXX")
+# kill_tree PID...: each process and, first, its descendants (a job's go build or chroot).
+kill_tree() {
+	local p c
+	for p in "$@"; do
+		for c in $(ps -o pid= --ppid "$p" 2>/dev/null); do kill_tree "$c"; done
+		kill "$p" 2>/dev/null || true
+	done
+}
+cleanup() {
+	# Only this script's own background jobs and their children, by PID.
+	# shellcheck disable=SC2046 # one PID per word
+	kill_tree $(jobs -pr)
+	wait 2>/dev/null || true
+	rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# run LOG CMD... runs a step with its output in LOG, printed only when it fails.
+run() {
+	local log=$1
+	shift
+	if ! "$@" >>"$log" 2>&1; then
+		tail -n 40 "$log" >&2
+		return 1
+	fi
+}
+
+# chroot_run ROOTFS [SRC:DST]... -- CMD... runs CMD in ROOTFS with a clean environment, /proc and the
+# host's /dev mounted and each SRC bind-mounted at DST, all in a private mount namespace: the mounts
+# vanish with the command, whatever happens to it, and never appear on the host.
+chroot_run() {
+	local r=$1
+	shift
+	local binds=()
+	while [[ $1 != -- ]]; do
+		binds+=("$1")
+		shift
+	done
+	shift
+	# shellcheck disable=SC2016 # expanded by the inner shell
+	unshare --mount --propagation private -- /bin/bash -euc '
+		r=$1; shift
+		mount -t proc proc "$r/proc"
+		mount --rbind /dev "$r/dev"
+		while [ "$1" != -- ]; do
+			mkdir -p "$r${1#*:}"
+			mount --bind "${1%%:*}" "$r${1#*:}"
+			shift
+		done
+		shift
+		exec chroot "$r" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+			HOME=/root LANG=C.UTF-8 DEBIAN_FRONTEND=noninteractive "$@"
+	' _ "$r" "${binds[@]}" -- "$@"
+}
+
+# key PARTS... is a short hash of the given strings and of the files named by PATHS (global array).
+key() {
+	{
+		printf '%s\n' "$@"
+		for f in "${KEY_FILES[@]}"; do
+			printf '%s\n' "$f"
+			cat "$f"
+		done
+	} | sha256sum | cut -c1-16
+}
+MKIMAGE_SRC=(hack/images/mkimage/main.go hack/images/mkimage/image.go)
+
+# publish NAME FILE makes FILE current/NAME.tar (a hard link, replaced atomically) and drops other
+# cached versions of NAME.
+publish() {
+	local name=$1 file=$2
+	if [[ ! $file -ef $OUT/$name.tar ]]; then
+		ln -f "$file" "$OUT/.$name.tar.tmp"
+		mv -f "$OUT/.$name.tar.tmp" "$OUT/$name.tar"
+	fi
+	find "$STORE" -maxdepth 1 -name "$name-*" ! -name "$(basename "${file%.tar}")*" -delete
+}
+
+# --- Go programs ----------------------------------------------------------------------------------
+gobuild() { CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$@"; }
+
+# build_go builds the binaries of the three static images (run in the background).
+build_go() {
+	mkdir -p "$TMP/pause" "$TMP/manager" "$TMP/coredns"
+	gobuild "$TMP/pause/pause" ./hack/images/pause
+	gobuild "$TMP/manager/manager" ./cmd/manager
+	local cdns=$CACHE/bin/coredns-$COREDNS_VERSION
+	if [[ ! -x $cdns ]]; then
+		mkdir -p "$CACHE/bin" "$TMP/gobin"
+		# Outside this module, so that its go.mod plays no part.
+		(cd / && CGO_ENABLED=0 GOBIN=$TMP/gobin go install -trimpath -ldflags="-s -w" \
+			"github.com/coredns/coredns@$COREDNS_VERSION")
+		mv "$TMP/gobin/coredns" "$cdns"
+	fi
+	cp "$cdns" "$TMP/coredns/coredns"
+}
+
+# --- Debian base root filesystem -----------------------------------------------------------------
+# A debootstrap minbase of bookworm with bookworm-updates and bookworm-security enabled and applied,
+# and package lists kept (the images' apt-get update is then incremental), as a tarball.
+build_base() {
+	local r=$1 log=$2
+	mkdir -p "$CACHE/debootstrap-debs"
+	run "$log" debootstrap --variant=minbase --cache-dir="$CACHE/debootstrap-debs" "$SUITE" "$r" "$MIRROR"
+	rm -f "$r"/etc/apt/sources.list
+	cat >"$r/etc/apt/sources.list.d/debian.sources" <<-EOF
+		Types: deb
+		URIs: $MIRROR
+		Suites: $SUITE $SUITE-updates
+		Components: main
+		Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+
+		Types: deb
+		URIs: $SECURITY_MIRROR
+		Suites: $SUITE-security
+		Components: main
+		Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+	EOF
+	cp /etc/resolv.conf "$r/etc/resolv.conf"
+	run "$log" chroot_run "$r" -- apt-get update -q
+	run "$log" chroot_run "$r" -- apt-get -y -q -o Dpkg::Options::=--force-confold upgrade
+	run "$log" chroot_run "$r" -- apt-get clean
+	: >"$r/etc/resolv.conf"
+	echo localhost >"$r/etc/hostname"
+	rm -rf "$r"/var/log/* "$r"/var/cache/apt/*.bin
+}
+BASE_KEY=$(KEY_FILES=() && key "$SUITE" "$MIRROR" "$SECURITY_MIRROR" "$DEBOOTSTRAP_VERSION" "$(declare -f build_base chroot_run run)")
+BASE=$CACHE/rootfs/$SUITE-minbase-$BASE_KEY.tar
+
+# --- shared steps of the Debian-based images ----------------------------------------------------
+# prepare_rootfs DIR unpacks the base into DIR, ready for apt-get in a chroot.
+prepare_rootfs() {
+	local r=$1
+	mkdir -p "$r"
+	tar --numeric-owner -xpf "$BASE" -C "$r"
+	cp /etc/resolv.conf "$r/etc/resolv.conf"
+	# Packages' maintainer scripts must not start services in the chroot.
+	printf '#!/bin/sh\nexit 101\n' >"$r/usr/sbin/policy-rc.d"
+	chmod 0755 "$r/usr/sbin/policy-rc.d"
+}
+
+# apt_install ROOTFS LOG PKGS... installs packages without recommends, downloads cached per image.
+apt_install() {
+	local r=$1 log=$2 name
+	shift 2
+	name=$(basename "$(dirname "$r")")
+	mkdir -p "$CACHE/debs/$name/partial"
+	run "$log" chroot_run "$r" "$CACHE/debs/$name:/var/cache/apt/archives" -- apt-get update -q
+	run "$log" chroot_run "$r" "$CACHE/debs/$name:/var/cache/apt/archives" -- \
+		apt-get install -y -q --no-install-recommends -o Dpkg::Options::=--force-confold "$@"
+}
+
+# finalize_rootfs ROOTFS drops what a container does not use: package lists and caches, logs,
+# documentation, man pages and translations, the chroot's resolver and policy, /dev and /tmp contents.
+finalize_rootfs() {
+	local r=${1:?}
+	# Never the host's directories: only a tree below this build's temporary folder.
+	[[ $r == "$TMP"/* && -d $r/etc && -d $r/usr ]] || { echo "finalize_rootfs: refusing '$r'" >&2; return 1; }
+	rm -f "$r/usr/sbin/policy-rc.d"
+	: >"$r/etc/resolv.conf"
+	rm -rf "${r:?}"/var/lib/apt/lists/* "${r:?}"/var/cache/apt/* "${r:?}"/var/cache/debconf/*-old \
+		"${r:?}"/var/log/* "${r:?}"/usr/share/doc/* "${r:?}"/usr/share/man/* "${r:?}"/usr/share/info/* \
+		"${r:?}"/usr/share/locale/* "${r:?}"/usr/share/lintian "${r:?}"/dev/* "${r:?}"/proc/* \
+		"${r:?}"/tmp/* "${r:?}"/tmp/.[!.]* "${r:?}"/root/.cache
+	mkdir -p "$r/var/lib/apt/lists/partial" "$r/var/cache/apt/archives/partial"
+	chmod 1777 "$r/tmp"
+	# Record what is in the image, beside it in the cache.
+	# shellcheck disable=SC2016 # dpkg-query's format, not the shell's
+	chroot "$r" dpkg-query -W -f='${Package} ${Version}\n' >"$(dirname "$r")/packages.txt"
+}
+
+# --- PostgreSQL ------------------------------------------------------------------------------------
+# Debian's postgresql-$PG_MAJOR with the official image's contract (hack/images/postgres/).
+build_postgres() {
+	local d=$1 r=$1/rootfs log=$1/log
+	prepare_rootfs "$r"
+	# The official image's uid and gid, before the package would pick a system uid.
+	chroot "$r" groupadd --system --gid 999 postgres
+	chroot "$r" useradd --system --uid 999 --gid 999 --home-dir /var/lib/postgresql --shell /bin/bash postgres
+	# No cluster in the image: the entrypoint creates one in PGDATA on first start.
+	mkdir -p "$r/etc/postgresql-common"
+	echo "create_main_cluster = false" >"$r/etc/postgresql-common/createcluster.conf"
+	apt_install "$r" "$log" "postgresql-$PG_MAJOR"
+	[[ -z $(ls -A "$r/etc/postgresql/" 2>/dev/null) ]] || { echo "a cluster was created in the image" >>"$log"; return 1; }
+	local bin=/usr/lib/postgresql/$PG_MAJOR/bin
+	[[ -x $r$bin/postgres && -x $r$bin/initdb && -x $r$bin/pg_isready && -x $r$bin/psql ]] ||
+		{ echo "postgresql-$PG_MAJOR did not install $bin/{postgres,initdb,pg_isready,psql}" >>"$log"; return 1; }
+	# Like the official image: a new cluster listens on every address.
+	sed -ri "s!^#?(listen_addresses)\s*=\s*\S+.*!\1 = '*'!" "$r/usr/share/postgresql/$PG_MAJOR/postgresql.conf.sample"
+	grep -q "^listen_addresses = '\*'" "$r/usr/share/postgresql/$PG_MAJOR/postgresql.conf.sample" ||
+		{ echo "could not set listen_addresses in postgresql.conf.sample" >>"$log"; return 1; }
+	install -d -o 999 -g 999 -m 3777 "$r/var/run/postgresql"
+	install -d -o 999 -g 999 -m 1777 "$r/var/lib/postgresql/data"
+	install -d -m 0755 "$r/docker-entrypoint-initdb.d"
+	install -m 0755 hack/images/postgres/docker-entrypoint.sh "$r/usr/local/bin/docker-entrypoint.sh"
+	finalize_rootfs "$r"
+	"$TMP/mkimage" -rootfs "$r" -tag "docker.io/local/postgres:$PG_MAJOR" -o "$d/image.tar" \
+		-user 999:999 \
+		-env "PATH=$bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
+		-env LANG=C.UTF-8 -env "PG_MAJOR=$PG_MAJOR" -env PGDATA=/var/lib/postgresql/data \
+		-entrypoint '["docker-entrypoint.sh"]' -cmd '["postgres"]' -stopsignal SIGINT -expose 5432/tcp \
+		-label "org.opencontainers.image.description=PostgreSQL $PG_MAJOR from Debian $SUITE, official image's entrypoint contract (tiled-operator hack/images)" \
+		>>"$log"
+}
+
+# --- Tiled -------------------------------------------------------------------------------------------
+# tiled[server]==TiledVersion from PyPI in /opt/venv; the server extra brings the client and the
+# libraries a client pod writes and reads arrays and tables with (numpy, pandas, pyarrow).
+# The wheels are kept in a wheelhouse per Tiled version (images/wheels/tiled-VERSION): a rebuild
+# installs the same versions offline, and only a new Tiled version (or an emptied wheelhouse) asks
+# PyPI again. pip's own HTTP cache is no use here: the responses on this network are not cacheable.
+build_tiled() {
+	local d=$1 r=$1/rootfs log=$1/log
+	local wheels=$CACHE/wheels/tiled-$TILED_VERSION
+	local pipenv=(env PIP_CERT=/tmp/host-ca.crt PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+		PIP_DEFAULT_TIMEOUT=180 PIP_NO_INPUT=1)
+	prepare_rootfs "$r"
+	apt_install "$r" "$log" python3 python3-venv ca-certificates
+	chroot "$r" groupadd --system --gid 999 tiled
+	chroot "$r" useradd --system --uid 999 --gid 999 --create-home --home-dir /home/tiled --shell /bin/sh tiled
+	# pip trusts the host's CA bundle (the network path to PyPI may need it); it leaves with the build.
+	cp /etc/ssl/certs/ca-certificates.crt "$r/tmp/host-ca.crt"
+	mkdir -p "$wheels"
+	run "$log" chroot_run "$r" -- python3 -m venv /opt/venv
+	if ! chroot_run "$r" "$wheels:/var/cache/wheels" -- "${pipenv[@]}" /opt/venv/bin/pip install -q \
+		--no-index --find-links /var/cache/wheels "tiled[server]==$TILED_VERSION" >>"$log" 2>&1; then
+		echo "(the wheelhouse $wheels lacks something: downloading from PyPI)" >>"$log"
+		run "$log" chroot_run "$r" "$wheels:/var/cache/wheels" -- "${pipenv[@]}" /opt/venv/bin/pip download -q \
+			--dest /var/cache/wheels "tiled[server]==$TILED_VERSION"
+		run "$log" chroot_run "$r" "$wheels:/var/cache/wheels" -- "${pipenv[@]}" /opt/venv/bin/pip install -q \
+			--no-index --find-links /var/cache/wheels "tiled[server]==$TILED_VERSION"
+	fi
+	find "$CACHE/wheels" -mindepth 1 -maxdepth 1 ! -name "tiled-$TILED_VERSION" -exec rm -rf {} +
+	rm -f "$r/tmp/host-ca.crt"
+	rmdir "$r/var/cache/wheels"
+	# Test suites of the dependencies (about 110 MB; never imported at run time). Tiled's own stay.
+	find "$r/opt/venv/lib" -depth -type d -name tests -path '*/site-packages/*' ! -path '*/site-packages/tiled/*' \
+		-exec rm -rf {} +
+	# What the operator's pods and an e2e client pod use must import, and so must every package
+	# whose tests were removed.
+	run "$log" chroot_run "$r" -- /opt/venv/bin/python -c '
+import numpy, pandas, pyarrow, httpx, sqlalchemy, asyncpg, uvicorn, duckdb
+import numba, xarray, dask.array, dask.dataframe, h5py
+import tiled, tiled.server.app
+from tiled.client import from_uri
+print("tiled", tiled.__version__, "numpy", numpy.__version__, "pandas", pandas.__version__, "pyarrow", pyarrow.__version__)'
+	chroot "$r" /opt/venv/bin/pip freeze --all >"$d/pip-freeze.txt"
+	finalize_rootfs "$r"
+	"$TMP/mkimage" -rootfs "$r" -tag "docker.io/local/tiled:$TILED_VERSION" -o "$d/image.tar" \
+		-user 999:999 \
+		-env "PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
+		-env VIRTUAL_ENV=/opt/venv -env PYTHONUNBUFFERED=1 -env LANG=C.UTF-8 \
+		-cmd '["tiled"]' -workdir /home/tiled -expose 8000/tcp \
+		-label "org.opencontainers.image.description=tiled[server]==$TILED_VERSION on Debian $SUITE (tiled-operator hack/images)" \
+		>>"$log"
+}
+
+# --- static images -------------------------------------------------------------------------------------
+build_pause() {
+	local d=$1
+	mkdir -p "$d/rootfs"
+	install -m 0755 "$TMP/pause/pause" "$d/rootfs/pause"
+	"$TMP/mkimage" -rootfs "$d/rootfs" -tag "docker.io/local/pause:$PAUSE_TAG" -o "$d/image.tar" \
+		-user 65535:65535 -entrypoint '["/pause"]' >>"$d/log"
+}
+
+# CoreDNS as the upstream image runs it, as nonroot 65532 (hack/node has it listen on 1053: port 53
+# would need the file capability upstream sets, and mkimage writes no extended attributes).
+build_coredns() {
+	local d=$1
+	mkdir -p "$d/rootfs"
+	install -m 0755 "$TMP/coredns/coredns" "$d/rootfs/coredns"
+	"$TMP/mkimage" -rootfs "$d/rootfs" -tag "docker.io/local/coredns:$COREDNS_VERSION" -o "$d/image.tar" \
+		-user 65532:65532 -entrypoint '["/coredns"]' -expose 1053/tcp -expose 1053/udp >>"$d/log"
+}
+
+# The project's Dockerfile final stage (distroless static:nonroot) rebuilt from scratch: the manager,
+# passwd/group with nonroot 65532, its home, a sticky /tmp; numeric USER so that the kubelet can check
+# runAsNonRoot.
+build_manager() {
+	local d=$1 r=$1/rootfs
+	mkdir -p "$r/etc" "$r/tmp" "$r/home/nonroot"
+	install -m 0755 "$TMP/manager/manager" "$r/manager"
+	printf '%s\n' 'root:x:0:0:root:/root:/sbin/nologin' 'nobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin' \
+		'nonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin' >"$r/etc/passwd"
+	printf '%s\n' 'root:x:0:' 'nobody:x:65534:' 'nonroot:x:65532:' >"$r/etc/group"
+	chmod 0644 "$r/etc/passwd" "$r/etc/group"
+	chmod 1777 "$r/tmp"
+	chown 65532:65532 "$r/home/nonroot"
+	chmod 0700 "$r/home/nonroot"
+	"$TMP/mkimage" -rootfs "$r" -tag docker.io/local/tiled-operator:e2e -o "$d/image.tar" \
+		-user 65532:65532 -entrypoint '["/manager"]' -workdir / \
+		-env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+		-label org.opencontainers.image.source=https://github.com/bluesky/tiled-operator \
+		-label "org.opencontainers.image.description=tiled-operator manager built from $(git rev-parse --short HEAD 2>/dev/null || echo 'a checkout')$(git diff --quiet HEAD 2>/dev/null || echo ' with local changes')" \
+		>>"$d/log"
+}
+
+# --- which images to build ---------------------------------------------------------------------------
+COMMON="$(declare -f run key publish)"
+DEB_COMMON="$BASE_KEY $(declare -f chroot_run prepare_rootfs apt_install finalize_rootfs)"
+declare -A KEYS
+KEY_FILES=("${MKIMAGE_SRC[@]}" hack/images/pause/main.go)
+KEYS[pause]=pause-$(key "$COMMON" "$GO_VERSION" "$PAUSE_TAG" "$(declare -f build_pause)")
+KEY_FILES=("${MKIMAGE_SRC[@]}")
+KEYS[coredns]=coredns-$(key "$COMMON" "$GO_VERSION" "$COREDNS_VERSION" "$(declare -f build_coredns)")
+KEY_FILES=("${MKIMAGE_SRC[@]}" hack/images/postgres/docker-entrypoint.sh)
+KEYS[postgres]=postgres-$(key "$COMMON" "$DEB_COMMON" "$PG_MAJOR" "$(declare -f build_postgres)")
+KEY_FILES=("${MKIMAGE_SRC[@]}")
+KEYS[tiled]=tiled-$(key "$COMMON" "$DEB_COMMON" "$TILED_VERSION" "$(declare -f build_tiled)")
+
+# build NAME builds one cached image into the store unless it is there, then publishes it. It runs
+# as a background job (`build NAME &`, then wait) so that errexit holds in the recipes.
+build() {
+	local name=$1 file=$STORE/${KEYS[$1]}.tar d=$TMP/$1
+	if [[ -s $file ]]; then
+		say "$name: reusing ${KEYS[$name]}"
+	else
+		local t=$SECONDS
+		say "$name: building ${KEYS[$name]}"
+		mkdir -p "$d"
+		"build_$name" "$d"
+		for extra in packages.txt pip-freeze.txt; do
+			[[ ! -f $d/$extra ]] || mv "$d/$extra" "$STORE/${KEYS[$name]}.$extra"
+		done
+		mv "$d/image.tar" "$file"
+		touch "$TMP/built.$name"
+		say "$name: built ${KEYS[$name]} in $((SECONDS - t))s, $(du -h "$file" | cut -f1)"
+	fi
+	publish "$name" "$file"
+}
+# finish NAME PID waits for a build job and stops everything with its log when it failed.
+finish() {
+	wait "$2" && return 0
+	[[ ! -f $TMP/$1/log ]] || tail -n 40 "$TMP/$1/log" >&2
+	die "$1 image (full log: $TMP/$1/log, kept until this script exits)"
+}
+
+# --- build ----------------------------------------------------------------------------------------
+go build -o "$TMP/mkimage" ./hack/images/mkimage || die "cannot build hack/images/mkimage"
+say "building pause, the manager and CoreDNS $COREDNS_VERSION (go $GO_VERSION) in the background"
+build_go >"$TMP/go.log" 2>&1 &
+go_pid=$!
+
+# The Debian base, only when a Debian image is to be built.
+if [[ ! -s $STORE/${KEYS[postgres]}.tar || ! -s $STORE/${KEYS[tiled]}.tar ]]; then
+	if [[ -s $BASE ]]; then
+		say "Debian base: reusing $BASE"
+	else
+		say "Debian base: debootstrap --variant=minbase $SUITE from $MIRROR (a few minutes, once)"
+		mkdir -p "$CACHE/rootfs" "$TMP/base"
+		# In the background so that errexit holds inside the function (it is ignored under || ).
+		build_base "$TMP/base/rootfs" "$TMP/base.log" &
+		wait $! || { tail -n 40 "$TMP/base.log" >&2; die "building the Debian base failed (log above)"; }
+		tar --numeric-owner -C "$TMP/base/rootfs" -cf "$BASE.tmp" .
+		mv "$BASE.tmp" "$BASE"
+		find "$CACHE/rootfs" -maxdepth 1 -name "$SUITE-minbase-*.tar" ! -name "$(basename "$BASE")" -delete
+		rm -rf "$TMP/base"
+		say "Debian base: $(du -h "$BASE" | cut -f1)"
+	fi
+fi
+
+# The two Debian images build side by side (their time is mostly downloads and unpacking), and beside
+# the Go programs.
+build postgres &
+pg_pid=$!
+build tiled &
+tiled_pid=$!
+wait "$go_pid" || { cat "$TMP/go.log" >&2; die "building the Go programs failed"; }
+say "Go programs built"
+build pause &
+finish pause $!
+build coredns &
+finish coredns $!
+# The manager: rebuilt every time, not cached.
+mkdir -p "$TMP/manager-image"
+build_manager "$TMP/manager-image" &
+wait $! || { cat "$TMP/manager-image/log" >&2; die "tiled-operator image"; }
+mv "$TMP/manager-image/image.tar" "$OUT/tiled-operator.tar"
+say "tiled-operator: built, $(du -h "$OUT/tiled-operator.tar" | cut -f1)"
+finish postgres "$pg_pid"
+finish tiled "$tiled_pid"
+
+# --- checks -----------------------------------------------------------------------------------------
+say "checking the archives (go test -tags images ./hack/images/)"
+TILED_IMAGES_DIR=$OUT TILED_VERSION=$TILED_VERSION go test -tags images -count=1 ./hack/images/ >"$TMP/check.log" 2>&1 ||
+	{ cat "$TMP/check.log" >&2; die "the archives in $OUT failed their checks"; }
+smoke=()
+for n in postgres tiled; do
+	if $SMOKE_ALL || [[ -f $TMP/built.$n ]]; then smoke+=("$OUT/$n.tar"); fi
+done
+if ((${#smoke[@]})); then
+	say "smoke test: ${smoke[*]##*/}"
+	hack/images/smoke.sh "${smoke[@]}" || die "smoke test failed"
+fi
+for f in "$OUT"/*.tar; do
+	say "$(basename "$f"): $(du -h "$f" | cut -f1)"
+done
+say "done in $((SECONDS - START))s: $OUT"

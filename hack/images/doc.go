@@ -1,0 +1,10 @@
+// Package images holds the recipes of the container images a real node runs for the end-to-end tests
+// (hack/images/build.sh, docs/images.md) and, behind the build tag "images", the checks of the
+// archives it writes: each docker-archive tarball is opened, its manifest, config and layer digest
+// are verified, and the files the config and the operator's pods refer to (entrypoint, commands found
+// through PATH, users, writable directories) must exist in the layer with the right owners.
+//
+//	TILED_IMAGES_DIR=~/.cache/tiled-operator/images/current go test -tags images ./hack/images/
+//
+// build.sh runs this after every build; without the archives the test fails rather than skips.
+package images

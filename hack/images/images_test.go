@@ -1,0 +1,346 @@
+//go:build images
+
+package images
+
+import (
+	"archive/tar"
+	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/bluesky/tiled-operator/expansion"
+)
+
+// archive is what a docker-archive holds, with an index of its single layer.
+type archive struct {
+	tags       []string
+	layerCount int
+	diffID     string // of the config
+	layerSum   string // computed
+	config     struct {
+		Architecture string `json:"architecture"`
+		OS           string `json:"os"`
+		Config       struct {
+			User       string
+			Env        []string
+			Entrypoint []string
+			Cmd        []string
+			WorkingDir string
+			StopSignal string
+		} `json:"config"`
+		RootFS struct {
+			DiffIDs []string `json:"diff_ids"`
+		} `json:"rootfs"`
+	}
+	files map[string]*tar.Header // by absolute path, "/etc/passwd"
+	small map[string][]byte      // contents of the files named in smallFiles
+}
+
+var smallFiles = map[string]bool{"/etc/passwd": true, "/etc/group": true, "/etc/resolv.conf": true}
+
+func open(t *testing.T, file string) *archive {
+	t.Helper()
+	g := NewWithT(t)
+	f, err := os.Open(file)
+	g.Expect(err).NotTo(HaveOccurred(), "the image archive must exist: run hack/images/build.sh")
+	defer f.Close()
+	a := &archive{files: map[string]*tar.Header{}, small: map[string][]byte{}}
+	var manifest []struct {
+		Config   string
+		RepoTags []string
+		Layers   []string
+	}
+	blobs := map[string][]byte{}
+	layers := map[string]string{} // outer name -> digest
+	tr := tar.NewReader(bufio.NewReaderSize(f, 1<<20))
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		g.Expect(err).NotTo(HaveOccurred())
+		switch {
+		case strings.HasSuffix(h.Name, "/layer.tar"):
+			sum := sha256.New()
+			a.index(t, io.TeeReader(tr, sum))
+			// The rest of the layer (tar padding) must also go through the digest.
+			_, err := io.Copy(sum, tr)
+			g.Expect(err).NotTo(HaveOccurred())
+			layers[h.Name] = "sha256:" + hex.EncodeToString(sum.Sum(nil))
+		case h.Typeflag == tar.TypeReg:
+			b, err := io.ReadAll(tr)
+			g.Expect(err).NotTo(HaveOccurred())
+			blobs[h.Name] = b
+		}
+	}
+	g.Expect(json.Unmarshal(blobs["manifest.json"], &manifest)).To(Succeed())
+	g.Expect(manifest).To(HaveLen(1), "one image per archive")
+	m := manifest[0]
+	a.tags = m.RepoTags
+	a.layerCount = len(m.Layers)
+	g.Expect(m.Layers).To(HaveLen(1))
+	a.layerSum = layers[m.Layers[0]]
+	cfg := blobs[m.Config]
+	g.Expect(cfg).NotTo(BeEmpty(), "config %s in the archive", m.Config)
+	cs := sha256.Sum256(cfg)
+	g.Expect(m.Config).To(Equal(hex.EncodeToString(cs[:])+".json"), "config named by its digest")
+	g.Expect(json.Unmarshal(cfg, &a.config)).To(Succeed())
+	return a
+}
+
+func (a *archive) index(t *testing.T, r io.Reader) {
+	t.Helper()
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return
+		}
+		if err != nil {
+			t.Fatalf("layer: %v", err)
+		}
+		p := path.Clean("/" + h.Name)
+		a.files[p] = h
+		if smallFiles[p] {
+			b, err := io.ReadAll(tr)
+			if err != nil {
+				t.Fatalf("layer %s: %v", p, err)
+			}
+			a.small[p] = b
+		}
+	}
+}
+
+// resolve follows symbolic links in every component of p inside the layer, as the kernel would in a
+// chroot, and returns the final path and its header (nil when it does not exist).
+func (a *archive) resolve(p string) (string, *tar.Header) {
+	for hops := 0; hops < 40; hops++ {
+		parts := strings.Split(strings.TrimPrefix(path.Clean("/"+p), "/"), "/")
+		cur := "/"
+		restarted := false
+		for i, part := range parts {
+			if part == "" {
+				continue
+			}
+			next := path.Join(cur, part)
+			h := a.files[next]
+			if h == nil {
+				return next, nil
+			}
+			if h.Typeflag == tar.TypeSymlink {
+				target := h.Linkname
+				if !strings.HasPrefix(target, "/") {
+					target = path.Join(cur, target)
+				}
+				p = path.Join(append([]string{target}, parts[i+1:]...)...)
+				restarted = true
+				break
+			}
+			cur = next
+		}
+		if !restarted {
+			h := a.files[cur]
+			if h != nil && h.Typeflag == tar.TypeLink {
+				return cur, a.files[path.Clean("/"+h.Linkname)]
+			}
+			return cur, h
+		}
+	}
+	return p, nil
+}
+
+func (a *archive) env(k string) string {
+	for _, e := range a.config.Config.Env {
+		if kk, v, ok := strings.Cut(e, "="); ok && kk == k {
+			return v
+		}
+	}
+	return ""
+}
+
+// lookPath finds a command as the runtime does: a name with a slash as is, else through PATH.
+func (a *archive) lookPath(cmd string) (string, *tar.Header) {
+	if strings.Contains(cmd, "/") {
+		return a.resolve(cmd)
+	}
+	for _, dir := range strings.Split(a.env("PATH"), ":") {
+		if p, h := a.resolve(path.Join(dir, cmd)); h != nil && h.Typeflag == tar.TypeReg && h.Mode&0o111 != 0 {
+			return p, h
+		}
+	}
+	return "", nil
+}
+
+// account returns the uid and gid of name in /etc/passwd.
+func (a *archive) account(name string) (int, int, bool) {
+	for _, line := range strings.Split(string(a.small["/etc/passwd"]), "\n") {
+		f := strings.Split(line, ":")
+		if len(f) >= 4 && f[0] == name {
+			uid, _ := strconv.Atoi(f[2])
+			gid, _ := strconv.Atoi(f[3])
+			return uid, gid, true
+		}
+	}
+	return 0, 0, false
+}
+
+type owned struct {
+	path     string
+	uid, gid int
+	dir      bool
+}
+
+func TestImages(t *testing.T) {
+	dir := os.Getenv("TILED_IMAGES_DIR")
+	if dir == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cache := os.Getenv("TILED_OPERATOR_CACHE")
+		if cache == "" {
+			cache = filepath.Join(home, ".cache", "tiled-operator")
+		}
+		dir = filepath.Join(cache, "images", "current")
+	}
+	pgPath := "/usr/lib/postgresql/15/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	for _, tc := range []struct {
+		file, tag       string
+		user            string
+		entrypoint, cmd []string
+		env             map[string]string
+		stopSignal      string
+		account         string // user of the image in /etc/passwd, with the uid:gid of user
+		commands        map[string]string
+		owned           []owned
+		absent          []string
+		emptyFiles      []string
+	}{{
+		file: "pause.tar", tag: "docker.io/local/pause:3.10",
+		user: "65535:65535", entrypoint: []string{"/pause"},
+		owned: []owned{{path: "/pause"}},
+	}, {
+		file: "coredns.tar", tag: "docker.io/local/coredns:v1.15.0",
+		user: "65532:65532", entrypoint: []string{"/coredns"},
+		owned: []owned{{path: "/coredns"}},
+	}, {
+		file: "tiled-operator.tar", tag: "docker.io/local/tiled-operator:e2e",
+		user: "65532:65532", entrypoint: []string{"/manager"}, account: "nonroot",
+		owned: []owned{{path: "/manager"}, {path: "/home/nonroot", uid: 65532, gid: 65532, dir: true}, {path: "/tmp", dir: true}},
+	}, {
+		file: "postgres.tar", tag: "docker.io/local/postgres:15",
+		user: "999:999", entrypoint: []string{"docker-entrypoint.sh"}, cmd: []string{"postgres"},
+		env:        map[string]string{"PATH": pgPath, "PGDATA": "/var/lib/postgresql/data", "LANG": "C.UTF-8"},
+		stopSignal: "SIGINT", account: "postgres",
+		commands: map[string]string{
+			"docker-entrypoint.sh": "/usr/local/bin/docker-entrypoint.sh",
+			// The probe's bare pg_isready must be the real binary, not Debian's perl wrapper.
+			"pg_isready": "/usr/lib/postgresql/15/bin/pg_isready",
+			"postgres":   "/usr/lib/postgresql/15/bin/postgres",
+			"initdb":     "/usr/lib/postgresql/15/bin/initdb",
+			"pg_ctl":     "/usr/lib/postgresql/15/bin/pg_ctl",
+			"psql":       "/usr/lib/postgresql/15/bin/psql",
+			"sh":         "/usr/bin/dash",
+			"stat":       "/usr/bin/stat",
+		},
+		owned: []owned{
+			{path: "/var/run/postgresql", uid: 999, gid: 999, dir: true},
+			{path: "/var/lib/postgresql/data", uid: 999, gid: 999, dir: true},
+			{path: "/docker-entrypoint-initdb.d", dir: true},
+			{path: "/usr/share/postgresql/15/postgresql.conf.sample"},
+		},
+		absent:     []string{"/etc/postgresql/15/main", "/var/lib/postgresql/15/main", "/usr/sbin/policy-rc.d"},
+		emptyFiles: []string{"/etc/resolv.conf"},
+	}, {
+		file: "tiled.tar", tag: "docker.io/local/tiled:" + expansion.TiledVersion,
+		user: "999:999", cmd: []string{"tiled"},
+		env: map[string]string{
+			"PATH":             "/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+			"PYTHONUNBUFFERED": "1", "VIRTUAL_ENV": "/opt/venv", "LANG": "C.UTF-8",
+		},
+		account: "tiled",
+		commands: map[string]string{
+			"tiled":  "/opt/venv/bin/tiled",
+			"python": "/usr/bin/python3.11",
+			"sh":     "/usr/bin/dash",
+		},
+		owned: []owned{
+			{path: "/home/tiled", uid: 999, gid: 999, dir: true},
+			{path: "/opt/venv/lib/python3.11/site-packages/tiled-" + expansion.TiledVersion + ".dist-info/METADATA"},
+			{path: "/opt/venv/lib/python3.11/site-packages/numpy/__init__.py"},
+			{path: "/opt/venv/lib/python3.11/site-packages/pandas/__init__.py"},
+			{path: "/opt/venv/lib/python3.11/site-packages/pyarrow/__init__.py"},
+			{path: "/etc/ssl/certs/ca-certificates.crt"},
+			{path: "/tmp", dir: true},
+		},
+		absent: []string{"/tmp/host-ca.crt", "/var/cache/wheels", "/root/.cache/pip", "/usr/sbin/policy-rc.d",
+			"/opt/venv/lib/python3.11/site-packages/pandas/tests", "/opt/venv/lib/python3.11/site-packages/numpy/_core/tests"},
+		emptyFiles: []string{"/etc/resolv.conf"},
+	}} {
+		t.Run(tc.file, func(t *testing.T) {
+			g := NewWithT(t)
+			a := open(t, filepath.Join(dir, tc.file))
+			c := a.config.Config
+			g.Expect(a.tags).To(Equal([]string{tc.tag}))
+			g.Expect(a.layerCount).To(Equal(1))
+			g.Expect(a.config.RootFS.DiffIDs).To(Equal([]string{a.layerSum}), "diff ID is the layer's digest")
+			g.Expect(a.config.OS).To(Equal("linux"))
+			g.Expect(c.User).To(Equal(tc.user))
+			g.Expect(c.Entrypoint).To(Equal(tc.entrypoint))
+			g.Expect(c.Cmd).To(Equal(tc.cmd))
+			g.Expect(c.StopSignal).To(Equal(tc.stopSignal))
+			for k, v := range tc.env {
+				g.Expect(a.env(k)).To(Equal(v), "Env %s", k)
+			}
+
+			// What the container starts with must be an executable file in the layer.
+			argv := append(append([]string{}, c.Entrypoint...), c.Cmd...)
+			g.Expect(argv).NotTo(BeEmpty())
+			p, h := a.lookPath(argv[0])
+			g.Expect(h).NotTo(BeNil(), "%s (the first word of entrypoint+cmd) is not in the layer", argv[0])
+			g.Expect(h.Typeflag).To(Equal(byte(tar.TypeReg)), "%s resolves to %s, a regular file", argv[0], p)
+			g.Expect(h.Mode&0o111).NotTo(BeZero(), "%s is executable", p)
+			for cmd, want := range tc.commands {
+				got, h := a.lookPath(cmd)
+				g.Expect(h).NotTo(BeNil(), "command %s through PATH", cmd)
+				g.Expect(got).To(Equal(want), "command %s through PATH", cmd)
+			}
+
+			// A numeric USER must be an account of the image, and so must the named one.
+			if tc.account != "" {
+				uid, gid, ok := a.account(tc.account)
+				g.Expect(ok).To(BeTrue(), "user %s in /etc/passwd", tc.account)
+				g.Expect(fmt.Sprintf("%d:%d", uid, gid)).To(Equal(tc.user), "user %s", tc.account)
+			}
+			for _, o := range tc.owned {
+				p, h := a.resolve(o.path)
+				g.Expect(h).NotTo(BeNil(), "%s in the layer", o.path)
+				g.Expect([]int{h.Uid, h.Gid}).To(Equal([]int{o.uid, o.gid}), "owner of %s (%s)", o.path, p)
+				g.Expect(h.Typeflag == tar.TypeDir).To(Equal(o.dir), "%s is a directory: %v", o.path, o.dir)
+			}
+			for _, p := range tc.absent {
+				_, h := a.resolve(p)
+				g.Expect(h).To(BeNil(), "%s must not be in the image", p)
+			}
+			for _, p := range tc.emptyFiles {
+				g.Expect(a.small[p]).To(BeEmpty(), "%s must be empty (the kubelet provides it)", p)
+			}
+			// Nothing of the build machine's package lists is left.
+			for p := range a.files {
+				g.Expect(strings.HasPrefix(p, "/var/lib/apt/lists/") && !strings.HasSuffix(p, "/partial") &&
+					p != "/var/lib/apt/lists/lock").To(BeFalse(), "apt list %s left in the image", p)
+			}
+		})
+	}
+}

@@ -1,0 +1,224 @@
+#!/usr/bin/env bash
+# smoke.sh runs the PostgreSQL and Tiled images' root filesystems without a node, the way the
+# operator's pods run them: read-only root, uid/gid 999 with no capabilities and no_new_privs, the
+# pod's writable volumes as tmpfs or host folders, in private mount, PID and network namespaces (only
+# loopback; nothing leaves them).
+#
+#   hack/images/smoke.sh ~/.cache/tiled-operator/images/current/{postgres,tiled}.tar
+#
+# postgres: the entrypoint initialises PGDATA (a subdirectory of the volume, as the operator sets it)
+#   with POSTGRES_USER/PASSWORD/DB and the operator's init script in /docker-entrypoint-initdb.d,
+#   recovering from a left-over interrupted initialisation; the operator's probe (pg_isready) passes;
+#   psql as the database user reads the databases over TCP, the password is required off loopback;
+#   SIGINT stops it cleanly; a second start reuses the data.
+# tiled: `tiled --version` is the tag's version, /bin/sh -ec works, and a server on a temporary
+#   catalog accepts an array and a table written and read back through the Python client.
+# Needs root (chroot, namespaces). The image is recognised by its tag in manifest.json.
+set -euo pipefail
+
+say() { printf '[smoke] %s\n' "$*" >&2; }
+die() { say "FAIL: $*"; exit 1; }
+[[ $(id -u) == 0 ]] || die "run as root"
+(($#)) || die "usage: smoke.sh IMAGE.tar..."
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/images-smoke.XXXXXX")
+finish() {
+	local rc=$?
+	rm -rf "$TMP"
+	[[ $rc == 0 ]] || say "FAIL (exit $rc)"
+}
+trap finish EXIT
+
+# run_in ROOT CHECK [MOUNT]... runs the bash file CHECK in private mount, PID and network namespaces
+# with ROOT mounted read-only on itself, /proc, a minimal /dev, a tmpfs /tmp and each MOUNT given as
+# bind:SRC:DST, robind:SRC:DST or tmpfs::DST (inside ROOT). CHECK finds the root in $ROOT, a folder
+# for logs in $LOGS and the function as999 (below).
+run_in() {
+	local root=$1 check=$2
+	shift 2
+	# shellcheck disable=SC2016 # expanded by the inner shell
+	unshare --mount --propagation private --net --pid --fork --mount-proc -- /bin/bash -euo pipefail -c '
+		root=$1 check=$2
+		shift 2
+		ip link set lo up
+		# An address other than loopback, to reach a server as another pod would.
+		ip addr add 10.77.0.1/32 dev lo
+		mount --bind "$root" "$root"
+		mount -t proc proc "$root/proc"
+		mount -t tmpfs -o mode=0755 tmpfs "$root/dev"
+		for d in null zero random urandom; do touch "$root/dev/$d"; mount --bind "/dev/$d" "$root/dev/$d"; done
+		mkdir "$root/dev/shm" && mount -t tmpfs -o mode=1777 tmpfs "$root/dev/shm"
+		# The links runc creates in every container.
+		ln -s /proc/self/fd "$root/dev/fd"
+		ln -s /proc/self/fd/0 "$root/dev/stdin"
+		ln -s /proc/self/fd/1 "$root/dev/stdout"
+		ln -s /proc/self/fd/2 "$root/dev/stderr"
+		mount -t tmpfs -o mode=1777 tmpfs "$root/tmp"
+		for m in "$@"; do
+			IFS=: read -r type src dst <<<"$m"
+			# Resolved inside the image, as runc does (/var/run is a link to /run).
+			dst=$(chroot "$root" /usr/bin/realpath -m "$dst")
+			case $type in
+			bind) mount --bind "$src" "$root$dst" ;;
+			robind) mount --bind "$src" "$root$dst"; mount -o remount,bind,ro "$root$dst" ;;
+			tmpfs) mount -t tmpfs -o mode=0777 tmpfs "$root$dst" ;;
+			esac
+		done
+		mount -o remount,bind,ro "$root"
+		ROOT=$root
+		# Logs of the servers, on the image'"'"'s tmpfs /tmp (this shell is outside the chroot).
+		LOGS=$root/tmp
+		# as999 [ENV...] -- CMD...: in the image as uid/gid 999 with no capabilities and no_new_privs,
+		# a clean environment (IMAGE_ENV, then ENV), like a container of the operator pods. With
+		# AS999_EXEC=exec, in a background subshell, the job becomes the command itself (its PID is
+		# the one a signal must reach, as PID 1 of a container).
+		as999() {
+			local env=()
+			while [[ $1 != -- ]]; do env+=("$1"); shift; done
+			shift
+			${AS999_EXEC:-} chroot "$ROOT" /usr/bin/setpriv --reuid 999 --regid 999 --clear-groups --no-new-privs \
+				--inh-caps=-all --bounding-set=-all -- /usr/bin/env -i $IMAGE_ENV "${env[@]}" "$@"
+		}
+		. "$check"
+	' _ "$root" "$check" "$@"
+}
+
+smoke_postgres() {
+	local root=$1 data=$TMP/pgvolume init=$TMP/pginit
+	mkdir -p "$data" "$init"
+	chown 999:999 "$data"
+	# render.PostgresInitSQL(): the storage and auth databases beside POSTGRES_DB.
+	printf 'CREATE DATABASE storage OWNER tiled;\nCREATE DATABASE auth OWNER tiled;\n' >"$init/10-tiled-databases.sql"
+	# What an initialisation killed half-way leaves behind.
+	mkdir -p "$data/pgdata.initdb-tmp/base"
+	chown -R 999:999 "$data/pgdata.initdb-tmp"
+	cat >"$TMP/postgres-check.sh" <<'CHECK'
+IMAGE_ENV="PATH=/usr/lib/postgresql/15/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 PGDATA=/var/lib/postgresql/data"
+# The operator's container environment (render.Postgres).
+PGENV=(POSTGRES_USER=tiled POSTGRES_DB=catalog POSTGRES_PASSWORD=s3cret-pw PGDATA=/var/lib/postgresql/data/pgdata)
+start() {
+	AS999_EXEC=exec as999 "${PGENV[@]}" -- docker-entrypoint.sh >>"$LOGS/pg.log" 2>&1 &
+	PG=$!
+	local i t0=$SECONDS
+	for i in $(seq 1 240); do
+		# The operator's readiness probe, verbatim.
+		if as999 -- pg_isready -h 127.0.0.1 -U tiled -d catalog >/dev/null 2>&1; then
+			echo "postgres: ready after about $((SECONDS - t0))s"
+			return 0
+		fi
+		kill -0 $PG 2>/dev/null || { cat "$LOGS/pg.log"; echo "postgres exited"; return 1; }
+		sleep 0.25
+	done
+	cat "$LOGS/pg.log"
+	echo "postgres: not ready in 60s"
+	return 1
+}
+stop() {
+	# The image's stop signal, to the PID the entrypoint exec'ed into; bounded like a grace period.
+	kill -INT $PG
+	local i rc=0
+	for i in $(seq 1 120); do
+		kill -0 $PG 2>/dev/null || break
+		sleep 0.25
+	done
+	if kill -0 $PG 2>/dev/null; then
+		kill -KILL $PG
+		cat "$LOGS/pg.log"
+		echo "postgres still running 30s after SIGINT"
+		return 1
+	fi
+	wait $PG || rc=$?
+	[[ $rc == 0 ]] || { cat "$LOGS/pg.log"; echo "postgres exited $rc on SIGINT"; return 1; }
+}
+sql() { as999 PGPASSWORD=s3cret-pw -- psql -X -h "$1" -U tiled -d catalog -Atc "$2"; }
+expect_log() { grep -qF -- "$1" "$LOGS/pg.log" || { cat "$LOGS/pg.log"; echo "log lacks: $1"; return 1; }; }
+
+start
+expect_log "removing /var/lib/postgresql/data/pgdata.initdb-tmp left by an interrupted initialisation"
+expect_log "running /docker-entrypoint-initdb.d/10-tiled-databases.sql"
+[[ ! -e $ROOT/var/lib/postgresql/data/pgdata.initdb-tmp ]] || { echo "staging directory left"; exit 1; }
+got=$(sql 10.77.0.1 "SELECT current_user || ' ' || string_agg(datname || ':' || pg_encoding_to_char(encoding), ',' ORDER BY datname) FROM pg_database WHERE datname NOT LIKE 'template%'")
+echo "postgres: over TCP as $got"
+[[ $got == "tiled auth:UTF8,catalog:UTF8,postgres:UTF8,storage:UTF8" ]] || { echo "unexpected databases"; exit 1; }
+sql 10.77.0.1 "CREATE TABLE kept (v text); INSERT INTO kept VALUES ('still here')" >/dev/null
+if as999 PGPASSWORD=wrong -- psql -X -h 10.77.0.1 -U tiled -d catalog -Atc "SELECT 1" >/dev/null 2>&1; then
+	echo "a wrong password was accepted from a non-loopback address"
+	exit 1
+fi
+stop
+echo "--- second start" >>"$LOGS/pg.log"
+start
+expect_log "appears to contain a database; skipping initialization"
+[[ $(sql 127.0.0.1 "SELECT v FROM kept") == "still here" ]] || { echo "data lost across a restart"; exit 1; }
+stop
+echo "postgres: stopped cleanly by SIGINT twice"
+CHECK
+	run_in "$root" "$TMP/postgres-check.sh" "bind:$data:/var/lib/postgresql/data" "tmpfs::/var/run/postgresql" \
+		"robind:$init:/docker-entrypoint-initdb.d"
+	local mode
+	mode=$(stat -c '%a %u:%g' "$data/pgdata")
+	[[ $mode == "700 999:999" ]] || die "PGDATA is $mode, want 700 999:999"
+}
+
+smoke_tiled() {
+	local root=$1
+	cat >"$TMP/tiled-check.sh" <<'CHECK'
+IMAGE_ENV="PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin VIRTUAL_ENV=/opt/venv PYTHONUNBUFFERED=1 LANG=C.UTF-8"
+v=$(as999 HOME=/tmp -- tiled --version | tail -n1)
+[[ $v == "$WANT" ]] || { echo "tiled --version says $v, want $WANT"; exit 1; }
+echo "tiled --version: $v"
+[[ $(as999 -- /bin/sh -ec 'echo $(id -u):$(id -g)') == 999:999 ]] || { echo "/bin/sh -ec as 999 failed"; exit 1; }
+AS999_EXEC=exec as999 HOME=/tmp -- tiled serve catalog --temp --host 127.0.0.1 --port 8000 --api-key smokekey0123456789 >"$LOGS/tiled.log" 2>&1 &
+T=$!
+as999 HOME=/tmp TILED_PID=$T -- python - <<'PY' || { cat "$LOGS/tiled.log"; kill $T 2>/dev/null || true; exit 1; }
+import os, time, numpy, pandas
+from tiled.client import from_uri
+start = time.monotonic()
+while True:
+    try:
+        c = from_uri("http://127.0.0.1:8000", api_key="smokekey0123456789")
+        break
+    except Exception:
+        if not os.path.exists(f"/proc/{os.environ['TILED_PID']}"):
+            raise SystemExit("tiled serve exited")
+        if time.monotonic() - start > 90:
+            raise SystemExit("tiled did not answer in 90s")
+        time.sleep(0.25)
+print(f"tiled: answering after {time.monotonic() - start:.1f}s")
+a = numpy.arange(12, dtype="float64").reshape(3, 4)
+t = pandas.DataFrame({"motor": [1.0, 2.0], "det": [10, 20]})
+c.write_array(a, key="a")
+c.write_table(t, key="t")
+assert (c["a"].read() == a).all(), "array differs"
+assert c["t"].read().equals(t), "table differs"
+print("tiled: array and table written and read back")
+PY
+kill -TERM $T
+wait $T || true
+echo "tiled: stopped by SIGTERM"
+CHECK
+	WANT=$2 run_in "$root" "$TMP/tiled-check.sh"
+}
+
+for tarball in "$@"; do
+	[[ -f $tarball ]] || die "$tarball: no such file"
+	name=$(basename "$tarball" .tar)
+	root=$TMP/$name/rootfs
+	t=$SECONDS
+	manifest=$(tar -xOf "$tarball" manifest.json)
+	layer=$(grep -o '"Layers":\["[^"]*"' <<<"$manifest" | cut -d'"' -f4)
+	tag=$(grep -o '"RepoTags":\["[^"]*"' <<<"$manifest" | cut -d'"' -f4)
+	[[ -n $layer && -n $tag ]] || die "$tarball: no layer or tag in manifest.json"
+	mkdir -p "$root"
+	tar -xOf "$tarball" "$layer" | tar --numeric-owner -xpf - -C "$root"
+	say "$tag: unpacked in $((SECONDS - t))s"
+	# Plain calls: errexit stops the script at the first failing step (a `|| die` would disable it).
+	case $tag in
+	docker.io/local/postgres:*) smoke_postgres "$root" ;;
+	docker.io/local/tiled:*) smoke_tiled "$root" "${tag##*:}" ;;
+	*) die "$tarball: no smoke test for $tag" ;;
+	esac
+	say "$tag: passed in $((SECONDS - t))s"
+	rm -rf "${TMP:?}/$name"
+done
+say "all passed"
