@@ -1,17 +1,22 @@
+# shellcheck shell=bash
 # gobuild.sh is sourced by hack/controlplane.sh and hack/node/build.sh: the one way this project builds
 # a Kubernetes command from the hack/controlplane wrapper module (static, trimmed, version-stamped so
 # that `--version` and the apiserver's /version report the pinned release instead of v0.0.0-master).
 #
-# The sourcing script sets, before calling kube_build:
-#   kube_module  the hack/controlplane module directory
-#   kube_version the k8s.io/kubernetes version of that module (kube_module_version prints it)
-#   kube_tmp     a scratch folder the binary is written to first
-#   kube_dest    the cache folder the binary ends up in (named in messages only)
-#   kube_tool    the calling script's name, for messages
+# Usage: kube_init MODULE VERSION TMP DEST TOOL once, then kube_build OUT PKG per binary, where
+#   MODULE  the hack/controlplane module directory
+#   VERSION the k8s.io/kubernetes version of that module (kube_module_version prints it)
+#   TMP     a scratch folder the binaries are written to first
+#   DEST    the cache folder they end up in (named in messages only)
+#   TOOL    the calling script's name, for messages
 
 # kube_module_version prints the k8s.io/kubernetes version pinned in the module's go.mod.
 kube_module_version() {
   awk '$1=="k8s.io/kubernetes"{print $2; exit}' "$1/go.mod"
+}
+
+kube_init() {
+  kube_module=$1 kube_version=$2 kube_tmp=$3 kube_dest=$4 kube_tool=$5
 }
 
 # kube_ldflags prints the linker flags stamping the version into component-base and client-go.
