@@ -158,7 +158,11 @@ snapshot() {
     iptables -w -t "$t" -S 2>&1 | sed "s/^/$t: /"
     ip6tables -w -t "$t" -S 2>&1 | sed "s/^/$t (ipv6): /"
   done >"$d/iptables"
-  awk '{print $2, $3, $1, $4}' /proc/self/mounts | sort >"$d/mounts"
+  # Mounts where kubelet, containerd, runc, CNI and `ip netns` put theirs (others on this machine may
+  # mount elsewhere meanwhile, e.g. an image build's chroot; they are not ours to judge).
+  awk '{print $2, $3, $1, $4}' /proc/self/mounts | sort |
+    awk -v s="$STATE" '$1 == s || index($1, s "/") == 1 || $1 ~ /^\/(run|var\/run)\/(netns|containerd)(\/|$)/ ||
+      $1 ~ /^\/var\/lib\/(kubelet|containerd|cni)(\/|$)/ || $1 ~ /^\/var\/log\// || $1 ~ /^\/sys\/fs\/cgroup(\/|$)/' >"$d/mounts"
   ip netns list | sed -E 's/ \(id: [0-9]+\)//' | sort >"$d/netns"
   { find /sys/fs/cgroup -mindepth 1 -maxdepth 4 -type d -name 'kubepods*' -prune
     find /sys/fs/cgroup -mindepth 2 -maxdepth 2 -type d -name "$CGROUP_ROOT"; } 2>/dev/null | sort >"$d/cgroups"
@@ -707,11 +711,13 @@ netns_inode() { stat -Lc %i "$NETNS_PATH" 2>/dev/null; }
 
 # pids_in_netns INODE: every live process whose network namespace is ours.
 pids_in_netns() {
-  local ino=$1 p
-  for p in /proc/[0-9]*; do
-    [ "$(readlink "$p/ns/net" 2>/dev/null)" = "net:[$ino]" ] || continue
-    alive "${p#/proc/}" && echo "${p#/proc/}"
-  done
+  local p
+  find /proc -mindepth 3 -maxdepth 3 -path '/proc/[0-9]*/ns/net' -lname "net:\[$1\]" 2>/dev/null |
+    while read -r p; do
+      p=${p#/proc/}
+      p=${p%%/*}
+      if alive "$p"; then echo "$p"; fi
+    done
   return 0
 }
 
@@ -723,7 +729,7 @@ our_cgroups() {
 kubepods_pids() {
   local d
   our_cgroups | while read -r d; do
-    find "$d" -name cgroup.procs -exec cat {} + 2>/dev/null
+    find "$d" -name cgroup.procs -exec cat {} + 2>/dev/null || true
   done | sort -un
 }
 
@@ -743,13 +749,9 @@ make_cgroup_root() {
   done
 }
 
+# shim_pids: the shims started for our containerd (their command line names its socket).
 shim_pids() {
-  local p
-  for p in /proc/[0-9]*; do
-    tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -q -- "containerd-shim.* -address $SOCK " || continue
-    echo "${p#/proc/}"
-  done
-  return 0
+  pgrep -f "containerd-shim.* -address $(printf '%s' "$SOCK" | sed 's/[.[\*^$]/\\&/g')( |\$)" || true
 }
 
 # kill_wait SIGNAL-GRACE PID...: SIGTERM, up to GRACE seconds, then SIGKILL; wait until gone.
@@ -761,7 +763,7 @@ kill_wait() {
   deadline=$(($(date +%s) + grace))
   while :; do
     local left=()
-    for p in "$@"; do alive "$p" && left+=("$p"); done
+    for p in "$@"; do if alive "$p"; then left+=("$p"); fi; done
     [ ${#left[@]} -gt 0 ] || return 0
     if [ "$(date +%s)" -ge "$deadline" ]; then
       kill -KILL "${left[@]}" 2>/dev/null || true
@@ -993,5 +995,5 @@ case $cmd in
   env) load_env; cat "$STATE/env" ;;
   status) cmd_status ;;
   import) cmd_import "$@" ;;
-  *) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2 ;;
+  *) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; echo >&2; exit 2 ;;
 esac
