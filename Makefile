@@ -164,3 +164,27 @@ e2e-report: ## Generate docs/e2e-figures.md from bench/e2e.json.
 verify-e2e-report: e2e-report ## Fail if docs/e2e-figures.md is stale.
 	@if [ -n "$$(git status --porcelain -- docs/e2e-figures.md)" ]; then \
 	  echo "docs/e2e-figures.md is stale; run 'make e2e-report' and commit"; exit 1; fi
+
+##@ Real node
+
+.PHONY: node
+node: ## Build the real node's binaries (kubelet, kube-scheduler, kube-proxy, kubectl, CoreDNS) and install containerd, runc, CNI from Debian (pinned, cached).
+	hack/node/build.sh
+
+.PHONY: cluster
+cluster: node ## Start a real single-node cluster in the network namespace tiled-e2e and leave it running (docs/real-node.md).
+	hack/node/cluster.sh up
+	@echo
+	@echo "The cluster runs inside the network namespace $${TILED_E2E_NETNS:-tiled-e2e}; use it with:"
+	@echo "  hack/node/cluster.sh exec kubectl get nodes"
+	@echo "  hack/node/cluster.sh exec bash        # a shell with KUBECONFIG and the built kubectl"
+	@echo "  hack/node/cluster.sh status           # which components run"
+	@echo "Remove it (and check the host is as before) with: make cluster-down"
+
+.PHONY: cluster-down
+cluster-down: ## Stop the real node cluster, clean up, and fail if the host differs from before `make cluster`.
+	hack/node/cluster.sh down
+
+.PHONY: cluster-check
+cluster-check: node ## Bring the real node up, run a StatefulSet with a PVC and a DNS client pod on it, tear it down, require an identical host.
+	hack/node/check.sh

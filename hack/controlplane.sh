@@ -12,7 +12,9 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 module="$here/controlplane"
-version=$(awk '$1=="k8s.io/kubernetes"{print $2; exit}' "$module/go.mod")
+# shellcheck source=hack/controlplane/gobuild.sh
+. "$module/gobuild.sh"
+version=$(kube_module_version "$module")
 [ -n "$version" ] || { echo "controlplane.sh: cannot read the k8s.io/kubernetes version from $module/go.mod" >&2; exit 1; }
 
 cache_root=${TILED_OPERATOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tiled-operator}
@@ -47,24 +49,8 @@ fi
 
 tmp=$(mktemp -d "$cache_root/controlplane/.build-$version.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-minor=$(echo "$version" | cut -d. -f2)
-ldflags="-s -w \
- -X k8s.io/component-base/version.gitVersion=$version \
- -X k8s.io/component-base/version.gitMajor=1 \
- -X k8s.io/component-base/version.gitMinor=$minor \
- -X k8s.io/component-base/version.gitTreeState=clean \
- -X k8s.io/client-go/pkg/version.gitVersion=$version"
-
-build() {
-  local out=$1 pkg=$2
-  echo "controlplane.sh: building $out ($pkg at $version) into $dest" >&2
-  if ! (cd "$module" && CGO_ENABLED=0 GOFLAGS=-mod=mod go build -trimpath -ldflags "$ldflags" -o "$tmp/$out" "$pkg"); then
-    echo "controlplane.sh: building $out failed (see the go output above)." >&2
-    echo "  Check that the Go module proxy is reachable (GOPROXY=$(go env GOPROXY)) and that Go is at least $(awk '$1=="go"{print $2}' "$module/go.mod")," >&2
-    echo "  then run hack/controlplane.sh again; finished binaries in $dest are kept." >&2
-    exit 1
-  fi
-}
+kube_init "$module" "$version" "$tmp" "$dest" hack/controlplane.sh
+build() { kube_build "$@"; }
 
 mkdir -p "$dest"
 for b in "${bins[@]}"; do

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# build.sh prepares everything hack/node/cluster.sh runs, once per pinned version, and prints the folder
+# holding the node's binaries:
+#
+#   - the control plane (kube-apiserver, etcd, kube-controller-manager) through hack/controlplane.sh;
+#   - kubelet, kube-scheduler, kube-proxy and kubectl at the k8s.io/kubernetes version of the
+#     hack/controlplane module, and CoreDNS $coredns_version, built from the Go module proxy into
+#     ${TILED_OPERATOR_CACHE:-~/.cache/tiled-operator}/node/<kubernetes version>/;
+#   - containerd, runc, the CNI plugins, iptables, iproute2 and conntrack from Debian, at the versions
+#     pinned below (installed with apt-get when missing or different).
+#
+# Idempotent: with everything in place it only checks and prints (well under a second). Every clone on
+# the machine shares the cache; a second caller waits on the lock and reuses the first one's build.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+hack=$(dirname "$here")
+module="$hack/controlplane"
+# shellcheck source=hack/controlplane/gobuild.sh
+. "$module/gobuild.sh"
+version=$(kube_module_version "$module")
+[ -n "$version" ] || { echo "build.sh: cannot read the k8s.io/kubernetes version from $module/go.mod" >&2; exit 1; }
+
+coredns_version=v1.15.0
+# Debian 12 (bookworm) packages, checked with `apt-cache policy` on this machine kind. A security update
+# that replaces one of them makes apt-get refuse the old version: update the pin here (and in
+# docs/real-node.md) after checking the new one runs the cluster.
+debs=(
+  containerd=1.6.20~ds1-1+deb12u3
+  runc=1.1.5+ds1-1+deb12u1
+  containernetworking-plugins=1.1.1+ds1-3+b5
+  iptables=1.8.9-2
+  iproute2=6.1.0-3
+  conntrack=1:1.4.7-1+b2
+)
+
+cache_root=${TILED_OPERATOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tiled-operator}
+dest="$cache_root/node/$version"
+bins=(kubelet kube-scheduler kube-proxy kubectl coredns)
+
+# 1. Debian packages.
+missing=()
+for d in "${debs[@]}"; do
+  pkg=${d%%=*} want=${d#*=}
+  have=$(dpkg-query -W -f '${db:Status-Abbrev}${Version}' "$pkg" 2>/dev/null || true)
+  [ "$have" = "ii $want" ] || missing+=("$d")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  [ "$(id -u)" = 0 ] || { echo "build.sh: need root to install ${missing[*]} with apt-get" >&2; exit 1; }
+  echo "build.sh: installing ${missing[*]} from Debian" >&2
+  apt_install() { DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends --allow-downgrades "${missing[@]}" >&2; }
+  if ! apt_install; then
+    echo "build.sh: apt-get install failed; refreshing the package lists once and retrying" >&2
+    apt-get update -q >&2
+    apt_install || {
+      echo "build.sh: cannot install ${missing[*]}. If Debian replaced one of these versions (apt-cache policy NAME)," >&2
+      echo "  update the pin in hack/node/build.sh and docs/real-node.md." >&2
+      exit 1
+    }
+  fi
+fi
+for c in containerd ctr runc iptables ip conntrack nsenter setsid flock openssl; do
+  command -v "$c" >/dev/null 2>&1 || { echo "build.sh: $c is not on PATH after installing the pinned packages" >&2; exit 1; }
+done
+[ -x /usr/lib/cni/bridge ] || { echo "build.sh: /usr/lib/cni/bridge is missing (containernetworking-plugins)" >&2; exit 1; }
+
+# 2. The control plane (waits on its own lock when another build of it is running).
+"$hack/controlplane.sh" >/dev/null
+
+# 3. Node binaries.
+complete() {
+  for b in "${bins[@]}"; do [ -x "$dest/$b" ] || return 1; done
+  "$dest/coredns" -version 2>/dev/null | grep -qx "CoreDNS-${coredns_version#v}" || return 1
+}
+
+if complete; then
+  echo "$dest"
+  exit 0
+fi
+
+command -v go >/dev/null 2>&1 || {
+  echo "build.sh: the go command is not on PATH; install Go $(awk '$1=="go"{print $2}' "$module/go.mod") or newer and retry" >&2
+  exit 1
+}
+
+mkdir -p "$cache_root/node"
+exec 9>"$cache_root/node/.lock"
+if ! flock -n 9; then
+  echo "build.sh: another build of the node binaries is running; waiting for it" >&2
+  flock 9
+fi
+if complete; then
+  echo "$dest"
+  exit 0
+fi
+
+tmp=$(mktemp -d "$cache_root/node/.build-$version.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+kube_init "$module" "$version" "$tmp" "$dest" hack/node/build.sh
+
+mkdir -p "$dest"
+for b in kubelet kube-scheduler kube-proxy kubectl; do
+  [ -x "$dest/$b" ] && continue
+  kube_build "$b" "k8s.io/kubernetes/cmd/$b"
+  mv "$tmp/$b" "$dest/$b"
+done
+
+if ! "$dest/coredns" -version 2>/dev/null | grep -qx "CoreDNS-${coredns_version#v}"; then
+  echo "build.sh: building coredns ($coredns_version) into $dest" >&2
+  # go install with an explicit version ignores any enclosing module; GOFLAGS from the caller must not
+  # force -mod=vendor or similar onto it.
+  if ! (cd "$tmp" && CGO_ENABLED=0 GOFLAGS="" GOBIN="$tmp" go install -trimpath -ldflags "-s -w" "github.com/coredns/coredns@$coredns_version"); then
+    echo "build.sh: building coredns failed (see the go output above); check that the Go module proxy is reachable (GOPROXY=$(go env GOPROXY))" >&2
+    exit 1
+  fi
+  mv "$tmp/coredns" "$dest/coredns"
+fi
+
+complete || { echo "build.sh: $dest is still incomplete after the build" >&2; exit 1; }
+echo "$dest"
