@@ -12,6 +12,7 @@ import (
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/controllers/applier"
+	"github.com/bluesky/tiled-operator/controllers/podstatus"
 	"github.com/bluesky/tiled-operator/expansion"
 )
 
@@ -24,6 +25,10 @@ const (
 	ConditionProfilesResolved = "ProfilesResolved"
 	// ConditionExternalEdits is True while fields of a child object are managed by another writer.
 	ConditionExternalEdits = "ExternalEdits"
+	// ConditionDatabaseReady says whether an instance's managed PostgreSQL accepts connections (its
+	// StatefulSet is ready); False names the pod and why. Instances on an external database do not
+	// carry it: the operator does not connect to their database.
+	ConditionDatabaseReady = "DatabaseReady"
 )
 
 // Reasons.
@@ -50,6 +55,15 @@ const (
 	ReasonPaused             = "Paused"
 	ReasonProfileDeleted     = "ProfileDeleted"
 	ReasonChildRefused       = "ChildRefused"
+	// ReasonDatabaseUnavailable: the managed PostgreSQL was ready and is not any more (an outage).
+	ReasonDatabaseUnavailable = "DatabaseUnavailable"
+	// Reasons from the pods' statuses (package podstatus): ImagePullBackOff, CrashLoopBackOff,
+	// ContainerConfigError, ProbeFailing, Unschedulable.
+	ReasonImagePull       = podstatus.ReasonImagePull
+	ReasonCrashLoop       = podstatus.ReasonCrashLoop
+	ReasonContainerConfig = podstatus.ReasonContainerConfig
+	ReasonProbeFailing    = podstatus.ReasonProbeFailing
+	ReasonUnschedulable   = podstatus.ReasonUnschedulable
 )
 
 // expansionReason maps an expansion error to a condition reason.

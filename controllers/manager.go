@@ -25,6 +25,7 @@ import (
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/controllers/applier"
+	"github.com/bluesky/tiled-operator/controllers/podstatus"
 	"github.com/bluesky/tiled-operator/controllers/traffic"
 	"github.com/bluesky/tiled-operator/expansion"
 	"github.com/bluesky/tiled-operator/webhooks"
@@ -116,6 +117,8 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (*Operator, error) {
 	for _, obj := range childKinds() {
 		byObject[obj] = cache.ByObject{Label: managedSelector}
 	}
+	// The operator's pods, for the instances' conditions: only their status is kept.
+	byObject[&corev1.Pod{}] = cache.ByObject{Label: managedSelector, Transform: podstatus.Trim}
 	metrics := metricsserver.Options{BindAddress: o.MetricsBindAddress, SecureServing: o.SecureMetrics}
 	if o.SecureMetrics {
 		metrics.FilterProvider = filters.WithAuthenticationAndAuthorization

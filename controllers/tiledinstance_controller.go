@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -30,10 +31,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/controllers/applier"
+	"github.com/bluesky/tiled-operator/controllers/podstatus"
 	"github.com/bluesky/tiled-operator/expansion"
 	"github.com/bluesky/tiled-operator/render"
 	"github.com/bluesky/tiled-operator/webhooks"
@@ -52,9 +55,24 @@ import (
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=ingresses,verbs=list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=monitoring.coreos.com,resources=servicemonitors,verbs=list;watch;create;patch;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=list;watch
 
 // ownerIndex indexes child objects by the UID of their controller.
 const ownerIndex = ".metadata.controllerUID"
+
+// podInstanceIndex indexes the operator's pods by the instance they run (app.kubernetes.io/instance).
+const podInstanceIndex = ".metadata.labels.instance"
+
+// labelInstanceName is the label naming a pod's TiledInstance (render.Labels).
+const labelInstanceName = "app.kubernetes.io/instance"
+
+// labelComponent is the label saying whether a pod is Tiled's or its database's (render.Labels).
+const labelComponent = "app.kubernetes.io/component"
+
+// DefaultProbeGrace is how long a container may run without becoming ready before the instance names
+// it (reason ProbeFailing): longer than Tiled's and PostgreSQL's readiness probes take to fail
+// (30 s and 15 s), short enough that a failing probe is reported within two minutes.
+const DefaultProbeGrace = 60 * time.Second
 
 // serviceMonitor is the prometheus-operator kind, outside the scheme.
 func serviceMonitor() *unstructured.Unstructured {
@@ -105,6 +123,9 @@ type TiledInstanceReconciler struct {
 	// Concurrency is how many instances reconcile at once; 0 means 4. Each reconcile mostly waits on
 	// the API server, so a few in flight keep it busy.
 	Concurrency int
+	// ProbeGrace is how long a running container may stay unready before the instance reports it;
+	// 0 means DefaultProbeGrace.
+	ProbeGrace time.Duration
 
 	// secrets remembers the Secret data last applied per instance, so that a Secret the cache has not
 	// yet seen is never regenerated.
@@ -125,6 +146,17 @@ func (r *TiledInstanceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		b = b.Owns(obj, builder.WithPredicates(notCreated))
 	}
+	// The instances' pods (cached trimmed to their status, see podstatus.Trim): their failures are
+	// named on the instance. They belong to the StatefulSets, so they map to the instance by label.
+	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, podInstanceIndex, func(o client.Object) []string {
+		if n := o.GetLabels()[labelInstanceName]; n != "" {
+			return []string{n}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	b = b.Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podInstance), builder.WithPredicates(podStatusChanged))
 	if r.Resync != nil {
 		b = b.WatchesRawSource(source.Channel(r.Resync, &handler.EnqueueRequestForObject{}))
 	}
@@ -141,6 +173,29 @@ func (r *TiledInstanceReconciler) concurrency() int {
 		return r.Concurrency
 	}
 	return 4
+}
+
+// podInstance maps a pod to the instance named by its app.kubernetes.io/instance label.
+func podInstance(_ context.Context, o client.Object) []reconcile.Request {
+	n := o.GetLabels()[labelInstanceName]
+	if n == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: n}}}
+}
+
+// podStatusChanged passes a pod's deletion and the changes of its (trimmed) status: a new pod has no
+// status yet, and the kubelet's other updates say nothing the conditions use.
+var podStatusChanged = predicate.Funcs{
+	CreateFunc: func(event.CreateEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, ok1 := e.ObjectOld.(*corev1.Pod)
+		n, ok2 := e.ObjectNew.(*corev1.Pod)
+		if !ok1 || !ok2 {
+			return true
+		}
+		return !equality.Semantic.DeepEqual(o.Status, n.Status) || !o.DeletionTimestamp.Equal(n.DeletionTimestamp)
+	},
 }
 
 // notCreated ignores the creation of a child: the operator created it and knows its content; its
@@ -217,7 +272,8 @@ func (r *TiledInstanceReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 		return ctrl.Result{}, err
 	}
 
-	// Status from the cache: the StatefulSets' readiness, and fields other writers manage.
+	// Status from the cache: the StatefulSets' readiness, the pods' statuses, and fields other
+	// writers manage.
 	sts := &appsv1.StatefulSet{}
 	stsFound := r.Client.Get(ctx, client.ObjectKey{Namespace: ti.Namespace, Name: names.Tiled}, sts) == nil
 	replicas := int32(1)
@@ -231,24 +287,65 @@ func (r *TiledInstanceReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 		sts.Generation = max(sts.Generation, applied[stsKey(ti.Namespace, names.Tiled)])
 	}
 	status.URL = fmt.Sprintf("http://%s.%s.svc:8000", names.Tiled, ti.Namespace)
+	if spec.Spec.Tiled != nil {
+		status.Image = spec.Spec.Tiled.Image
+	}
+	serverPods, dbPods, err := r.pods(ctx, ti)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	grace := r.ProbeGrace
+	if grace == 0 {
+		grace = DefaultProbeGrace
+	}
+	now := time.Now()
+	serverProblem, recheck := podstatus.Diagnose(serverPods, now, grace)
 	dbReady := mode == "External"
+	var dbProblem *podstatus.Problem
 	if mode == "Managed" {
 		pg := &appsv1.StatefulSet{}
 		if r.Client.Get(ctx, client.ObjectKey{Namespace: ti.Namespace, Name: names.Postgres}, pg) == nil {
 			pg.Generation = max(pg.Generation, applied[stsKey(ti.Namespace, names.Postgres)])
 			dbReady = statefulSetReady(pg, 1)
 		}
+		var dbRecheck time.Duration
+		dbProblem, dbRecheck = podstatus.Diagnose(dbPods, now, grace)
+		if dbRecheck > 0 && (recheck == 0 || dbRecheck < recheck) {
+			recheck = dbRecheck
+		}
+		setDatabaseCondition(status, ti.Generation, dbReady, dbProblem, names.Postgres+"-0")
+	} else {
+		removeCondition(&status.Conditions, ConditionDatabaseReady)
 	}
 	status.Database = &tiledv1alpha1.DatabaseStatus{Mode: mode, Ready: dbReady}
+	serverReady := stsFound && statefulSetReady(sts, replicas)
+
+	// A pod failure that will not mend by itself stalls the instance; everything was applied all the
+	// same, and nothing is deleted.
+	var stall *podstatus.Problem
+	switch {
+	case !dbReady && dbProblem != nil && dbProblem.Stalled:
+		stall = dbProblem
+	case !serverReady && serverProblem != nil && serverProblem.Stalled:
+		stall = serverProblem
+	}
 	removeCondition(&status.Conditions, ConditionStalled)
 	switch {
+	case stall != nil:
+		removeCondition(&status.Conditions, ConditionReconciling)
+		setCondition(&status.Conditions, ti.Generation, ConditionStalled, metav1.ConditionTrue, stall.Reason, stall.Message)
+		setCondition(&status.Conditions, ti.Generation, ConditionReady, metav1.ConditionFalse, stall.Reason, stall.Message)
 	case !dbReady:
-		setCondition(&status.Conditions, ti.Generation, ConditionReconciling, metav1.ConditionTrue, ReasonWaitingForDatabase, "waiting for the managed PostgreSQL to be ready")
-		setCondition(&status.Conditions, ti.Generation, ConditionReady, metav1.ConditionFalse, ReasonWaitingForDatabase, "waiting for the managed PostgreSQL to be ready")
-	case !stsFound || !statefulSetReady(sts, replicas):
-		msg := fmt.Sprintf("%d of %d Tiled pods ready", status.ReadyReplicas, replicas)
-		setCondition(&status.Conditions, ti.Generation, ConditionReconciling, metav1.ConditionTrue, ReasonWaitingForPods, msg)
-		setCondition(&status.Conditions, ti.Generation, ConditionReady, metav1.ConditionFalse, ReasonWaitingForPods, msg)
+		c := meta.FindStatusCondition(status.Conditions, ConditionDatabaseReady)
+		setCondition(&status.Conditions, ti.Generation, ConditionReconciling, metav1.ConditionTrue, c.Reason, c.Message)
+		setCondition(&status.Conditions, ti.Generation, ConditionReady, metav1.ConditionFalse, c.Reason, c.Message)
+	case !serverReady:
+		reason, msg := ReasonWaitingForPods, fmt.Sprintf("%d of %d Tiled pods ready", status.ReadyReplicas, replicas)
+		if serverProblem != nil {
+			reason, msg = serverProblem.Reason, msg+": "+serverProblem.Message
+		}
+		setCondition(&status.Conditions, ti.Generation, ConditionReconciling, metav1.ConditionTrue, reason, msg)
+		setCondition(&status.Conditions, ti.Generation, ConditionReady, metav1.ConditionFalse, reason, msg)
 	default:
 		removeCondition(&status.Conditions, ConditionReconciling)
 		setCondition(&status.Conditions, ti.Generation, ConditionReady, metav1.ConditionTrue, ReasonReady, fmt.Sprintf("Tiled serves at %s", status.URL))
@@ -266,6 +363,13 @@ func (r *TiledInstanceReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 			result.RequeueAfter = 30 * time.Second
 		}
 	}
+	if recheck > 0 {
+		// A container not ready yet reaches the grace period then, with no pod update to say so.
+		recheck += time.Second
+		if result.RequeueAfter == 0 || recheck < result.RequeueAfter {
+			result.RequeueAfter = recheck
+		}
+	}
 	sent, err := r.writeStatus(ctx, ti, status)
 	if err != nil || !sent {
 		return result, err
@@ -274,11 +378,54 @@ func (r *TiledInstanceReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	if c, changed := transitioned(ti.Status.Conditions, status.Conditions, ConditionReady); changed && c.Status == metav1.ConditionTrue {
 		r.Recorder.Eventf(ti, nil, corev1.EventTypeNormal, ReasonReady, "Reconcile", "%s", c.Message)
 	}
+	if c, changed := transitioned(ti.Status.Conditions, status.Conditions, ConditionStalled); changed && c.Status == metav1.ConditionTrue {
+		r.Recorder.Eventf(ti, nil, corev1.EventTypeWarning, c.Reason, "Reconcile", "%s", c.Message)
+	}
+	if c, changed := transitioned(ti.Status.Conditions, status.Conditions, ConditionDatabaseReady); changed && c.Status == metav1.ConditionFalse && c.Reason != ReasonWaitingForDatabase {
+		r.Recorder.Eventf(ti, nil, corev1.EventTypeWarning, c.Reason, "Reconcile", "%s", c.Message)
+	}
 	if c, changed := transitioned(ti.Status.Conditions, status.Conditions, ConditionExternalEdits); changed {
 		r.Recorder.Eventf(ti, nil, corev1.EventTypeWarning, ReasonFieldsManaged, "Reconcile",
 			"%s; operator-owned fields are restored at the next change, other fields are left alone", c.Message)
 	}
 	return result, nil
+}
+
+// pods returns the instance's Tiled pods and database pods from the cache.
+func (r *TiledInstanceReconciler) pods(ctx context.Context, ti *tiledv1alpha1.TiledInstance) (server, database []corev1.Pod, err error) {
+	var list corev1.PodList
+	if err := r.Client.List(ctx, &list, client.InNamespace(ti.Namespace), client.MatchingFields{podInstanceIndex: ti.Name}); err != nil {
+		return nil, nil, err
+	}
+	for _, p := range list.Items {
+		switch p.Labels[labelComponent] {
+		case render.ComponentServer:
+			server = append(server, p)
+		case render.ComponentDatabase:
+			database = append(database, p)
+		}
+	}
+	return server, database, nil
+}
+
+// setDatabaseCondition sets DatabaseReady for a managed database: True when its StatefulSet is
+// ready; otherwise False with what its pod's status says is wrong, or DatabaseUnavailable when it was
+// ready before (an outage), or WaitingForDatabase while it starts.
+func setDatabaseCondition(status *tiledv1alpha1.TiledInstanceStatus, generation int64, ready bool, problem *podstatus.Problem, pod string) {
+	prev := meta.FindStatusCondition(status.Conditions, ConditionDatabaseReady)
+	switch {
+	case ready:
+		setCondition(&status.Conditions, generation, ConditionDatabaseReady, metav1.ConditionTrue, ReasonReady,
+			fmt.Sprintf("PostgreSQL pod %s accepts connections", pod))
+	case problem != nil:
+		setCondition(&status.Conditions, generation, ConditionDatabaseReady, metav1.ConditionFalse, problem.Reason, problem.Message)
+	case prev != nil && (prev.Status == metav1.ConditionTrue || prev.Reason == ReasonDatabaseUnavailable):
+		setCondition(&status.Conditions, generation, ConditionDatabaseReady, metav1.ConditionFalse, ReasonDatabaseUnavailable,
+			fmt.Sprintf("PostgreSQL pod %s is not ready: the database does not accept connections; Tiled's requests that need it fail until it is back", pod))
+	default:
+		setCondition(&status.Conditions, generation, ConditionDatabaseReady, metav1.ConditionFalse, ReasonWaitingForDatabase,
+			fmt.Sprintf("waiting for PostgreSQL pod %s to accept connections", pod))
+	}
 }
 
 // expanded returns the instance with a complete spec: as stored when a cluster stamped it out;

@@ -2,6 +2,7 @@ package render
 
 import (
 	"crypto/sha256"
+	_ "embed" // the entrypoint of the Tiled containers
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -18,6 +19,9 @@ import (
 const (
 	// ConfigKey is the key of the ConfigMap holding Tiled's configuration file.
 	ConfigKey = "config.yml"
+	// EntrypointKey is the key of the ConfigMap holding the entrypoint of the Tiled containers
+	// (entrypoint.py, see Entrypoint). Tiled reads only *.yml and *.yaml files of its config directory.
+	EntrypointKey = "entrypoint.py"
 	// ConfigDir is where the ConfigMap is mounted; TILED_CONFIG points at it.
 	ConfigDir = "/deploy/config"
 	// DataPath is where the writable data volume is mounted. Read-only mounts default to
@@ -39,13 +43,17 @@ const (
 )
 
 // Environment variables of the Tiled containers. Tiled reads TILED_SINGLE_USER_API_KEY and
-// TILED_SECRET_KEYS itself; the others are referenced as ${VAR} in config.yml and the init script.
-// The operator's own variables deliberately avoid the TILED_ prefix, which Tiled's settings claim.
+// TILED_SECRET_KEYS itself; the external URIs are referenced as ${VAR} in config.yml and the migrate
+// command. A managed database's credentials are in libpq's own variables, PGUSER and PGPASSWORD, which
+// asyncpg (catalog and auth databases) and libpq (SQL storage through ADBC) read when a URI names no
+// user or password: its URIs then hold no secret, and Tiled, which logs its catalog URI at start, logs
+// none. The operator's own variables deliberately avoid the TILED_ prefix, which Tiled's settings claim.
 const (
 	EnvAPIKey           = "TILED_SINGLE_USER_API_KEY"
 	EnvSecretKeys       = "TILED_SECRET_KEYS"
 	EnvConfig           = "TILED_CONFIG"
-	EnvDatabasePassword = "DATABASE_PASSWORD"
+	EnvDatabaseUser     = "PGUSER"
+	EnvDatabasePassword = "PGPASSWORD"
 	EnvCatalogURI       = "CATALOG_DATABASE_URI"
 	EnvStorageURI       = "STORAGE_DATABASE_URI"
 	EnvAuthURI          = "AUTH_DATABASE_URI"
@@ -119,7 +127,9 @@ func modeOf(ti *v1alpha1.TiledInstance) authMode {
 }
 
 // databaseURIs are the connection URIs Tiled uses, with ${VAR} references instead of secrets; the same
-// text is valid in config.yml (Tiled expands it) and inside double quotes in the init shell script.
+// text is valid in config.yml (Tiled expands it) and as an argument of the migrate command (the
+// entrypoint expands it). A managed database's URIs name neither user nor password (see
+// EnvDatabaseUser).
 type databaseURIs struct {
 	catalog, storage, auth string
 }
@@ -147,7 +157,7 @@ func uris(ti *v1alpha1.TiledInstance, in Inputs) (databaseURIs, error) {
 		if addr == "" {
 			addr = fmt.Sprintf("%s.%s.svc:%d", in.names(ti).Postgres, ti.Namespace, PostgresPort)
 		}
-		base := "postgresql://" + DatabaseUser + ":${" + EnvDatabasePassword + "}@" + addr + "/"
+		base := "postgresql://" + addr + "/"
 		u := databaseURIs{catalog: base + CatalogDatabase, storage: base + StorageDatabase}
 		if modeOf(ti) == authOIDC {
 			u.auth = base + AuthDatabase
@@ -274,13 +284,27 @@ func ConfigYAML(ti *v1alpha1.TiledInstance, in Inputs) ([]byte, error) {
 	return yaml.Marshal(cfg)
 }
 
-// Hash is the short hex SHA-256 the pod template carries for config.yml.
-func Hash(b []byte) string {
-	s := sha256.Sum256(b)
-	return hex.EncodeToString(s[:])[:16]
+// Hash is the short hex SHA-256 the pod template carries for the ConfigMap's content (config.yml and
+// the entrypoint, in this order).
+func Hash(parts ...[]byte) string {
+	h := sha256.New()
+	for _, p := range parts {
+		fmt.Fprintf(h, "%d:", len(p))
+		h.Write(p)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
-// ConfigMap returns the ConfigMap holding config.yml and the hash of its content.
+//go:embed entrypoint.py
+var entrypoint string
+
+// Entrypoint returns entrypoint.py, the program the Tiled containers run (ServeCommand,
+// MigrateCommand): it waits for the database and migrates it under a lock, keeps database passwords
+// and the API key out of logs and command lines, and checks pooled connections before use. Its
+// docstring says why each is needed with Tiled 0.2.20.
+func Entrypoint() string { return entrypoint }
+
+// ConfigMap returns the ConfigMap holding config.yml and entrypoint.py, and the hash of its content.
 func ConfigMap(ti *v1alpha1.TiledInstance, in Inputs) (*corev1ac.ConfigMapApplyConfiguration, string, error) {
 	b, err := ConfigYAML(ti, in)
 	if err != nil {
@@ -289,8 +313,8 @@ func ConfigMap(ti *v1alpha1.TiledInstance, in Inputs) (*corev1ac.ConfigMapApplyC
 	n := in.names(ti)
 	cm := corev1ac.ConfigMap(n.ConfigMap, ti.Namespace).
 		WithLabels(Labels(ti, ComponentServer)).
-		WithData(map[string]string{ConfigKey: string(b)})
-	return cm, Hash(b), nil
+		WithData(map[string]string{ConfigKey: string(b), EntrypointKey: entrypoint})
+	return cm, Hash(b, []byte(entrypoint)), nil
 }
 
 // knownConfigKeys mirrors the pydantic models of tiled.config in Tiled 0.2.20 (Config and the models

@@ -54,12 +54,18 @@ func Postgres(ti *v1alpha1.TiledInstance, in Inputs) (*corev1ac.ConfigMapApplyCo
 				WithTargetPort(intstr.FromString("postgresql")).WithProtocol(corev1.ProtocolTCP)))
 
 	image := m.Image
-	ready := corev1ac.Probe().
-		WithExec(corev1ac.ExecAction().WithCommand("pg_isready", "-h", "127.0.0.1", "-U", DatabaseUser, "-d", CatalogDatabase)).
-		WithPeriodSeconds(10).WithTimeoutSeconds(5).WithFailureThreshold(3)
-	live := corev1ac.Probe().
-		WithExec(corev1ac.ExecAction().WithCommand("pg_isready", "-h", "127.0.0.1", "-U", DatabaseUser, "-d", CatalogDatabase)).
-		WithInitialDelaySeconds(30).WithPeriodSeconds(20).WithTimeoutSeconds(5).WithFailureThreshold(6)
+	// pg_isready over TCP: the image's first-start initialisation runs on a socket-only server, so the
+	// probes pass only once the real server accepts connections. The startup probe checks every second
+	// (up to five minutes for initdb), so that the database is Ready about a second after it accepts
+	// connections; then readiness every five seconds (unready 15 s into an outage) and liveness, which
+	// the startup probe holds back, every twenty.
+	isReady := func() *corev1ac.ProbeApplyConfiguration {
+		return corev1ac.Probe().WithExec(corev1ac.ExecAction().
+			WithCommand("pg_isready", "-h", "127.0.0.1", "-U", DatabaseUser, "-d", CatalogDatabase))
+	}
+	startup := isReady().WithPeriodSeconds(1).WithTimeoutSeconds(5).WithFailureThreshold(300)
+	ready := isReady().WithPeriodSeconds(5).WithTimeoutSeconds(5).WithFailureThreshold(3)
+	live := isReady().WithPeriodSeconds(20).WithTimeoutSeconds(5).WithFailureThreshold(6)
 	c := corev1ac.Container().
 		WithName("postgres").
 		WithImage(image).
@@ -78,6 +84,8 @@ func Postgres(ti *v1alpha1.TiledInstance, in Inputs) (*corev1ac.ConfigMapApplyCo
 			corev1ac.VolumeMount().WithName("init").WithMountPath("/docker-entrypoint-initdb.d").WithReadOnly(true),
 		).
 		WithResources(resources(m.Resources)).
+		WithTerminationMessagePolicy(corev1.TerminationMessageFallbackToLogsOnError).
+		WithStartupProbe(startup).
 		WithReadinessProbe(ready).
 		WithLivenessProbe(live).
 		WithSecurityContext(restrictedContainerSecurityContext())

@@ -261,22 +261,81 @@ func TestConfigFragmentMergesOverRendered(t *testing.T) {
 	g.Expect(cfg["database"]).To(HaveKeyWithValue("uri", "${AUTH_DATABASE_URI}"))
 }
 
-func TestConfigAndInitScript(t *testing.T) {
+func TestConfigAndMigrateCommand(t *testing.T) {
 	g := NewWithT(t)
 	ti := singleUserManaged()
 	in := Inputs{DatabaseAddress: "127.0.0.1:5433"}
 	b, err := ConfigYAML(ti, in)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(string(b)).To(ContainSubstring("uri: postgresql://tiled:${DATABASE_PASSWORD}@127.0.0.1:5433/catalog"))
-	g.Expect(string(b)).To(ContainSubstring("- postgresql://tiled:${DATABASE_PASSWORD}@127.0.0.1:5433/storage"))
-	s, err := InitScript(ti, in)
+	// A managed database's URIs carry no credentials: PGUSER and PGPASSWORD do.
+	g.Expect(string(b)).To(ContainSubstring("uri: postgresql://127.0.0.1:5433/catalog\n"))
+	g.Expect(string(b)).To(ContainSubstring("- postgresql://127.0.0.1:5433/storage\n"))
+	cmd, err := MigrateCommand(ti, in)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(s).To(Equal(`tiled catalog init --if-not-exists "postgresql://tiled:${DATABASE_PASSWORD}@127.0.0.1:5433/catalog"
-tiled catalog upgrade-database "postgresql://tiled:${DATABASE_PASSWORD}@127.0.0.1:5433/catalog"
-`))
-	s, err = InitScript(oidcExternal(), Inputs{ExternalSecretKeys: []string{ExternalKeyAuthURI}})
+	g.Expect(cmd).To(Equal([]string{"python", "/deploy/config/entrypoint.py", "migrate", "--wait", "300",
+		"--catalog", "postgresql://127.0.0.1:5433/catalog"}))
+	cmd, err = MigrateCommand(oidcExternal(), Inputs{ExternalSecretKeys: []string{ExternalKeyAuthURI}})
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(s).To(ContainSubstring(`tiled admin upgrade-database "${AUTH_DATABASE_URI}" || tiled admin initialize-database "${AUTH_DATABASE_URI}"`))
+	g.Expect(cmd[5:]).To(Equal([]string{"--catalog", "${CATALOG_DATABASE_URI}", "--auth", "${AUTH_DATABASE_URI}"}))
+
+	o, err := Render(ti, Inputs{SecretData: secretData})
+	g.Expect(err).NotTo(HaveOccurred())
+	spec := o.StatefulSet.Spec.Template.Spec
+	env := map[string]*corev1ac.EnvVarApplyConfiguration{}
+	for i := range spec.Containers[0].Env {
+		env[*spec.Containers[0].Env[i].Name] = &spec.Containers[0].Env[i]
+	}
+	g.Expect(*env[EnvDatabaseUser].Value).To(Equal(DatabaseUser))
+	g.Expect(*env[EnvDatabasePassword].ValueFrom.SecretKeyRef.Key).To(Equal(SecretKeyDatabasePassword))
+	g.Expect(spec.InitContainers[0].Env).To(Equal(spec.Containers[0].Env))
+}
+
+// The entrypoint names the operator's environment variables as the render package does, and Tiled's
+// command line is what the design says, run inside it.
+func TestEntrypoint(t *testing.T) {
+	g := NewWithT(t)
+	py := Entrypoint()
+	g.Expect(py).To(ContainSubstring(`URI_VARIABLES = ("` + EnvCatalogURI + `", "` + EnvAuthURI + `")`))
+	g.Expect(py).To(ContainSubstring(`API_KEY_VARIABLE = "` + EnvAPIKey + `"`))
+	g.Expect(ServeCommand()).To(Equal([]string{"python", ConfigDir + "/" + EntrypointKey,
+		"serve", "config", "--host", "0.0.0.0", "--port", "8000", "--scalable"}))
+	o, err := Render(singleUserManaged(), Inputs{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(o.ConfigMap.Data).To(HaveKeyWithValue(EntrypointKey, py))
+	// The entrypoint is part of what the config hash covers: a new one rolls the pods.
+	g.Expect(o.ConfigHash).To(Equal(Hash([]byte(o.ConfigMap.Data[ConfigKey]), []byte(py))))
+	g.Expect(o.ConfigHash).NotTo(Equal(Hash([]byte(o.ConfigMap.Data[ConfigKey]))))
+}
+
+// Every container keeps its log's tail as its termination message, so that a crash loop's last log
+// line reaches the instance's conditions; no container's command holds a secret.
+func TestContainersReportTheirLastLogLine(t *testing.T) {
+	for _, f := range fixtures() {
+		t.Run(f.name, func(t *testing.T) {
+			g := NewWithT(t)
+			o, err := Render(f.ti(), f.in)
+			g.Expect(err).NotTo(HaveOccurred())
+			for name, p := range podTemplates(g, o) {
+				for _, c := range append(p.Spec.InitContainers, p.Spec.Containers...) {
+					g.Expect(c.TerminationMessagePolicy).To(Equal(corev1.TerminationMessageFallbackToLogsOnError), "%s/%s", name, c.Name)
+					g.Expect(strings.Join(append(c.Command, c.Args...), " ")).NotTo(ContainSubstring("golden0"), "%s/%s", name, c.Name)
+				}
+			}
+		})
+	}
+}
+
+func TestPostgresProbes(t *testing.T) {
+	g := NewWithT(t)
+	o, err := Render(singleUserManaged(), Inputs{})
+	g.Expect(err).NotTo(HaveOccurred())
+	c := podTemplates(g, o)["postgres"].Spec.Containers[0]
+	g.Expect(c.StartupProbe).NotTo(BeNil())
+	g.Expect(c.StartupProbe.PeriodSeconds).To(BeNumerically("==", 1))
+	g.Expect(c.StartupProbe.PeriodSeconds * c.StartupProbe.FailureThreshold).To(BeNumerically(">=", 300))
+	g.Expect(c.ReadinessProbe.InitialDelaySeconds).To(BeZero())
+	g.Expect(c.LivenessProbe.InitialDelaySeconds).To(BeZero(), "the startup probe holds liveness back")
+	g.Expect(c.ReadinessProbe.Exec.Command).To(Equal([]string{"pg_isready", "-h", "127.0.0.1", "-U", DatabaseUser, "-d", CatalogDatabase}))
 }
 
 func TestRenderErrors(t *testing.T) {

@@ -10,11 +10,13 @@ import (
 	v1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 )
 
-// Keys of the instance's Secret. They are also the names of the environment variables they feed.
+// Keys of the instance's Secret. The API key and signing keys are also the names of the environment
+// variables they feed; the database password feeds PGPASSWORD (and the managed PostgreSQL's
+// POSTGRES_PASSWORD) under a key that existing Secrets already hold.
 const (
 	SecretKeyAPIKey           = EnvAPIKey
 	SecretKeySecretKeys       = EnvSecretKeys
-	SecretKeyDatabasePassword = EnvDatabasePassword
+	SecretKeyDatabasePassword = "DATABASE_PASSWORD"
 )
 
 const alphanumeric = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"

@@ -2,7 +2,6 @@ package render
 
 import (
 	"fmt"
-	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -18,31 +17,41 @@ import (
 // RunAsUser is the uid (and gid) the Tiled and PostgreSQL containers run as.
 const RunAsUser int64 = 999
 
-// ServeCommand is the command of the Tiled container.
+// DatabaseWaitSeconds bounds how long the migrate init container waits for the database to accept
+// connections (logging a line every ten seconds) before it fails; a managed PostgreSQL normally takes
+// seconds, a first start with initdb under load well under a minute.
+const DatabaseWaitSeconds = 300
+
+// entrypointPath is where the Tiled containers find entrypoint.py (the ConfigMap's EntrypointKey).
+const entrypointPath = ConfigDir + "/" + EntrypointKey
+
+// ServeCommand is the command of the Tiled container: `tiled serve config --host 0.0.0.0 --port 8000
+// --scalable`, run inside entrypoint.py (see Entrypoint), which hands Tiled the API key and the
+// connection checks first.
 func ServeCommand() []string {
-	return []string{"tiled", "serve", "config", "--host", "0.0.0.0", "--port", fmt.Sprint(Port), "--scalable"}
+	return []string{"python", entrypointPath, "serve", "config", "--host", "0.0.0.0", "--port", fmt.Sprint(Port), "--scalable"}
 }
 
-// InitScript is the shell script of the init container: it creates or upgrades the catalog database
-// and, when authentication keeps sessions in a database, the auth database. It references secrets only
-// as ${VAR}, expanded by the shell from the container's environment.
+// MigrateCommand is the command of the init container: entrypoint.py waits up to DatabaseWaitSeconds
+// for the database, then, under a PostgreSQL advisory lock so that one replica at a time does it,
+// creates or upgrades the catalog database and, when authentication keeps sessions in a database, the
+// auth database. URIs reference secrets only as ${VAR}, which the entrypoint expands from the
+// container's environment.
 //
 // `tiled catalog init --if-not-exists` is idempotent and stamps a new database at the latest
 // revision, so it runs first and `upgrade-database` then migrates an older one; a failing upgrade
 // fails the pod instead of being masked. `tiled admin initialize-database` refuses an initialized
-// database and `tiled admin upgrade-database` an empty one, hence upgrade || initialize there.
-func InitScript(ti *v1alpha1.TiledInstance, in Inputs) (string, error) {
+// database and `tiled admin upgrade-database` an empty one, hence upgrade, else initialize, there.
+func MigrateCommand(ti *v1alpha1.TiledInstance, in Inputs) ([]string, error) {
 	u, err := uris(ti, in)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "tiled catalog init --if-not-exists \"%s\"\n", u.catalog)
-	fmt.Fprintf(&b, "tiled catalog upgrade-database \"%s\"\n", u.catalog)
+	cmd := []string{"python", entrypointPath, "migrate", "--wait", fmt.Sprint(DatabaseWaitSeconds), "--catalog", u.catalog}
 	if u.auth != "" {
-		fmt.Fprintf(&b, "tiled admin upgrade-database \"%s\" || tiled admin initialize-database \"%s\"\n", u.auth, u.auth)
+		cmd = append(cmd, "--auth", u.auth)
 	}
-	return b.String(), nil
+	return cmd, nil
 }
 
 func restrictedContainerSecurityContext() *corev1ac.SecurityContextApplyConfiguration {
@@ -96,7 +105,9 @@ func tiledEnv(ti *v1alpha1.TiledInstance, n Names, in Inputs) []*corev1ac.EnvVar
 	if db := ti.Spec.Database; db != nil {
 		switch {
 		case db.Managed != nil:
-			env = append(env, secretEnv(EnvDatabasePassword, n.Secret, SecretKeyDatabasePassword))
+			env = append(env,
+				corev1ac.EnvVar().WithName(EnvDatabaseUser).WithValue(DatabaseUser),
+				secretEnv(EnvDatabasePassword, n.Secret, SecretKeyDatabasePassword))
 		case db.External != nil && db.External.URISecretRef != nil:
 			r := db.External.URISecretRef
 			env = append(env, secretEnv(EnvCatalogURI, r.Name, keyOr(r.Key, ExternalKeyURI)))
@@ -180,6 +191,7 @@ func resources(r *corev1.ResourceRequirements) *corev1ac.ResourceRequirementsApp
 	return out
 }
 
+// healthProbe probes Tiled's /healthz (which answers without touching the database).
 func healthProbe(period, failures int32) *corev1ac.ProbeApplyConfiguration {
 	return corev1ac.Probe().
 		WithHTTPGet(corev1ac.HTTPGetAction().WithPath("/healthz").WithPort(intstr.FromString(PortName))).
@@ -204,7 +216,7 @@ func Retained(ti *v1alpha1.TiledInstance) bool {
 // StatefulSet returns the Tiled StatefulSet. configHash is the hash ConfigMap returned.
 func StatefulSet(ti *v1alpha1.TiledInstance, in Inputs, configHash string) (*appsv1ac.StatefulSetApplyConfiguration, error) {
 	n := in.names(ti)
-	script, err := InitScript(ti, in)
+	migrate, err := MigrateCommand(ti, in)
 	if err != nil {
 		return nil, err
 	}
@@ -259,10 +271,13 @@ func StatefulSet(ti *v1alpha1.TiledInstance, in Inputs, configHash string) (*app
 		WithName("migrate").
 		WithImage(image).
 		WithImagePullPolicy(pull).
-		WithCommand("/bin/sh", "-ec", script).
+		WithCommand(migrate...).
 		WithEnv(env...).
 		WithVolumeMounts(mounts[:2]...).
 		WithResources(resources(t.Resources)).
+		// The kubelet keeps the log's tail as the termination message of a failed container, so that
+		// the instance's conditions can quote its last line without reading logs.
+		WithTerminationMessagePolicy(corev1.TerminationMessageFallbackToLogsOnError).
 		WithSecurityContext(restrictedContainerSecurityContext())
 	server := corev1ac.Container().
 		WithName("tiled").
@@ -273,7 +288,9 @@ func StatefulSet(ti *v1alpha1.TiledInstance, in Inputs, configHash string) (*app
 		WithEnv(env...).
 		WithVolumeMounts(mounts...).
 		WithResources(resources(t.Resources)).
-		WithStartupProbe(healthProbe(5, 60)).
+		WithTerminationMessagePolicy(corev1.TerminationMessageFallbackToLogsOnError).
+		// Ready within two seconds of answering; up to five minutes to start.
+		WithStartupProbe(healthProbe(2, 150)).
 		WithReadinessProbe(healthProbe(10, 3)).
 		WithLivenessProbe(healthProbe(20, 3)).
 		WithSecurityContext(restrictedContainerSecurityContext())

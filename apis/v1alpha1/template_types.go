@@ -68,7 +68,9 @@ type TiledServerSpec struct {
 	// +kubebuilder:validation:Maximum=100
 	Replicas *int32 `json:"replicas,omitempty"`
 
-	// Resources are the CPU and memory requests and limits of the Tiled container.
+	// Resources are the CPU and memory requests and limits of the Tiled containers. Unless a layer
+	// sets them, the built-in defaults apply (provenance `default`): requests cpu 250m and memory
+	// 512Mi, limit memory 2Gi.
 	// +optional
 	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
 
@@ -279,7 +281,9 @@ type ManagedDatabase struct {
 	// +kubebuilder:validation:MaxLength=253
 	StorageClassName *string `json:"storageClassName,omitempty"`
 
-	// Resources are the CPU and memory requests and limits of the PostgreSQL container.
+	// Resources are the CPU and memory requests and limits of the PostgreSQL container. Unless a layer
+	// sets them, the built-in defaults apply (provenance `default`): requests cpu 100m and memory
+	// 256Mi, limit memory 1Gi.
 	// +optional
 	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
 }

@@ -35,7 +35,8 @@ type TiledInstanceStatus struct {
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// Conditions: Ready, Reconciling and Stalled (read by kstatus, ArgoCD and Flux).
+	// Conditions: Ready, Reconciling and Stalled (read by kstatus, ArgoCD and Flux); DatabaseReady
+	// for a managed database; ExternalEdits while another writer manages fields of a child object.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -49,6 +50,13 @@ type TiledInstanceStatus struct {
 	// +optional
 	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
 
+	// Image is the Tiled image the instance's pods are rendered with: spec.tiled.image after expansion,
+	// also for a standalone instance stored without it (created while the mutating webhook was not
+	// answering, and expanded by the controller). The Image column of `kubectl get tiledinstances`
+	// shows it.
+	// +optional
+	Image string `json:"image,omitempty"`
+
 	// Database is the observed state of the database.
 	// +optional
 	Database *DatabaseStatus `json:"database,omitempty"`
@@ -58,7 +66,7 @@ type TiledInstanceStatus struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=ti,categories=tiled
 // +kubebuilder:printcolumn:name="Cluster",type=string,JSONPath=`.metadata.labels.tiled\.blueskyproject\.io/cluster`
-// +kubebuilder:printcolumn:name="Image",type=string,JSONPath=`.spec.tiled.image`
+// +kubebuilder:printcolumn:name="Image",type=string,JSONPath=`.status.image`
 // +kubebuilder:printcolumn:name="Storage",type=string,JSONPath=`.spec.storage.data.size`
 // +kubebuilder:printcolumn:name="Database",type=string,JSONPath=`.status.database.mode`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`

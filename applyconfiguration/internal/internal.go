@@ -483,6 +483,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: database
       type:
         namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.DatabaseStatus
+    - name: image
+      type:
+        scalar: string
     - name: observedGeneration
       type:
         scalar: numeric

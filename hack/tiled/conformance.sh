@@ -81,12 +81,31 @@ chmod 600 "$PGDIR/pwfile"
 	-o "-p $PGPORT -k $PGDIR -c listen_addresses=127.0.0.1" start >/dev/null \
 	|| { cat "$PGDIR/postgres.log" >&2; die "PostgreSQL did not start"; }
 say "$("$PGBIN/postgres" --version) on 127.0.0.1:$PGPORT"
+# pgctl.sh stop|start|restart|ensure (start unless running): the tests stop the server (a database that is not up yet) and restart it
+# (an outage under a running Tiled); fast shutdown cuts every connection, as deleting the pod does.
+PGSTART=$(printf '%q ' "${RUNAS[@]}" "$PGBIN/pg_ctl" -D "$PGDIR/data" -l "$PGDIR/postgres.log" -w -t 60 \
+	-o "-p $PGPORT -k $PGDIR -c listen_addresses=127.0.0.1" start)
+PGSTOP=$(printf '%q ' "${RUNAS[@]}" "$PGBIN/pg_ctl" -D "$PGDIR/data" -m fast -w stop)
+PGSTATUS=$(printf '%q ' "${RUNAS[@]}" "$PGBIN/pg_ctl" -D "$PGDIR/data" status)
+cat >"$PGDIR/pgctl.sh" <<EOF
+#!/usr/bin/env bash
+set -euo pipefail
+case "\${1:-}" in
+	start) $PGSTART >/dev/null ;;
+	stop) $PGSTOP >/dev/null ;;
+	restart) $PGSTOP >/dev/null; $PGSTART >/dev/null ;;
+	ensure) $PGSTATUS >/dev/null || $PGSTART >/dev/null ;;
+	*) echo "usage: \$0 start|stop|restart|ensure" >&2; exit 2 ;;
+esac
+EOF
+chmod 755 "$PGDIR/pgctl.sh"
 
 # --- Go conformance tests ------------------------------------------------------------------------
 export TILED_CONFORMANCE_VENV=$VENV
 export TILED_CONFORMANCE_PG=127.0.0.1:$PGPORT
 export TILED_CONFORMANCE_PG_PASSWORD=$PGPASS
 export TILED_CONFORMANCE_PSQL=$PSQL
+export TILED_CONFORMANCE_PGCTL=$PGDIR/pgctl.sh
 status=0
 go test -tags tiledconformance -count=1 -timeout 30m "${@:--v}" ./render/conformance/ || status=$?
 say "Tiled $VERSION: $([[ $status == 0 ]] && echo PASS || echo FAIL) in $(($(date +%s) - START))s"

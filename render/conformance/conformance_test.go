@@ -11,10 +11,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -27,6 +29,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	v1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
+	"github.com/bluesky/tiled-operator/controllers/podstatus"
 	"github.com/bluesky/tiled-operator/expansion"
 	"github.com/bluesky/tiled-operator/render"
 )
@@ -37,6 +40,7 @@ type suiteEnv struct {
 	pg         string // host:port of the PostgreSQL server
 	pgPassword string // password of its superuser "postgres"
 	psql       string // psql binary
+	pgctl      string // script taking stop, start or restart for that server
 	roundtrip  string // hack/tiled/roundtrip.py
 }
 
@@ -59,11 +63,23 @@ func getEnv(t *testing.T) suiteEnv {
 		pg:         get("TILED_CONFORMANCE_PG"),
 		pgPassword: get("TILED_CONFORMANCE_PG_PASSWORD"),
 		psql:       get("TILED_CONFORMANCE_PSQL"),
+		pgctl:      get("TILED_CONFORMANCE_PGCTL"),
 		roundtrip:  filepath.Join(root, "hack", "tiled", "roundtrip.py"),
 	}
 }
 
 func (e suiteEnv) bin(name string) string { return filepath.Join(e.venv, "bin", name) }
+
+// postgres stops, starts or restarts the suite's PostgreSQL server (fast shutdown: connections are
+// cut, as when the managed database's pod is deleted).
+func (e suiteEnv) postgres(t *testing.T, action string) {
+	t.Helper()
+	out, err := exec.Command(e.pgctl, action).CombinedOutput()
+	if err != nil {
+		t.Fatalf("PostgreSQL %s: %v\n%s", action, err, out)
+	}
+	t.Logf("PostgreSQL %s", action)
+}
 
 // sql runs statements as the PostgreSQL superuser, one psql -c per statement (CREATE DATABASE cannot
 // run inside the implicit transaction of a multi-statement -c).
@@ -77,6 +93,19 @@ func (e suiteEnv) sql(t *testing.T, statements ...string) {
 			t.Fatalf("psql %q: %v\n%s", s, err, out)
 		}
 	}
+}
+
+// query runs one statement as the superuser in database db and returns its unaligned output.
+func (e suiteEnv) query(t *testing.T, db, statement string) string {
+	t.Helper()
+	host, port, _ := net.SplitHostPort(e.pg)
+	cmd := exec.Command(e.psql, "-h", host, "-p", port, "-U", "postgres", "-d", db, "-v", "ON_ERROR_STOP=1", "-tAq", "-c", statement)
+	cmd.Env = append(os.Environ(), "PGPASSWORD="+e.pgPassword)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("psql %q: %v\n%s", statement, err, out)
+	}
+	return strings.TrimSpace(string(out))
 }
 
 // provisionManaged does what the managed PostgreSQL does on first start: the POSTGRES_USER role with
@@ -121,7 +150,29 @@ type deployment struct {
 	objs    *render.Objects
 	secrets map[string]map[string][]byte // Secret name -> data, for secretKeyRef
 	apiKey  string
+	logs    *output // everything every container command printed
 }
+
+// output collects what several processes print, as a container log does.
+type output struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (o *output) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.buf.Write(p)
+}
+
+func (o *output) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.buf.String()
+}
+
+// tee writes to a process's own buffer and to the deployment's log.
+func (d *deployment) tee(own io.Writer) io.Writer { return io.MultiWriter(own, d.logs) }
 
 // deploy renders the instance with the render package, as the operator does, with the database
 // address and the data directory pointed at this machine, and writes config.yml.
@@ -142,15 +193,63 @@ func deploy(t *testing.T, e suiteEnv, ti *v1alpha1.TiledInstance, in render.Inpu
 	}
 	objs, err := render.Render(ti, in)
 	g.Expect(err).NotTo(HaveOccurred())
-	cfg := objs.ConfigMap.Data[render.ConfigKey]
-	g.Expect(os.WriteFile(filepath.Join(dir, "config", render.ConfigKey), []byte(cfg), 0o644)).To(Succeed())
-	t.Logf("rendered %s:\n%s", render.ConfigKey, cfg)
+	for k, v := range objs.ConfigMap.Data { // config.yml and entrypoint.py, as the ConfigMap mount holds them
+		g.Expect(os.WriteFile(filepath.Join(dir, "config", k), []byte(v), 0o644)).To(Succeed())
+	}
+	t.Logf("rendered %s:\n%s", render.ConfigKey, objs.ConfigMap.Data[render.ConfigKey])
 
 	secrets := map[string]map[string][]byte{objs.Names.Secret: gen}
 	for k, v := range other {
 		secrets[k] = v
 	}
-	return &deployment{t: t, e: e, dir: dir, objs: objs, secrets: secrets, apiKey: string(gen[render.SecretKeyAPIKey])}
+	d := &deployment{t: t, e: e, dir: dir, objs: objs, secrets: secrets, apiKey: string(gen[render.SecretKeyAPIKey]), logs: &output{}}
+	// Whatever the case did, no secret may appear in what the containers printed (anyone allowed to
+	// read pods/log would read it).
+	t.Cleanup(d.checkNoSecretsInLogs)
+	return d
+}
+
+// secretValues are the values of every Secret the containers read, with the parts a log could show
+// on their own: each signing key of the JSON list, the password inside a URI; and the PostgreSQL
+// superuser's password.
+func (d *deployment) secretValues() []string {
+	out := []string{d.e.pgPassword}
+	for _, data := range d.secrets {
+		for _, v := range data {
+			s := string(v)
+			out = append(out, s)
+			var list []string
+			if json.Unmarshal(v, &list) == nil {
+				out = append(out, list...)
+			}
+			if u, err := url.Parse(s); err == nil && u.User != nil {
+				if pw, ok := u.User.Password(); ok {
+					out = append(out, pw)
+				}
+			}
+		}
+	}
+	return out
+}
+
+func (d *deployment) checkNoSecretsInLogs() {
+	logs := d.logs.String()
+	for _, v := range d.secretValues() {
+		if len(v) >= 6 && strings.Contains(logs, v) {
+			d.t.Errorf("a secret value (%d characters, starting %q) appears in the containers' output:\n%s", len(v), v[:3], redact(logs, v))
+		}
+	}
+}
+
+// redact shows where a secret appeared without printing it.
+func redact(logs, v string) string {
+	var lines []string
+	for _, l := range strings.Split(logs, "\n") {
+		if strings.Contains(l, v) {
+			lines = append(lines, strings.ReplaceAll(l, v, "<SECRET>"))
+		}
+	}
+	return strings.Join(lines, "\n")
 }
 
 func (d *deployment) container(init bool) *corev1ac.ContainerApplyConfiguration {
@@ -198,6 +297,19 @@ func (d *deployment) env(c *corev1ac.ContainerApplyConfiguration) []string {
 	return out
 }
 
+// command returns the container's command as this machine runs it: the paths under the config mount
+// point into the deployment's config directory; nothing else changes.
+func (d *deployment) command(c *corev1ac.ContainerApplyConfiguration) []string {
+	out := make([]string, 0, len(c.Command)+len(c.Args))
+	for _, a := range append(append([]string(nil), c.Command...), c.Args...) {
+		if strings.HasPrefix(a, render.ConfigDir+"/") {
+			a = filepath.Join(d.dir, "config", strings.TrimPrefix(a, render.ConfigDir+"/"))
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
 // lookPath resolves a command as the container would, with the virtual environment's bin first on
 // PATH (exec.Command otherwise searches the test process's PATH, not the command's).
 func (d *deployment) lookPath(name string) string {
@@ -219,18 +331,30 @@ func isExecutable(p string) bool {
 	return err == nil && st.Mode()&0o111 != 0
 }
 
-// runInit runs the init container's command exactly as rendered.
-func (d *deployment) runInit() {
-	d.t.Helper()
+// initCmd is the init container's command exactly as rendered; edit changes its arguments first.
+func (d *deployment) initCmd(edit func([]string) []string) (*exec.Cmd, *output) {
 	c := d.container(true)
-	cmd := exec.Command(d.lookPath(c.Command[0]), c.Command[1:]...)
+	args := d.command(c)
+	if edit != nil {
+		args = edit(args)
+	}
+	cmd := exec.Command(d.lookPath(args[0]), args[1:]...)
 	cmd.Env = d.env(c)
 	cmd.Dir = d.dir
-	out, err := cmd.CombinedOutput()
-	if err != nil {
+	out := &output{}
+	cmd.Stdout, cmd.Stderr = d.tee(out), d.tee(out)
+	return cmd, out
+}
+
+// runInit runs the init container's command exactly as rendered.
+func (d *deployment) runInit() string {
+	d.t.Helper()
+	cmd, out := d.initCmd(nil)
+	if err := cmd.Run(); err != nil {
 		d.t.Fatalf("init container command failed: %v\n%s", err, out)
 	}
 	d.t.Logf("init container:\n%s", out)
+	return out.String()
 }
 
 // checkConfig runs `tiled admin check-config` with the server container's environment.
@@ -239,14 +363,16 @@ func (d *deployment) checkConfig() (string, error) {
 	cmd := exec.Command(d.e.bin("tiled"), "admin", "check-config")
 	cmd.Env = d.env(c)
 	cmd.Dir = d.dir
-	out, err := cmd.CombinedOutput()
-	return string(out), err
+	out := &output{}
+	cmd.Stdout, cmd.Stderr = d.tee(out), d.tee(out)
+	err := cmd.Run()
+	return out.String(), err
 }
 
 type server struct {
 	url  string
 	cmd  *exec.Cmd
-	log  *bytes.Buffer
+	log  *output
 	done chan error
 }
 
@@ -265,7 +391,7 @@ func freePort(t *testing.T) int {
 func (d *deployment) start() (*server, error) {
 	d.t.Helper()
 	c := d.container(false)
-	args := append([]string(nil), c.Command...)
+	args := d.command(c)
 	port := freePort(d.t)
 	for i := range args {
 		if args[i] == "--port" {
@@ -276,8 +402,8 @@ func (d *deployment) start() (*server, error) {
 	cmd.Env = d.env(c)
 	cmd.Dir = d.dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	log := &bytes.Buffer{}
-	cmd.Stdout, cmd.Stderr = log, log
+	log := &output{}
+	cmd.Stdout, cmd.Stderr = d.tee(log), d.tee(log)
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -474,9 +600,9 @@ func TestOIDCProviders(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred(), out)
 	g.Expect(out).To(ContainSubstring("No errors found"))
 	// The init commands migrate the auth database too; the second run is the upgrade path.
-	g.Expect(d.container(true).Command[2]).To(ContainSubstring("tiled admin upgrade-database"))
-	d.runInit()
-	d.runInit()
+	g.Expect(d.container(true).Command).To(ContainElement("--auth"))
+	g.Expect(d.runInit()).To(ContainSubstring("running tiled admin initialize-database"))
+	g.Expect(d.runInit()).NotTo(ContainSubstring("running tiled admin initialize-database"))
 	s := d.mustStart()
 	resp, err := http.Get(s.url + "/api/v1/")
 	g.Expect(err).NotTo(HaveOccurred())
@@ -539,6 +665,17 @@ func TestBrokenRenderIsCaught(t *testing.T) {
 	t.Logf("tiled serve refused the broken config, as it must:\n%s", tail(err.Error(), 12))
 	g.Expect(err.Error()).To(ContainSubstring("bogus_key"))
 	g.Expect(err.Error()).To(ContainSubstring("Extra inputs are not permitted"))
+	// What the instance's CrashLoopBackOff condition quotes: the last line of the log's tail that the
+	// kubelet keeps as the termination message.
+	last := podstatus.LastLine(kubeletTail(s0log(err)))
+	t.Logf("last log line: %s", last)
+	g.Expect(last).To(ContainSubstring("bogus_key: Extra inputs are not permitted"))
+}
+
+// s0log is the output of a server that failed to start (start puts it after the first line).
+func s0log(err error) string {
+	_, log, _ := strings.Cut(err.Error(), "\n")
+	return log
 }
 
 func tail(s string, n int) string {
@@ -547,4 +684,118 @@ func tail(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// withArg returns args with the value after flag replaced.
+func withArg(flag, value string) func([]string) []string {
+	return func(args []string) []string {
+		out := append([]string(nil), args...)
+		for i := range out[:len(out)-1] {
+			if out[i] == flag {
+				out[i+1] = value
+			}
+		}
+		return out
+	}
+}
+
+// kubeletTail is what the kubelet keeps of a failed container's log as its termination message
+// under FallbackToLogsOnError: the last 80 lines, at most 2048 bytes.
+func kubeletTail(log string) string {
+	lines := strings.Split(log, "\n")
+	if len(lines) > 80 {
+		lines = lines[len(lines)-80:]
+	}
+	s := strings.Join(lines, "\n")
+	if len(s) > 2048 {
+		s = s[len(s)-2048:]
+	}
+	return s
+}
+
+// The init container started before its database waits for it, saying so every ten seconds, and
+// migrates once it accepts connections, instead of failing into a restart back-off; the wait is
+// bounded and ends with a line saying why.
+func TestMigrateWaitsForTheDatabase(t *testing.T) {
+	e := getEnv(t)
+	g := NewWithT(t)
+	d := deploy(t, e, instance("wait"), render.Inputs{}, nil)
+	e.provisionManaged(t, string(d.secrets[d.objs.Names.Secret][render.SecretKeyDatabasePassword]))
+	g.Expect(d.container(true).Command).To(ContainElements("--wait", fmt.Sprint(render.DatabaseWaitSeconds)))
+	t.Cleanup(func() { e.postgres(t, "ensure") })
+	e.postgres(t, "stop")
+
+	// Bounded: with the wait cut to 3 s, it gives up, and its last line (what the instance's condition
+	// quotes from the termination message) says why.
+	cmd, out := d.initCmd(withArg("--wait", "3"))
+	start := time.Now()
+	err := cmd.Run()
+	g.Expect(err).To(HaveOccurred(), "migrate succeeded without a database:\n%s", out)
+	g.Expect(time.Since(start)).To(BeNumerically("<", 60*time.Second))
+	last := podstatus.LastLine(kubeletTail(out.String()))
+	t.Logf("gave up: %s", last)
+	g.Expect(last).To(MatchRegexp(`database 127\.0\.0\.1:\d+/catalog did not accept connections within 3s: .*(Connect|refused)`))
+
+	// As rendered: it waits and migrates once the database is up.
+	cmd, out = d.initCmd(nil)
+	g.Expect(cmd.Start()).To(Succeed())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	g.Eventually(out.String, time.Minute).Should(ContainSubstring("waiting for database 127.0.0.1"))
+	g.Consistently(done, 12*time.Second).ShouldNot(Receive(), "migrate stopped waiting:\n%s", out)
+	e.postgres(t, "start")
+	var result error
+	g.Eventually(done, 3*time.Minute).Should(Receive(&result))
+	g.Expect(result).NotTo(HaveOccurred(), "%s", out)
+	t.Logf("migrate:\n%s", out)
+	g.Expect(strings.Count(out.String(), "waiting for database")).To(BeNumerically(">=", 2), "one line per ten seconds")
+	g.Expect(out.String()).To(MatchRegexp(`accepts connections after \d+s`))
+	g.Expect(out.String()).To(ContainSubstring("is new. Creating tables"))
+	s := d.mustStart()
+	d.python("write", s.url)
+	s.stop()
+}
+
+// Two replicas starting at once on a new database: both init containers succeed, and exactly one
+// creates the tables (the other waits for its advisory lock, then finds the catalog at the latest
+// revision).
+func TestOneReplicaMigratesANewDatabase(t *testing.T) {
+	e := getEnv(t)
+	g := NewWithT(t)
+	ti := instance("pair")
+	ti.Spec.Tiled.Replicas = ptr.To[int32](2)
+	d := deploy(t, e, ti, render.Inputs{}, nil)
+	e.provisionManaged(t, string(d.secrets[d.objs.Names.Secret][render.SecretKeyDatabasePassword]))
+	a, outA := d.initCmd(nil)
+	b, outB := d.initCmd(nil)
+	g.Expect(a.Start()).To(Succeed())
+	g.Expect(b.Start()).To(Succeed())
+	errA, errB := a.Wait(), b.Wait()
+	t.Logf("replica a:\n%s\nreplica b:\n%s", outA, outB)
+	g.Expect(errA).NotTo(HaveOccurred())
+	g.Expect(errB).NotTo(HaveOccurred())
+	created := 0
+	for _, o := range []string{outA.String(), outB.String()} {
+		created += strings.Count(o, "is new. Creating tables")
+	}
+	g.Expect(created).To(Equal(1), "the catalog's tables were created %d times", created)
+	g.Expect(e.query(t, "catalog", "SELECT count(*) FROM alembic_version")).To(Equal("1"))
+	s := d.mustStart()
+	d.python("write", s.url)
+	s.stop()
+}
+
+// PostgreSQL restarts under a running Tiled (every pooled connection is cut): the requests after it
+// succeed, on the catalog and on the SQL storage database alike.
+func TestDatabaseRestartUnderTiled(t *testing.T) {
+	e := getEnv(t)
+	d := deploy(t, e, instance("restart"), render.Inputs{}, nil)
+	e.provisionManaged(t, string(d.secrets[d.objs.Names.Secret][render.SecretKeyDatabasePassword]))
+	d.runInit()
+	s := d.mustStart()
+	d.python("write", s.url)
+	t.Cleanup(func() { e.postgres(t, "ensure") })
+	e.postgres(t, "restart")
+	d.python("read", s.url)
+	s.stop()
 }

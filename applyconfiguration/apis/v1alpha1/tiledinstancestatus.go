@@ -19,12 +19,18 @@ import (
 type TiledInstanceStatusApplyConfiguration struct {
 	// ObservedGeneration is the generation of the instance this status describes.
 	ObservedGeneration *int64 `json:"observedGeneration,omitempty"`
-	// Conditions: Ready, Reconciling and Stalled (read by kstatus, ArgoCD and Flux).
+	// Conditions: Ready, Reconciling and Stalled (read by kstatus, ArgoCD and Flux); DatabaseReady
+	// for a managed database; ExternalEdits while another writer manages fields of a child object.
 	Conditions []v1.ConditionApplyConfiguration `json:"conditions,omitempty"`
 	// URL at which Tiled is served inside the cluster.
 	URL *string `json:"url,omitempty"`
 	// ReadyReplicas is the number of Tiled pods that are ready.
 	ReadyReplicas *int32 `json:"readyReplicas,omitempty"`
+	// Image is the Tiled image the instance's pods are rendered with: spec.tiled.image after expansion,
+	// also for a standalone instance stored without it (created while the mutating webhook was not
+	// answering, and expanded by the controller). The Image column of `kubectl get tiledinstances`
+	// shows it.
+	Image *string `json:"image,omitempty"`
 	// Database is the observed state of the database.
 	Database *DatabaseStatusApplyConfiguration `json:"database,omitempty"`
 }
@@ -69,6 +75,14 @@ func (b *TiledInstanceStatusApplyConfiguration) WithURL(value string) *TiledInst
 // If called multiple times, the ReadyReplicas field is set to the value of the last call.
 func (b *TiledInstanceStatusApplyConfiguration) WithReadyReplicas(value int32) *TiledInstanceStatusApplyConfiguration {
 	b.ReadyReplicas = &value
+	return b
+}
+
+// WithImage sets the Image field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Image field is set to the value of the last call.
+func (b *TiledInstanceStatusApplyConfiguration) WithImage(value string) *TiledInstanceStatusApplyConfiguration {
+	b.Image = &value
 	return b
 }
 

@@ -1,0 +1,278 @@
+"""tiled-operator's entrypoint of the Tiled containers.
+
+The operator writes this file into the instance's ConfigMap beside config.yml; the pod runs
+
+    python /deploy/config/entrypoint.py migrate --wait SECONDS --catalog URI [--auth URI]
+        (init container "migrate")
+    python /deploy/config/entrypoint.py serve config --host 0.0.0.0 --port 8000 --scalable
+        (container "tiled": Tiled's own command line, run in this process)
+
+It uses only what the Tiled image holds (Python, asyncpg, SQLAlchemy, Tiled) and does what Tiled 0.2.20
+cannot be configured to do:
+
+- Database credentials stay out of logs and command lines. Tiled logs its catalog URI at start, and
+  the init steps pass URIs as arguments. A managed database's URIs hold no credentials at all (PGUSER
+  and PGPASSWORD do: asyncpg, for the catalog and auth databases, and libpq, for SQL storage through
+  ADBC, both read them). A password inside an external catalog or auth URI (CATALOG_DATABASE_URI,
+  AUTH_DATABASE_URI) is moved into a private .pgpass file (PGPASSFILE) before anything reads the URI.
+  (An external storage URI is left as it is: Tiled keeps its credentials apart and never logs them,
+  and would turn a user without a password into the password "None".)
+- The single-user API key is handed to `tiled serve` as --api-key inside this process: Tiled prints the
+  key in its start-up banner unless the key was given on its command line, and the process's visible
+  command line (/proc) keeps only the arguments above.
+- Pooled connections are checked before use (SQLAlchemy's pool pre-ping): Tiled creates its catalog
+  pool with pool_pre_ping=False, so the first request after PostgreSQL restarts would otherwise fail
+  on a stale connection.
+- migrate waits (bounded) until the database accepts connections, with one log line per ten seconds,
+  instead of failing into a restart back-off, and migrates under a PostgreSQL advisory lock, so that
+  of several replicas starting on a new database exactly one creates the tables.
+"""
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+# Environment variables that may hold external database URIs whose password is moved to .pgpass
+# (render.EnvCatalogURI, render.EnvAuthURI).
+URI_VARIABLES = ("CATALOG_DATABASE_URI", "AUTH_DATABASE_URI")
+# The single-user API key (render.EnvAPIKey).
+API_KEY_VARIABLE = "TILED_SINGLE_USER_API_KEY"
+# pg_advisory_lock key held while migrating: "tiledmig" as a 64-bit integer.
+MIGRATION_LOCK = int.from_bytes(b"tiledmig", "big")
+# How often migrate says that it is still waiting.
+LOG_EVERY = 10.0
+
+
+def say(msg):
+    print(f"[tiled-operator] {msg}", flush=True)
+
+
+# Credentials.
+
+
+def split_password(uri):
+    """Return (uri without its password, user, password); password is None when there is none."""
+    parts = urlsplit(uri)
+    userinfo, at, hostinfo = parts.netloc.rpartition("@")
+    if not at or ":" not in userinfo:
+        return uri, None, None
+    user, _, password = userinfo.partition(":")
+    bare = urlunsplit(parts._replace(netloc=f"{user}@{hostinfo}"))
+    return bare, unquote(user), unquote(password)
+
+
+def pgpass_field(s):
+    return s.replace("\\", "\\\\").replace(":", "\\:")
+
+
+def hide_passwords(uris):
+    """Move passwords out of URIs into a .pgpass file; return the URIs without them.
+
+    Entries match any host and port (libpq and asyncpg read PGPASSFILE) by database and user.
+    """
+    out, lines = [], []
+    for uri in uris:
+        bare, user, password = split_password(uri)
+        out.append(bare)
+        if password is not None:
+            database = urlsplit(bare).path.lstrip("/") or "*"
+            lines.append(":".join(["*", "*", pgpass_field(database), pgpass_field(user), pgpass_field(password)]))
+    if lines:
+        path = os.path.join(os.environ.get("HOME") or "/tmp", ".tiled-operator.pgpass")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        os.environ["PGPASSFILE"] = path
+    return out
+
+
+def hide_passwords_in_environment():
+    names = [n for n in URI_VARIABLES if os.environ.get(n)]
+    for name, bare in zip(names, hide_passwords([os.environ[n] for n in names])):
+        os.environ[name] = bare
+
+
+# Pool pre-ping.
+
+
+def install_pool_pre_ping():
+    """Check every pooled connection when it is checked out, replacing it when the check fails."""
+    from sqlalchemy import event, exc
+    from sqlalchemy.pool import Pool
+
+    def ping(dbapi_connection, connection_record, connection_proxy):
+        try:
+            if hasattr(dbapi_connection, "ping"):  # SQLAlchemy's asyncpg and aiosqlite adapters
+                dbapi_connection.ping()
+            else:  # ADBC connections of SQL storage
+                cursor = dbapi_connection.cursor()
+                try:
+                    cursor.execute("SELECT 1")
+                    cursor.fetchall()
+                finally:
+                    cursor.close()
+        except Exception as err:
+            raise exc.DisconnectionError(f"stale pooled connection: {type(err).__name__}") from err
+
+    event.listen(Pool, "checkout", ping)
+
+
+# serve.
+
+
+def summary(err):
+    """One line naming what is wrong: pydantic's errors as `location: message`, else the exception."""
+    errors = getattr(err, "errors", None)
+    if callable(errors):
+        try:
+            return "; ".join(".".join(str(x) for x in e.get("loc", ())) + ": " + e.get("msg", "") for e in errors())
+        except Exception:  # noqa: BLE001 - fall back to the exception's own text
+            pass
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0] if text else ''}"
+
+
+def check_config():
+    """Parse the configuration as `tiled serve config` is about to. On failure print Tiled's message
+    and then one line naming the problem: the kubelet keeps the log's tail as the container's
+    termination message, and the instance's CrashLoopBackOff condition quotes its last line (Tiled's
+    own output ends in "Aborted!")."""
+    from tiled.config import parse_configs
+
+    path = os.environ.get("TILED_CONFIG") or "config.yml"
+    try:
+        parse_configs(path)
+    except Exception as err:  # noqa: BLE001 - whatever Tiled refuses, say what it is
+        print(str(err), file=sys.stderr, flush=True)
+        raise SystemExit(f"[tiled-operator] Tiled refuses its configuration {path}: {summary(err)}")
+
+
+def serve(args):
+    hide_passwords_in_environment()
+    check_config()
+    install_pool_pre_ping()
+    key = os.environ.get(API_KEY_VARIABLE)
+    if key and "--api-key" not in args:
+        args = args + ["--api-key", key]
+    from tiled.commandline.main import main
+
+    sys.argv = ["tiled", "serve"] + args
+    return main()
+
+
+# migrate.
+
+# Errors retrying cannot mend: wrong password, unknown role or database.
+FATAL = ("InvalidPasswordError", "InvalidAuthorizationSpecificationError", "InvalidCatalogNameError")
+
+
+def is_postgres(uri):
+    return urlsplit(uri).scheme.split("+")[0] in ("postgresql", "postgres")
+
+
+def dsn(uri):
+    """The URI as asyncpg takes it: without a SQLAlchemy driver suffix."""
+    parts = urlsplit(uri)
+    return urlunsplit(parts._replace(scheme="postgresql"))
+
+
+def where(uri):
+    parts = urlsplit(uri)
+    return f"{parts.hostname}:{parts.port or 5432}{parts.path}"
+
+
+async def wait_for(uri, deadline, limit):
+    import asyncpg
+
+    start, last_log = time.monotonic(), None
+    while True:
+        try:
+            conn = await asyncpg.connect(dsn(uri), timeout=10)
+            await conn.close()
+            if last_log is not None:
+                say(f"database {where(uri)} accepts connections after {time.monotonic() - start:.0f}s")
+            return
+        except Exception as err:  # noqa: BLE001 - any failure to connect is reported and retried
+            reason = f"{type(err).__name__}: {err}"
+            if type(err).__name__ in FATAL:
+                raise SystemExit(f"[tiled-operator] database {where(uri)} refuses the connection: {reason}")
+            now = time.monotonic()
+            if now >= deadline:
+                raise SystemExit(
+                    f"[tiled-operator] database {where(uri)} did not accept connections within {limit}s: {reason}"
+                )
+            if last_log is None or now - last_log >= LOG_EVERY:
+                say(f"waiting for database {where(uri)} ({now - start:.0f}s of {limit}s): {reason}")
+                last_log = now
+            await asyncio.sleep(1)
+
+
+def run(*args, check=True):
+    say("running tiled " + " ".join(args))
+    r = subprocess.run([sys.executable, "-m", "tiled", *args])
+    if check and r.returncode != 0:
+        raise SystemExit(f"[tiled-operator] tiled {args[0]} {args[1]} failed with exit code {r.returncode}")
+    return r.returncode
+
+
+def migrate_steps(catalog, auth):
+    # `catalog init --if-not-exists` is idempotent and stamps a new database at the latest revision,
+    # so it runs first and `upgrade-database` then migrates an older one. `admin initialize-database`
+    # refuses an initialized database and `admin upgrade-database` an empty one: upgrade, else
+    # initialize.
+    run("catalog", "init", "--if-not-exists", catalog)
+    run("catalog", "upgrade-database", catalog)
+    if auth:
+        if run("admin", "upgrade-database", auth, check=False) != 0:
+            run("admin", "initialize-database", auth)
+
+
+async def migrate_locked(catalog, auth):
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn(catalog), timeout=10)
+    try:
+        if not await conn.fetchval("SELECT pg_try_advisory_lock($1)", MIGRATION_LOCK):
+            start = last_log = time.monotonic()
+            say(f"another replica is migrating {where(catalog)}; waiting for it to finish")
+            while not await conn.fetchval("SELECT pg_try_advisory_lock($1)", MIGRATION_LOCK):
+                if time.monotonic() - last_log >= 3 * LOG_EVERY:
+                    last_log = time.monotonic()
+                    say(f"still waiting for another replica's migration ({last_log - start:.0f}s)")
+                await asyncio.sleep(1)
+        await asyncio.to_thread(migrate_steps, catalog, auth)
+        await conn.execute("SELECT pg_advisory_unlock($1)", MIGRATION_LOCK)
+    finally:
+        await conn.close()
+
+
+def migrate(args):
+    import argparse
+
+    p = argparse.ArgumentParser(prog="entrypoint.py migrate")
+    p.add_argument("--wait", type=int, default=300, help="seconds to wait for the database")
+    p.add_argument("--catalog", required=True, help="catalog database URI; ${VAR} is expanded")
+    p.add_argument("--auth", default="", help="authentication database URI; ${VAR} is expanded")
+    a = p.parse_args(args)
+    catalog, auth = (os.path.expandvars(u) if u else "" for u in (a.catalog, a.auth))
+    catalog, auth = hide_passwords([catalog, auth])
+    deadline = time.monotonic() + a.wait
+    for uri in (catalog, auth):
+        if uri and is_postgres(uri):
+            asyncio.run(wait_for(uri, deadline, a.wait))
+    if is_postgres(catalog):
+        asyncio.run(migrate_locked(catalog, auth))
+    else:
+        migrate_steps(catalog, auth)
+    say("databases are at the latest revision")
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2 or sys.argv[1] not in ("migrate", "serve"):
+        sys.exit("usage: entrypoint.py migrate|serve ARGS...")
+    command, rest = sys.argv[1], sys.argv[2:]
+    sys.exit(migrate(rest) if command == "migrate" else serve(rest))
