@@ -379,17 +379,17 @@ build_manager() {
 }
 
 # --- which images to build ---------------------------------------------------------------------------
-COMMON="$(declare -f run key publish)"
+# Only what shapes an image's content is hashed (not the helpers that log, hash or publish).
 DEB_COMMON="$BASE_KEY $(declare -f chroot_run prepare_rootfs apt_install finalize_rootfs)"
 declare -A KEYS
 KEY_FILES=("${MKIMAGE_SRC[@]}" hack/images/pause/main.go)
-KEYS[pause]=pause-$(key "$COMMON" "$GO_VERSION" "$PAUSE_TAG" "$(declare -f build_pause)")
+KEYS[pause]=pause-$(key "$GO_VERSION" "$PAUSE_TAG" "$(declare -f build_pause)")
 KEY_FILES=("${MKIMAGE_SRC[@]}")
-KEYS[coredns]=coredns-$(key "$COMMON" "$GO_VERSION" "$COREDNS_VERSION" "$(declare -f build_coredns)")
+KEYS[coredns]=coredns-$(key "$GO_VERSION" "$COREDNS_VERSION" "$(declare -f build_coredns)")
 KEY_FILES=("${MKIMAGE_SRC[@]}" hack/images/postgres/docker-entrypoint.sh)
-KEYS[postgres]=postgres-$(key "$COMMON" "$DEB_COMMON" "$PG_MAJOR" "$(declare -f build_postgres)")
+KEYS[postgres]=postgres-$(key "$DEB_COMMON" "$PG_MAJOR" "$(declare -f build_postgres)")
 KEY_FILES=("${MKIMAGE_SRC[@]}")
-KEYS[tiled]=tiled-$(key "$COMMON" "$DEB_COMMON" "$TILED_VERSION" "$(declare -f build_tiled)")
+KEYS[tiled]=tiled-$(key "$DEB_COMMON" "$TILED_VERSION" "$(declare -f build_tiled)")
 
 # build NAME builds one cached image into the store unless it is there, then publishes it. It runs
 # as a background job (`build NAME &`, then wait) so that errexit holds in the recipes.
