@@ -62,7 +62,7 @@ host_sysctls=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_
   net.bridge.bridge-nf-call-iptables)
 # Host paths the runtime touches outside $STATE (containerd 1.6, libcni and kubelet hard-code them).
 host_paths=(/run/containerd /run/containerd/s /run/containerd/runc /run/containerd/fifo /run/netns
-  /var/lib/cni /var/lib/cni/results /var/lib/cni/networks /var/log/containers /var/log/pods
+  /var/lib/kubelet/device-plugins /var/lib/cni /var/lib/cni/results /var/lib/cni/networks /var/log/containers /var/log/pods
   /var/lib/kubelet /var/lib/containerd /opt/containerd /etc/cni/net.d /etc/kubernetes)
 
 log() { echo "cluster.sh: $*" >&2; }
@@ -587,7 +587,7 @@ cmd_up() {
     --service-cluster-ip-range "$SERVICE_CIDR" \
     --client-ca-file "$pki/ca.crt" --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" \
     --kubelet-client-certificate "$pki/apiserver-kubelet-client.crt" --kubelet-client-key "$pki/apiserver-kubelet-client.key" \
-    --kubelet-certificate-authority "$pki/ca.crt" \
+    --kubelet-certificate-authority "$pki/ca.crt" --kubelet-preferred-address-types InternalIP \
     --service-account-issuer "https://kubernetes.default.svc.$CLUSTER_DOMAIN" \
     --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
     --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
@@ -595,19 +595,6 @@ cmd_up() {
     --audit-policy-file "$c/audit-policy.yaml" --audit-log-path "$STATE/audit.log" --audit-log-format json \
     --audit-log-maxsize 0 --audit-log-maxbackup 0 \
     --profiling=false
-  start kube-controller-manager "$cpbin/kube-controller-manager" \
-    --kubeconfig "$c/controller-manager.kubeconfig" \
-    --authentication-kubeconfig "$c/controller-manager.kubeconfig" --authorization-kubeconfig "$c/controller-manager.kubeconfig" \
-    --bind-address 127.0.0.1 --leader-elect=false --use-service-account-credentials \
-    --service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.crt" \
-    --cluster-signing-cert-file "$pki/ca.crt" --cluster-signing-key-file "$pki/ca.key" \
-    --service-cluster-ip-range "$SERVICE_CIDR" --cluster-name "$NETNS" --controllers '*' \
-    --profiling=false
-  start kube-scheduler "$nodebin/kube-scheduler" \
-    --kubeconfig "$c/scheduler.kubeconfig" \
-    --authentication-kubeconfig "$c/scheduler.kubeconfig" --authorization-kubeconfig "$c/scheduler.kubeconfig" \
-    --bind-address 127.0.0.1 --leader-elect=false --profiling=false
-
   # Runtime, in parallel with the control plane coming up.
   start containerd /usr/bin/containerd --config "$c/containerd.toml"
   wait_until 30 "containerd to answer on $SOCK" containerd ctr -a "$SOCK" version
@@ -636,6 +623,22 @@ cmd_up() {
   local api_ready
   api_ready=$(secs "$t_api" "$(now)")
   log "apiserver ready ${api_ready}s after start"
+
+  # Controller-manager and scheduler give up when the apiserver does not answer within ~10 s (their
+  # delegated authentication reads a ConfigMap at start): start them once it is ready.
+  start kube-controller-manager "$cpbin/kube-controller-manager" \
+    --kubeconfig "$c/controller-manager.kubeconfig" \
+    --authentication-kubeconfig "$c/controller-manager.kubeconfig" --authorization-kubeconfig "$c/controller-manager.kubeconfig" \
+    --bind-address 127.0.0.1 --leader-elect=false --use-service-account-credentials \
+    --service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.crt" \
+    --cluster-signing-cert-file "$pki/ca.crt" --cluster-signing-key-file "$pki/ca.key" \
+    --service-cluster-ip-range "$SERVICE_CIDR" --cluster-name "$NETNS" --controllers '*' \
+    --profiling=false
+  start kube-scheduler "$nodebin/kube-scheduler" \
+    --kubeconfig "$c/scheduler.kubeconfig" \
+    --authentication-kubeconfig "$c/scheduler.kubeconfig" --authorization-kubeconfig "$c/scheduler.kubeconfig" \
+    --bind-address 127.0.0.1 --leader-elect=false --profiling=false
+
 
   # Node.
   local t_node
@@ -781,8 +784,16 @@ stop_component() {
 
 cmd_down() {
   [ "$(id -u)" = 0 ] || die "down needs root"
-  local t0 problems=()
+  local t0 problems=() phases="" t_phase
   t0=$(now)
+  t_phase=$t0
+  # phase NAME: note how long the step just finished took.
+  phase() {
+    local t
+    t=$(now)
+    phases+=" $1 $(secs "$t_phase" "$t")s"
+    t_phase=$t
+  }
   local ino
   ino=$(netns_inode || true)
 
@@ -816,6 +827,7 @@ cmd_down() {
   fi
   rm -f "$STATE"/pids/* 2>/dev/null || true
 
+  phase processes
   # 2. Mounts: everything below $STATE (kubelet's shared bind of its root dir, pods' tmpfs and
   #    overlays, sandbox shm), deepest first; then the pods' network namespaces containerd made.
   local before=$STATE/host-before m
@@ -837,6 +849,7 @@ cmd_down() {
     rm -f "$ns"
   done
 
+  phase mounts
   # 3. cgroups: ours in every hierarchy, depth first (unless they were there before).
   local d
   while read -r d; do
@@ -850,6 +863,7 @@ cmd_down() {
     [ -d "$d" ] && problems+=("cannot remove cgroup $d")
   done < <(our_cgroups)
 
+  phase cgroups
   # 4. Files the runtime writes outside $STATE.
   local a
   for a in "$STATE"/containerd/state/io.containerd.runtime.v2.task/*/*/address; do
@@ -865,10 +879,23 @@ cmd_down() {
     # listening after its containerd went away unless it belongs to another runtime, which keeps it).
     if ! grep -q " ${a}\$" /proc/net/unix 2>/dev/null; then rm -f "$a"; fi
   done
-  rm -f /var/lib/cni/results/"$CNI_NETWORK"-* 2>/dev/null || true
+  # libcni's result cache: <network>-<container id>-<interface>, for our network and containerd's
+  # loopback network (cni-loopback) of the same sandboxes.
+  for a in /var/lib/cni/results/"$CNI_NETWORK"-*; do
+    [ -f "$a" ] || continue
+    local id=${a#/var/lib/cni/results/"$CNI_NETWORK"-}
+    id=${id%-*}
+    rm -f /var/lib/cni/results/*-"$id"-*
+  done
   for a in /var/log/containers/*; do
     [ -L "$a" ] || continue
     case $(readlink "$a") in "$STATE"/*) rm -f "$a" ;; esac
+  done
+  # kubelet's device manager hard-codes /var/lib/kubelet/device-plugins whatever its --root-dir.
+  for d in /var/lib/kubelet/device-plugins /var/lib/kubelet; do
+    if [ -d "$d" ] && [ -f "$before/paths" ] && grep -qxF "$d: absent" "$before/paths" && [ -z "$(mounts_under "$d")" ]; then
+      rm -rf --one-file-system "$d"
+    fi
   done
   # Folders that did not exist before `up` and are empty now.
   for d in /run/containerd/s /run/containerd/runc /run/containerd/fifo /run/containerd /var/lib/cni/results \
@@ -877,6 +904,7 @@ cmd_down() {
     if [ -f "$before/paths" ] && grep -qxF "$d: absent" "$before/paths"; then rmdir "$d" 2>/dev/null || true; fi
   done
 
+  phase files
   # 5. Host-global sysctls kubelet changed.
   if [ -f "$before/sysctl" ]; then
     local k v
@@ -886,6 +914,7 @@ cmd_down() {
     done < <(sed 's/ = / /' "$before/sysctl")
   fi
 
+  phase sysctls
   # 6. The namespace (its bridge, veths, iptables chains and conntrack entries go with it), and the
   #    /run/netns mount `ip netns add` made.
   if [ -e "$NETNS_PATH" ]; then
@@ -902,6 +931,7 @@ cmd_down() {
   fi
   if [ -f "$before/paths" ] && grep -qxF "/run/netns: absent" "$before/paths"; then rmdir /run/netns 2>/dev/null || true; fi
 
+  phase netns
   # 7. $STATE: keep the logs, audit log, timings and the host records; remove the rest.
   if [ -d "$STATE" ]; then
     if [ -n "$(mounts_under "$STATE")" ]; then
@@ -914,6 +944,7 @@ cmd_down() {
     fi
   fi
 
+  phase state
   # 8. Compare with the record taken at `up`.
   local rc=0
   if [ -d "$before" ]; then
@@ -939,7 +970,8 @@ cmd_down() {
     for p in "${problems[@]}"; do log "problem: $p"; done
     rc=1
   fi
-  log "down in $(secs "$t0" "$(now)")s"
+  phase compare
+  log "down in $(secs "$t0" "$(now)")s (${phases# })"
   return $rc
 }
 
