@@ -229,7 +229,10 @@ else
   fail "web-0's successor not Ready within 120s"
 fi
 
-# 6. The audit log records this check's writes.
-n=$(grep -c '"verb":"create".*"resource":"jobs"' "$AUDIT_LOG" || true)
-[ "$n" -ge 1 ] || fail "no job create in $AUDIT_LOG"
-log "audit log: $(wc -l <"$AUDIT_LOG") events, $n job create(s)"
+# 6. The audit log records this check's writes: the server-side apply that created the Job is a patch
+#    answered 201, by the admin user; the job controller's status updates follow.
+n=$(grep -c '"verb":"patch","user":{"username":"kubernetes-admin".*"objectRef":{"resource":"jobs","namespace":"node-check","name":"dns-client".*"code":201' "$AUDIT_LOG" || true)
+[ "$n" -eq 1 ] || fail "want exactly 1 creating apply of job dns-client in $AUDIT_LOG, found $n"
+m=$(grep -c '"verb":"update",.*"username":"system:serviceaccount:kube-system:job-controller".*"resource":"jobs","namespace":"node-check","name":"dns-client".*"subresource":"status"' "$AUDIT_LOG" || true)
+[ "$m" -ge 1 ] || fail "no status update of job dns-client by the job controller in $AUDIT_LOG"
+log "audit log: $(wc -l <"$AUDIT_LOG") events; job dns-client: $n creating apply, $m status updates by the job controller"
