@@ -14,6 +14,7 @@
 #   TILED_E2E_STATE   folder for everything at run time (default /tmp/tiled-e2e)
 #   TILED_E2E_IMAGES  folder of docker-archive *.tar imported at `up`
 #                     (default ${TILED_OPERATOR_CACHE:-~/.cache/tiled-operator}/images/current)
+#   TILED_E2E_TMPFS   auto (default): containerd's root on a tmpfs when memory allows; 1 always; 0 never
 #   TILED_OPERATOR_CACHE  cache root of hack/controlplane.sh and hack/node/build.sh
 set -euo pipefail
 PATH=$PATH:/usr/local/sbin:/usr/sbin:/sbin
@@ -62,7 +63,7 @@ host_sysctls=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_
   net.bridge.bridge-nf-call-iptables)
 # Host paths the runtime touches outside $STATE (containerd 1.6, libcni and kubelet hard-code them).
 host_paths=(/run/containerd /run/containerd/s /run/containerd/runc /run/containerd/fifo /run/netns
-  /var/lib/cni /var/lib/cni/results /var/lib/cni/networks /var/log/containers /var/log/pods
+  /var/lib/kubelet/device-plugins /var/lib/cni /var/lib/cni/results /var/lib/cni/networks /var/log/containers /var/log/pods
   /var/lib/kubelet /var/lib/containerd /opt/containerd /etc/cni/net.d /etc/kubernetes)
 
 log() { echo "cluster.sh: $*" >&2; }
@@ -563,6 +564,21 @@ cmd_up() {
   snapshot "$STATE/host-before"
   log "host state recorded in $STATE/host-before"
 
+  # containerd's root (the imported images and their unpacked layers, twice the tars' size) on a tmpfs
+  # when memory allows: on this machine kind's disk, importing a 1.3 GB image and deleting it again
+  # takes minutes; in memory, seconds. The tmpfs is ours below $STATE and goes with `down`.
+  local tar_bytes=0 avail_kb f use_tmpfs=${TILED_E2E_TMPFS:-auto}
+  for f in "${tars[@]}"; do tar_bytes=$((tar_bytes + $(stat -Lc %s "$f"))); done
+  avail_kb=$(awk '/^MemAvailable:/{print $2}' /proc/meminfo)
+  if [ "$use_tmpfs" = auto ]; then
+    if [ $((avail_kb * 1024)) -ge $((2 * tar_bytes + 4 * 1024 * 1024 * 1024)) ]; then use_tmpfs=1; else use_tmpfs=0; fi
+  fi
+  mkdir -p "$STATE/containerd"
+  if [ "$use_tmpfs" = 1 ]; then
+    mount -t tmpfs -o "mode=0711,size=$((2 * tar_bytes / 1048576 + 4096))m" "tmpfs-$NETNS" "$STATE/containerd"
+    log "containerd root on a tmpfs of $((2 * tar_bytes / 1048576 + 4096)) MiB (images: $((tar_bytes / 1048576)) MiB; TILED_E2E_TMPFS=0 keeps it on disk)"
+  fi
+
   setup_netns
   make_cgroup_root
   gen_pki
@@ -587,7 +603,7 @@ cmd_up() {
     --service-cluster-ip-range "$SERVICE_CIDR" \
     --client-ca-file "$pki/ca.crt" --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" \
     --kubelet-client-certificate "$pki/apiserver-kubelet-client.crt" --kubelet-client-key "$pki/apiserver-kubelet-client.key" \
-    --kubelet-certificate-authority "$pki/ca.crt" \
+    --kubelet-certificate-authority "$pki/ca.crt" --kubelet-preferred-address-types InternalIP \
     --service-account-issuer "https://kubernetes.default.svc.$CLUSTER_DOMAIN" \
     --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
     --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
@@ -595,19 +611,6 @@ cmd_up() {
     --audit-policy-file "$c/audit-policy.yaml" --audit-log-path "$STATE/audit.log" --audit-log-format json \
     --audit-log-maxsize 0 --audit-log-maxbackup 0 \
     --profiling=false
-  start kube-controller-manager "$cpbin/kube-controller-manager" \
-    --kubeconfig "$c/controller-manager.kubeconfig" \
-    --authentication-kubeconfig "$c/controller-manager.kubeconfig" --authorization-kubeconfig "$c/controller-manager.kubeconfig" \
-    --bind-address 127.0.0.1 --leader-elect=false --use-service-account-credentials \
-    --service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.crt" \
-    --cluster-signing-cert-file "$pki/ca.crt" --cluster-signing-key-file "$pki/ca.key" \
-    --service-cluster-ip-range "$SERVICE_CIDR" --cluster-name "$NETNS" --controllers '*' \
-    --profiling=false
-  start kube-scheduler "$nodebin/kube-scheduler" \
-    --kubeconfig "$c/scheduler.kubeconfig" \
-    --authentication-kubeconfig "$c/scheduler.kubeconfig" --authorization-kubeconfig "$c/scheduler.kubeconfig" \
-    --bind-address 127.0.0.1 --leader-elect=false --profiling=false
-
   # Runtime, in parallel with the control plane coming up.
   start containerd /usr/bin/containerd --config "$c/containerd.toml"
   wait_until 30 "containerd to answer on $SOCK" containerd ctr -a "$SOCK" version
@@ -636,6 +639,22 @@ cmd_up() {
   local api_ready
   api_ready=$(secs "$t_api" "$(now)")
   log "apiserver ready ${api_ready}s after start"
+
+  # Controller-manager and scheduler give up when the apiserver does not answer within ~10 s (their
+  # delegated authentication reads a ConfigMap at start): start them once it is ready.
+  start kube-controller-manager "$cpbin/kube-controller-manager" \
+    --kubeconfig "$c/controller-manager.kubeconfig" \
+    --authentication-kubeconfig "$c/controller-manager.kubeconfig" --authorization-kubeconfig "$c/controller-manager.kubeconfig" \
+    --bind-address 127.0.0.1 --leader-elect=false --use-service-account-credentials \
+    --service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.crt" \
+    --cluster-signing-cert-file "$pki/ca.crt" --cluster-signing-key-file "$pki/ca.key" \
+    --service-cluster-ip-range "$SERVICE_CIDR" --cluster-name "$NETNS" --controllers '*' \
+    --profiling=false
+  start kube-scheduler "$nodebin/kube-scheduler" \
+    --kubeconfig "$c/scheduler.kubeconfig" \
+    --authentication-kubeconfig "$c/scheduler.kubeconfig" --authorization-kubeconfig "$c/scheduler.kubeconfig" \
+    --bind-address 127.0.0.1 --leader-elect=false --profiling=false
+
 
   # Node.
   local t_node
@@ -781,14 +800,22 @@ stop_component() {
 
 cmd_down() {
   [ "$(id -u)" = 0 ] || die "down needs root"
-  local t0 problems=()
+  local t0 problems=() phases="" t_phase
   t0=$(now)
+  t_phase=$t0
+  # phase NAME: note how long the step just finished took.
+  phase() {
+    local t
+    t=$(now)
+    phases+=" $1 $(secs "$t_phase" "$t")s"
+    t_phase=$t
+  }
   local ino
   ino=$(netns_inode || true)
 
   # 1. kubelet first (it would restart containers), then the pods' processes (by their cgroups),
   #    the shims started for our containerd (PID 1 is their parent), containerd, and the rest.
-  stop_component kubelet 3
+  stop_component kubelet 2
   local pids
   for _ in 1 2 3; do
     mapfile -t pids < <(kubepods_pids)
@@ -805,7 +832,7 @@ cmd_down() {
     local p
     p=$(pid_of "$c") && pids+=("$p")
   done
-  kill_wait 3 "${pids[@]}" || true
+  kill_wait 1 "${pids[@]}" || true
   # Anything else still in the namespace (a test binary left by `exec`, a hostNetwork pod).
   if [ -n "$ino" ]; then
     mapfile -t pids < <(pids_in_netns "$ino")
@@ -816,6 +843,7 @@ cmd_down() {
   fi
   rm -f "$STATE"/pids/* 2>/dev/null || true
 
+  phase processes
   # 2. Mounts: everything below $STATE (kubelet's shared bind of its root dir, pods' tmpfs and
   #    overlays, sandbox shm), deepest first; then the pods' network namespaces containerd made.
   local before=$STATE/host-before m
@@ -837,6 +865,7 @@ cmd_down() {
     rm -f "$ns"
   done
 
+  phase mounts
   # 3. cgroups: ours in every hierarchy, depth first (unless they were there before).
   local d
   while read -r d; do
@@ -850,6 +879,7 @@ cmd_down() {
     [ -d "$d" ] && problems+=("cannot remove cgroup $d")
   done < <(our_cgroups)
 
+  phase cgroups
   # 4. Files the runtime writes outside $STATE.
   local a
   for a in "$STATE"/containerd/state/io.containerd.runtime.v2.task/*/*/address; do
@@ -865,10 +895,23 @@ cmd_down() {
     # listening after its containerd went away unless it belongs to another runtime, which keeps it).
     if ! grep -q " ${a}\$" /proc/net/unix 2>/dev/null; then rm -f "$a"; fi
   done
-  rm -f /var/lib/cni/results/"$CNI_NETWORK"-* 2>/dev/null || true
+  # libcni's result cache: <network>-<container id>-<interface>, for our network and containerd's
+  # loopback network (cni-loopback) of the same sandboxes.
+  for a in /var/lib/cni/results/"$CNI_NETWORK"-*; do
+    [ -f "$a" ] || continue
+    local id=${a#/var/lib/cni/results/"$CNI_NETWORK"-}
+    id=${id%-*}
+    rm -f /var/lib/cni/results/*-"$id"-*
+  done
   for a in /var/log/containers/*; do
     [ -L "$a" ] || continue
     case $(readlink "$a") in "$STATE"/*) rm -f "$a" ;; esac
+  done
+  # kubelet's device manager hard-codes /var/lib/kubelet/device-plugins whatever its --root-dir.
+  for d in /var/lib/kubelet/device-plugins /var/lib/kubelet; do
+    if [ -d "$d" ] && [ -f "$before/paths" ] && grep -qxF "$d: absent" "$before/paths" && [ -z "$(mounts_under "$d")" ]; then
+      rm -rf --one-file-system "$d"
+    fi
   done
   # Folders that did not exist before `up` and are empty now.
   for d in /run/containerd/s /run/containerd/runc /run/containerd/fifo /run/containerd /var/lib/cni/results \
@@ -877,6 +920,7 @@ cmd_down() {
     if [ -f "$before/paths" ] && grep -qxF "$d: absent" "$before/paths"; then rmdir "$d" 2>/dev/null || true; fi
   done
 
+  phase files
   # 5. Host-global sysctls kubelet changed.
   if [ -f "$before/sysctl" ]; then
     local k v
@@ -886,6 +930,7 @@ cmd_down() {
     done < <(sed 's/ = / /' "$before/sysctl")
   fi
 
+  phase sysctls
   # 6. The namespace (its bridge, veths, iptables chains and conntrack entries go with it), and the
   #    /run/netns mount `ip netns add` made.
   if [ -e "$NETNS_PATH" ]; then
@@ -902,6 +947,7 @@ cmd_down() {
   fi
   if [ -f "$before/paths" ] && grep -qxF "/run/netns: absent" "$before/paths"; then rmdir /run/netns 2>/dev/null || true; fi
 
+  phase netns
   # 7. $STATE: keep the logs, audit log, timings and the host records; remove the rest.
   if [ -d "$STATE" ]; then
     if [ -n "$(mounts_under "$STATE")" ]; then
@@ -914,6 +960,7 @@ cmd_down() {
     fi
   fi
 
+  phase state
   # 8. Compare with the record taken at `up`.
   local rc=0
   if [ -d "$before" ]; then
@@ -939,7 +986,8 @@ cmd_down() {
     for p in "${problems[@]}"; do log "problem: $p"; done
     rc=1
   fi
-  log "down in $(secs "$t0" "$(now)")s"
+  phase compare
+  log "down in $(secs "$t0" "$(now)")s (${phases# })"
   return $rc
 }
 
