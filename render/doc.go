@@ -19,17 +19,20 @@
 //
 // For each instance, Render returns:
 //
-//   - the ConfigMap holding config.yml for `tiled serve config`: the catalog on PostgreSQL, writable
+//   - the ConfigMap holding config.yml for `tiled serve config` and entrypoint.py, the program the Tiled
+//     containers run (see Entrypoint): the catalog on PostgreSQL, writable
 //     storage (the data volume and, for appendable tables, the PostgreSQL storage database), readable
 //     storage (the read-only detector mounts), authentication, the auth database for OIDC, metrics,
 //     uvicorn host and port and the pool sizes at the top level, with the spec's free-form config
-//     fragment merged over it. Passwords never appear in it: Tiled expands ${VAR} references in its
-//     configuration from the environment (tiled.utils.parse, os.path.expandvars), and the variables
-//     come from Secrets;
+//     fragment merged over it. Passwords never appear in it: a managed database's URIs name no
+//     credentials (PGUSER and PGPASSWORD carry them), and Tiled expands ${VAR} references to an
+//     external database's URIs from the environment (tiled.utils.parse, os.path.expandvars), whose
+//     variables come from Secrets;
 //   - the Secret with TILED_SINGLE_USER_API_KEY, TILED_SECRET_KEYS and DATABASE_PASSWORD (see
 //     GenerateSecretData: values are generated once, only for missing keys);
 //   - the Tiled StatefulSet (restricted Pod Security Standard, an init container running the database
-//     migrations of InitScript, probes on /healthz, a hash of config.yml on the pod template);
+//     migrations of MigrateCommand, probes on /healthz, a hash of the ConfigMap's content on the pod
+//     template, FallbackToLogsOnError termination messages);
 //   - a ClusterIP Service (port 8000, named http) and a headless Service for the StatefulSet;
 //   - an Ingress when enabled, a PodDisruptionBudget when replicas > 1;
 //   - a PersistentVolume and claim for every NFS volume (inline nfs volumes are forbidden by the
