@@ -172,7 +172,7 @@ node: ## Build the real node's binaries (kubelet, kube-scheduler, kube-proxy, ku
 	hack/node/build.sh
 
 .PHONY: cluster
-cluster: node ## Start a real single-node cluster in the network namespace tiled-e2e and leave it running (docs/real-node.md).
+cluster: node images ## Start a real single-node cluster in the network namespace tiled-e2e and leave it running (docs/real-node.md).
 	hack/node/cluster.sh up
 	@echo
 	@echo "The cluster runs inside the network namespace $${TILED_E2E_NETNS:-tiled-e2e}; use it with:"
