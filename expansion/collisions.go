@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/render"
 )
@@ -109,4 +111,41 @@ func clusterCollision(cluster *v1alpha1.TiledCluster, res *Result) error {
 	return &InvalidFieldError{Layer: "cluster/" + cluster.Name, Field: "spec.instances[name=" + names[1] + "]",
 		Reason: fmt.Sprintf("instances %s and %s collide: %s %s would belong to both (TiledInstances %s and %s); rename one of them",
 			names[0], names[1], c.Object.Kind, c.Object.Name, c.A.Name, c.B.Name)}
+}
+
+// NameCollision returns an *InvalidFieldError when an object of one of mine (the instances of the
+// object under admission, or read from files) would take a name that an object of one of others
+// (the other instances there are) has: refused at admission, naming both, rather than one
+// instance's objects quietly taking over the other's. field says where in the object an instance
+// of mine comes from, e.g. spec.instances[name=chx] or metadata.name.
+func NameCollision(others, mine []*v1alpha1.TiledInstance, field func(*v1alpha1.TiledInstance) string) error {
+	for _, col := range Collisions(append(slices.Clip(others), mine...)) {
+		if !slices.Contains(mine, col.B) || slices.Contains(mine, col.A) {
+			continue
+		}
+		what := "the " + col.Object.Kind
+		if col.Object.Kind == "TiledInstance" {
+			what = "the name"
+		}
+		return &InvalidFieldError{Field: field(col.B), Reason: fmt.Sprintf("%s %s of %s would also be %s of %s; rename one of them",
+			what, col.Object.Name, DescribeInstance(col.B), what, DescribeInstance(col.A))}
+	}
+	return nil
+}
+
+// DescribeInstance names a TiledInstance and, for a member of a TiledCluster, its beamline and
+// cluster.
+func DescribeInstance(ti *v1alpha1.TiledInstance) string {
+	name := ti.Name
+	if ti.Namespace != "" {
+		name = ti.Namespace + "/" + ti.Name
+	}
+	cluster := ti.Labels[v1alpha1.LabelCluster]
+	if ref := metav1.GetControllerOf(ti); ref != nil && ref.Kind == "TiledCluster" {
+		cluster = ref.Name
+	}
+	if cluster == "" {
+		return "TiledInstance " + name
+	}
+	return fmt.Sprintf("TiledInstance %s (instance %s of TiledCluster %s)", name, ti.Labels[v1alpha1.LabelInstance], cluster)
 }

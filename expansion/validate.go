@@ -551,7 +551,7 @@ func (v *validator) storage(p *field.Path, s *v1alpha1.StorageSpec) {
 		}
 		v.dnsSubdomain(mp.Child("existingClaimName"), m.ExistingClaimName)
 		if v.complete && m.NFS == nil && m.ExistingClaimName == "" {
-			v.add(field.Required(mp, "a read-only mount needs nfs or existingClaimName: no claim would ever exist for it"))
+			v.addRelated(field.Required(mp, "a read-only mount needs nfs or existingClaimName: no claim would ever exist for it"), mp.String())
 		}
 		at := m.MountPath
 		atField := mp.Child("mountPath")
@@ -626,14 +626,14 @@ func (v *validator) nfs(p *field.Path, n *v1alpha1.NFSVolumeSource) {
 			v.add(field.Invalid(p.Child("server"), n.Server, msg))
 		}
 	} else if v.complete {
-		v.add(field.Required(p.Child("server"), "an NFS volume needs the server's host name or address"))
+		v.addRelated(field.Required(p.Child("server"), "an NFS volume needs the server's host name or address"), p.String())
 	}
 	if n.Path != "" {
 		if !cleanAbsolute(n.Path) {
 			v.add(field.Invalid(p.Child("path"), n.Path, "must be an absolute path without ., .. or empty segments"))
 		}
 	} else if v.complete {
-		v.add(field.Required(p.Child("path"), "an NFS volume needs the exported directory (path or pathExpression)"))
+		v.addRelated(field.Required(p.Child("path"), "an NFS volume needs the exported directory (path or pathExpression)"), p.String())
 	}
 }
 
@@ -676,7 +676,7 @@ func (v *validator) database(p *field.Path, d *v1alpha1.DatabaseSpec) {
 		if r := e.URISecretRef; r != nil {
 			v.secretRef(ep.Child("uriSecretRef"), r)
 		} else if v.complete {
-			v.add(field.Required(ep.Child("uriSecretRef"), "an external database needs the Secret holding its connection URI"))
+			v.addRelated(field.Required(ep.Child("uriSecretRef"), "an external database needs the Secret holding its connection URI"), ep.String())
 		}
 	}
 }
@@ -710,17 +710,17 @@ func (v *validator) auth(p *field.Path, a *v1alpha1.AuthSpec) {
 			continue
 		}
 		if pr.ClientID == "" {
-			v.add(field.Required(pp.Child("clientID"), "an OIDC provider needs the client id registered with it"))
+			v.addRelated(field.Required(pp.Child("clientID"), "an OIDC provider needs the client id registered with it"), pp.String())
 		}
 		if pr.ClientSecretRef == nil {
-			v.add(field.Required(pp.Child("clientSecretRef"), "an OIDC provider needs the Secret holding its client secret"))
+			v.addRelated(field.Required(pp.Child("clientSecretRef"), "an OIDC provider needs the Secret holding its client secret"), pp.String())
 		}
 		if pr.WellKnownURI == "" {
-			v.add(field.Required(pp.Child("wellKnownURI"), "an OIDC provider needs its OpenID configuration URL"))
+			v.addRelated(field.Required(pp.Child("wellKnownURI"), "an OIDC provider needs its OpenID configuration URL"), pp.String())
 		}
 	}
 	if v.complete && len(o.Providers) == 0 {
-		v.add(field.Required(op.Child("providers"), "OIDC authentication needs at least one provider"))
+		v.addRelated(field.Required(op.Child("providers"), "OIDC authentication needs at least one provider"), op.String())
 	}
 	for i, admin := range o.Admins {
 		ap := op.Child("admins").Index(i)
@@ -729,7 +729,7 @@ func (v *validator) auth(p *field.Path, a *v1alpha1.AuthSpec) {
 		case !ok || prov == "" || id == "":
 			v.add(field.Invalid(ap, admin, "must be provider:id, e.g. orcid:0000-0001-2345-6789"))
 		case v.complete && !names[prov]:
-			v.add(field.Invalid(ap, admin, fmt.Sprintf("names provider %q, which is not among spec.auth.oidc.providers", prov)))
+			v.addRelated(field.Invalid(ap, admin, fmt.Sprintf("names provider %q, which is not among spec.auth.oidc.providers", prov)), op.Child("providers").String())
 		}
 	}
 }
@@ -761,7 +761,7 @@ func (v *validator) expose(p *field.Path, e *v1alpha1.ExposeSpec) {
 			v.add(field.Invalid(ip.Child("host"), h, msg))
 		}
 	} else if v.complete && in.Enabled != nil && *in.Enabled {
-		v.add(field.Required(ip.Child("host"), "an enabled Ingress needs a host (host or hostExpression)"))
+		v.addRelated(field.Required(ip.Child("host"), "an enabled Ingress needs a host (host or hostExpression)"), ip.Child("enabled").String())
 	}
 }
 

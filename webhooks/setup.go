@@ -119,9 +119,9 @@ func Setup(mgr ctrl.Manager, o Options) (*Webhooks, error) {
 	w := &Webhooks{
 		InstanceDefaulter: &InstanceDefaulter{Reader: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Builtins: o.Builtins,
 			Operator: Identity{FieldManager: o.FieldManager, Usernames: o.OperatorUsernames}},
-		InstanceValidator: &InstanceValidator{},
+		InstanceValidator: &InstanceValidator{Reader: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Builtins: o.Builtins},
 		ProfileValidator:  &ProfileValidator{Reader: mgr.GetClient(), Builtins: o.Builtins},
-		ClusterValidator:  &ClusterValidator{Reader: mgr.GetClient(), Builtins: o.Builtins},
+		ClusterValidator:  &ClusterValidator{Reader: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Builtins: o.Builtins},
 	}
 	srv := mgr.GetWebhookServer()
 	srv.Register(MutateInstancePath, &admission.Webhook{Handler: w.InstanceDefaulter})
