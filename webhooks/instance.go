@@ -108,9 +108,6 @@ func (h *InstanceDefaulter) Handle(ctx context.Context, req admission.Request) a
 	if h.Operator.Matches(req) {
 		return admission.Allowed("written by the operator")
 	}
-	if err := expansion.CheckInstance(obj); err != nil {
-		return refuse("TiledInstance", obj.Namespace, obj.Name, "%v", err)
-	}
 	var old *v1alpha1.TiledInstance
 	if req.Operation == admissionv1.Update && len(req.OldObject.Raw) > 0 {
 		old = &v1alpha1.TiledInstance{}

@@ -279,7 +279,6 @@ type NFSVolumeSource struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=4096
 	// +kubebuilder:validation:XValidation:rule="self.startsWith('/')",message="path must be absolute"
-	// +kubebuilder:validation:XValidation:rule="!self.matches('(^|/)[.][.]?(/|$)')",message="path must not hold . or .. segments"
 	Path string `json:"path,omitempty"`
 
 	// PathExpression is a CEL expression returning the path per instance, e.g.
@@ -304,7 +303,6 @@ type ReadOnlyMount struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=4096
 	// +kubebuilder:validation:XValidation:rule="self.startsWith('/')",message="mountPath must be absolute"
-	// +kubebuilder:validation:XValidation:rule="!self.matches('(^|/)[.][.]?(/|$)')",message="mountPath must not hold . or .. segments"
 	MountPath string `json:"mountPath,omitempty"`
 
 	// NFS serves an NFS export, mounted through a PersistentVolume and claim the operator creates.

@@ -58,7 +58,6 @@ type AllowedNFSExport struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=4096
 	// +kubebuilder:validation:XValidation:rule="self.startsWith('/')",message="pathPrefix must be absolute"
-	// +kubebuilder:validation:XValidation:rule="!self.matches('(^|/)[.][.]?(/|$)')",message="pathPrefix must not hold . or .. segments"
 	PathPrefix string `json:"pathPrefix"`
 
 	// ReadOnly allows the export for read-only mounts only (storage.readOnlyMounts), not as the
