@@ -50,6 +50,8 @@ const (
 	ReasonPaused             = "Paused"
 	ReasonProfileDeleted     = "ProfileDeleted"
 	ReasonChildRefused       = "ChildRefused"
+	// ReasonNotAllowed: an NFS export, uid or gid that the instance's TiledProfiles do not allow.
+	ReasonNotAllowed = "NotAllowed"
 )
 
 // expansionReason maps an expansion error to a condition reason.
@@ -62,6 +64,7 @@ func expansionReason(err error) string {
 		unknown  *expansion.UnknownFieldError
 		invalid  *expansion.InvalidFieldError
 		deleted  *ProfileDeletedError
+		denied   *expansion.NotAllowedError
 	)
 	switch {
 	case errors.As(err, &conflict):
@@ -78,6 +81,8 @@ func expansionReason(err error) string {
 		return ReasonInvalidField
 	case errors.As(err, &deleted):
 		return ReasonProfileDeleted
+	case errors.As(err, &denied):
+		return ReasonNotAllowed
 	}
 	return ReasonExpansionFailed
 }
