@@ -140,7 +140,7 @@ func TestInvalidObjectsAreRefused(t *testing.T) {
 		{"managed and external database", profile + "spec: {database: {managed: {image: 'postgres:16'}, external: {uriSecretRef: {name: db}}}}",
 			[]string{"spec.database", "managed and external are mutually exclusive"}},
 		{"nfs and existing claim", instance + "spec: {storage: {data: {existingClaimName: x, nfs: {server: nfs}}}}",
-			[]string{"spec.storage.data", "nfs and existingClaimName are mutually exclusive"}},
+			[]string{"spec.storage.data", "nfs, existingClaimName and storageClassName are mutually exclusive"}},
 		{"path and pathExpression", profile + "spec: {storage: {readOnlyMounts: [{name: p, nfs: {server: s, path: /a, pathExpression: \"'/b'\"}}]}}",
 			[]string{"spec.storage.readOnlyMounts[0].nfs", "path and pathExpression are mutually exclusive"}},
 		{"relative nfs path", profile + "spec: {storage: {data: {nfs: {server: s, path: data/x}}}}",

@@ -78,6 +78,9 @@ type inputOptions struct {
 	filenames []string
 	recursive bool
 	namespace string
+	// unchecked skips the API server's schema checks on the files (DecodeAllChecked): for diff,
+	// whose server-side dry run makes them.
+	unchecked bool
 }
 
 func (o *inputOptions) addFlags(cmd *cobra.Command) {
@@ -273,14 +276,14 @@ var extensions = []string{".yaml", ".yml", ".json"}
 // read decodes the objects of a file, of "-" (standard input), or of the files of a directory.
 func (o *inputOptions) read(name string, stdin io.Reader) ([]runtime.Object, error) {
 	if name == "-" {
-		return expansion.DecodeAllChecked("<stdin>", stdin)
+		return o.decode("<stdin>", stdin)
 	}
 	info, err := os.Stat(name)
 	if err != nil {
 		return nil, fmt.Errorf("the path %q does not exist", name)
 	}
 	if !info.IsDir() {
-		return readFile(name)
+		return o.readFile(name)
 	}
 	var files []string
 	err = filepath.WalkDir(name, func(path string, d os.DirEntry, err error) error {
@@ -304,7 +307,7 @@ func (o *inputOptions) read(name string, stdin io.Reader) ([]runtime.Object, err
 	slices.Sort(files)
 	var out []runtime.Object
 	for _, f := range files {
-		objs, err := readFile(f)
+		objs, err := o.readFile(f)
 		if err != nil {
 			return nil, err
 		}
@@ -313,11 +316,18 @@ func (o *inputOptions) read(name string, stdin io.Reader) ([]runtime.Object, err
 	return out, nil
 }
 
-func readFile(name string) ([]runtime.Object, error) {
+func (o *inputOptions) readFile(name string) ([]runtime.Object, error) {
 	f, err := os.Open(name)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	return expansion.DecodeAllChecked(name, f)
+	return o.decode(name, f)
+}
+
+func (o *inputOptions) decode(name string, r io.Reader) ([]runtime.Object, error) {
+	if o.unchecked {
+		return expansion.DecodeAll(name, r)
+	}
+	return expansion.DecodeAllChecked(name, r)
 }
