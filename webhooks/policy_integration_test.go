@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -60,11 +61,12 @@ func editorClient(t *testing.T, namespace string) client.Client {
 	return c
 }
 
-// TestNFSPolicy: NFS exports and pod identity are a profile author's decision. A namespace editor
-// (a ServiceAccount bound to the aggregated "edit" role, impersonated against the real API server
-// with the webhooks running) is refused when a TiledCluster's override or a standalone
-// TiledInstance names an NFS server or directory, or a uid, that no TiledProfile allows; the
-// administrator who writes profiles allows an export, and the same editor may then use it.
+// TestNFSPolicy: NFS exports and pod identity are an administrator's decision, made in TiledProfiles.
+// A namespace editor (a ServiceAccount bound to the aggregated "edit" role, impersonated against the
+// real API server with the webhooks running) is refused when a TiledCluster's override or a
+// standalone TiledInstance names an NFS server or directory, or a uid, that no TiledProfile allows,
+// and when it writes an allowance, an NFS export or a uid into a profile; the administrator allows an
+// export, and the same editor may then use it.
 func TestNFSPolicy(t *testing.T) {
 	g := NewWithT(t)
 	s := startWebhooks(t)
@@ -144,6 +146,35 @@ spec: `+spec), in)).To(Succeed())
 	// the range.
 	g.Expect(editor.Create(ctx, cluster("allowed", "{storage: {data: {nfs: {server: nfs.nsls2.bnl.gov, path: /nsls2/data/chx/tiled}}}, tiled: {runAsUser: 51234}}"))).To(Succeed())
 	g.Expect(editor.Create(ctx, instance("allowed", `{profileSelector: {matchLabels: {facility: nsls2}}, storage: {data: {nfs: {server: nfs.nsls2.bnl.gov, path: /nsls2/data/allowed}}}}`))).To(Succeed())
+
+	// Editors may write TiledProfiles (the aggregated role), but not the host-reaching parts: an
+	// allowance, an NFS export or a uid in a profile needs permission to create PersistentVolumes.
+	notAdmin := func(err error, field string) {
+		t.Helper()
+		g.Expect(err).To(HaveOccurred())
+		g.Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+		g.Expect(err.Error()).To(ContainSubstring(field))
+		g.Expect(err.Error()).To(ContainSubstring("need permission to create PersistentVolumes, which system:serviceaccount:policy:beamline-editor does not have"))
+	}
+	sneaky := &v1alpha1.TiledProfile{}
+	g.Expect(yaml.Unmarshal([]byte(`
+metadata: {name: sneaky, namespace: policy, labels: {facility: nsls2}}
+spec: {priority: 5, allowedNFS: [{server: evil.example.org, pathPrefix: /}]}`), sneaky)).To(Succeed())
+	notAdmin(editor.Create(ctx, sneaky), "spec.allowedNFS")
+	sneaky.Spec.AllowedNFS = nil
+	sneaky.Spec.Storage = &v1alpha1.StorageSpec{ReadOnlyMounts: []v1alpha1.ReadOnlyMount{{Name: "etc", NFS: &v1alpha1.NFSVolumeSource{Server: "evil.example.org", Path: "/etc"}}}}
+	notAdmin(editor.Create(ctx, sneaky), "spec.storage.readOnlyMounts[name=etc].nfs")
+	sneaky.Spec.Storage = nil
+	sneaky.Spec.Tiled = &v1alpha1.TiledServerSpec{RunAsUser: ptr.To[int64](1000)}
+	notAdmin(editor.Create(ctx, sneaky), "spec.tiled.runAsUser")
+	editable := &v1alpha1.TiledProfile{}
+	g.Expect(editor.Get(ctx, client.ObjectKeyFromObject(profile), editable)).To(Succeed())
+	editable.Spec.AllowedNFS = append(editable.Spec.AllowedNFS, v1alpha1.AllowedNFSExport{Server: "evil.example.org", PathPrefix: "/"})
+	notAdmin(editor.Update(ctx, editable), "spec.allowedNFS")
+	// Other settings of the same profile remain the editors'.
+	g.Expect(editor.Get(ctx, client.ObjectKeyFromObject(profile), editable)).To(Succeed())
+	editable.Spec.Tiled = &v1alpha1.TiledServerSpec{Image: "ghcr.io/bluesky/tiled:0.2.20"}
+	g.Expect(editor.Update(ctx, editable)).To(Succeed())
 
 	// The profile author (an administrator) allows the other server; the editor's cluster is then
 	// admitted.

@@ -43,6 +43,10 @@ type ProfileValidator struct {
 	Reader client.Reader
 	// Builtins are the built-in defaults, as the controllers use.
 	Builtins expansion.Builtins
+	// Reviews creates SubjectAccessReviews: a profile edit that adds or changes an NFS export, a uid
+	// or gid, or an allowance is admitted only for users who may create PersistentVolumes (see
+	// hostReachingParts). Nil skips that check (handler tests without an API server).
+	Reviews client.Client
 }
 
 // Handle implements admission.Handler.
@@ -70,6 +74,16 @@ func (h *ProfileValidator) Handle(ctx context.Context, req admission.Request) ad
 	if req.Operation == admissionv1.Update && len(req.OldObject.Raw) > 0 {
 		if o, err := expansion.Decode(req.OldObject.Raw); err == nil {
 			old, _ = o.(*v1alpha1.TiledProfile)
+		}
+	}
+	if field := hostReachingChange(p, old); field != "" && h.Reviews != nil {
+		allowed, err := mayCreatePersistentVolumes(ctx, h.Reviews, req.UserInfo)
+		if err != nil {
+			return admission.Errored(http.StatusInternalServerError, err)
+		}
+		if !allowed {
+			return refuse("TiledProfile", p.Namespace, p.Name, "%s: NFS exports, the pods' uids and gids, and what instances may choose of them (allowedNFS, allowedUserIDs, allowedGroupIDs) are an administrator's decision: they need permission to create PersistentVolumes, which %s does not have",
+				field, req.UserInfo.Username)
 		}
 	}
 	var clusters v1alpha1.TiledClusterList

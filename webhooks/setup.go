@@ -120,7 +120,7 @@ func Setup(mgr ctrl.Manager, o Options) (*Webhooks, error) {
 		InstanceDefaulter: &InstanceDefaulter{Reader: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Builtins: o.Builtins,
 			Operator: Identity{FieldManager: o.FieldManager, Usernames: o.OperatorUsernames}},
 		InstanceValidator: &InstanceValidator{Reader: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Builtins: o.Builtins},
-		ProfileValidator:  &ProfileValidator{Reader: mgr.GetClient(), Builtins: o.Builtins},
+		ProfileValidator:  &ProfileValidator{Reader: mgr.GetClient(), Builtins: o.Builtins, Reviews: mgr.GetClient()},
 		ClusterValidator:  &ClusterValidator{Reader: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Builtins: o.Builtins},
 	}
 	srv := mgr.GetWebhookServer()
