@@ -22,6 +22,8 @@ import (
 func ForKind(kind schema.GroupVersionKind) interface{} {
 	switch kind {
 	// Group=tiled.blueskyproject.io, Version=v1alpha1
+	case v1alpha1.SchemeGroupVersion.WithKind("AllowedNFSExport"):
+		return &apisv1alpha1.AllowedNFSExportApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("AuthSpec"):
 		return &apisv1alpha1.AuthSpecApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ClusterInstance"):
@@ -38,10 +40,14 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apisv1alpha1.ExposeSpecApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ExternalDatabase"):
 		return &apisv1alpha1.ExternalDatabaseApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("IDRange"):
+		return &apisv1alpha1.IDRangeApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("IngressSpec"):
 		return &apisv1alpha1.IngressSpecApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("InstanceTemplate"):
 		return &apisv1alpha1.InstanceTemplateApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("LocalObjectReference"):
+		return &apisv1alpha1.LocalObjectReferenceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ManagedDatabase"):
 		return &apisv1alpha1.ManagedDatabaseApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("MonitoringSpec"):

@@ -64,6 +64,8 @@ const (
 	ReasonContainerConfig = podstatus.ReasonContainerConfig
 	ReasonProbeFailing    = podstatus.ReasonProbeFailing
 	ReasonUnschedulable   = podstatus.ReasonUnschedulable
+	// ReasonNotAllowed: an NFS export, uid or gid that the instance's TiledProfiles do not allow.
+	ReasonNotAllowed = "NotAllowed"
 )
 
 // expansionReason maps an expansion error to a condition reason.
@@ -76,6 +78,7 @@ func expansionReason(err error) string {
 		unknown  *expansion.UnknownFieldError
 		invalid  *expansion.InvalidFieldError
 		deleted  *ProfileDeletedError
+		denied   *expansion.NotAllowedError
 	)
 	switch {
 	case errors.As(err, &conflict):
@@ -92,6 +95,8 @@ func expansionReason(err error) string {
 		return ReasonInvalidField
 	case errors.As(err, &deleted):
 		return ReasonProfileDeleted
+	case errors.As(err, &denied):
+		return ReasonNotAllowed
 	}
 	return ReasonExpansionFailed
 }

@@ -10,17 +10,22 @@ import (
 
 // CheckLayer checks one layer on its own, as the admission webhooks do before anything is expanded:
 // its fields against the CRD's schema (*UnknownFieldError, *InvalidFieldError), its mutually
-// exclusive groups, and every CEL expression it holds, compiled and type-checked against the field
-// it computes (*ExpressionError with Reason compile or type). Expressions are not evaluated: that
-// depends on the instance. source names the layer in errors, e.g. ProfileSource(p) or
+// exclusive groups, every CEL expression it holds, compiled and type-checked against the field it
+// computes (*ExpressionError with Reason compile or type), and the values it sets, which must be
+// ones the API server accepts on the objects made from them and that can run (*InvalidFieldError:
+// image references, quantities, labels, tolerations, affinity, names, paths, NFS servers, Tiled
+// config keys...). Expressions are not evaluated: that depends on the instance; Expand checks the
+// values they compute. source names the layer in errors, e.g. ProfileSource(p) or
 // SourceClusterTemplate; template is a *v1alpha1.InstanceTemplate or *v1alpha1.TiledInstanceSpec.
 func CheckLayer(source string, template interface{}) error {
 	e, err := newEngine()
 	if err != nil {
 		return err
 	}
-	_, err = e.newLayer(source, template)
-	return err
+	if _, err = e.newLayer(source, template); err != nil {
+		return err
+	}
+	return checkValues(source, template)
 }
 
 // Restrict returns the spec of obj with only the leaf fields that keep accepts; keep sees each leaf

@@ -18,9 +18,13 @@ const TiledImage = "ghcr.io/bluesky/tiled:" + TiledVersion
 // PostgresImage is the default image of a managed database.
 const PostgresImage = "postgres:16"
 
+// DefaultUID is the uid, gid and fsGroup the Tiled pods run as unless a layer sets
+// spec.tiled.runAsUser, runAsGroup or fsGroup (the managed PostgreSQL always runs as it).
+const DefaultUID int64 = 999
+
 // BuiltinsVersion names the set of built-in defaults below. It changes whenever a default changes,
 // so that a cluster's expansion can say which defaults it used.
-const BuiltinsVersion = "2026.11.1"
+const BuiltinsVersion = "2026.11.2"
 
 // Builtins is the lowest layer of every expansion: the operator's own defaults, versioned.
 type Builtins struct {
@@ -31,9 +35,9 @@ type Builtins struct {
 }
 
 // DefaultBuiltins returns the operator's built-in defaults at BuiltinsVersion: a small, secure
-// Tiled (one replica, single-user API key, no anonymous access) on a 10Gi ReadWriteOnce volume of
-// the cluster's default storage class, with a managed PostgreSQL database and a ClusterIP Service.
-// Each call returns a fresh copy.
+// Tiled (one replica running as uid and gid 999, single-user API key, no anonymous access) on a
+// 10Gi ReadWriteOnce volume of the cluster's default storage class, with a managed PostgreSQL
+// database and a ClusterIP Service. Each call returns a fresh copy.
 func DefaultBuiltins() Builtins {
 	q := resource.MustParse
 	return Builtins{
@@ -43,6 +47,9 @@ func DefaultBuiltins() Builtins {
 				Image:           TiledImage,
 				ImagePullPolicy: corev1.PullIfNotPresent,
 				Replicas:        ptr.To[int32](1),
+				RunAsUser:       ptr.To(DefaultUID),
+				RunAsGroup:      ptr.To(DefaultUID),
+				FSGroup:         ptr.To(DefaultUID),
 				Resources: &corev1.ResourceRequirements{
 					Requests: corev1.ResourceList{corev1.ResourceCPU: q("250m"), corev1.ResourceMemory: q("512Mi")},
 					Limits:   corev1.ResourceList{corev1.ResourceMemory: q("2Gi")},

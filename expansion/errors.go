@@ -104,15 +104,26 @@ func where(object, layer string) string {
 	return b.String()
 }
 
-// InvalidFieldError reports a value the schema rejects for a reason other than an unknown field,
-// e.g. two env entries with the same name, or a value of the wrong type.
+// InvalidFieldError reports a value that is refused for a reason other than an unknown field: one
+// the schema rejects (two env entries with the same name, a value of the wrong type), or one the
+// API server would refuse on the objects made from it, or that can never run (an image reference
+// with a space, a memory request above its limit, an NFS volume without a server), or two
+// instances whose objects would share a name.
 type InvalidFieldError struct {
-	// Object, Layer and Field are as in UnknownFieldError.
+	// Object, Layer and Field are as in UnknownFieldError. For a value of an expanded instance,
+	// Layer is the provenance source that set it (the highest of those that set the fields taking
+	// part), e.g. instance/chx/overrides or profile/nsls2@3 (expression).
 	Object, Layer, Field string
+	// Instance is the short name of the instance whose expanded spec holds the value, or "".
+	Instance string
 	// Reason says what is wrong.
 	Reason string
 }
 
 func (e *InvalidFieldError) Error() string {
-	return fmt.Sprintf("%s%s: %s", where(e.Object, e.Layer), e.Field, e.Reason)
+	w := where(e.Object, e.Layer)
+	if e.Instance != "" {
+		w = fmt.Sprintf("%sinstance %s: ", w, e.Instance)
+	}
+	return fmt.Sprintf("%s%s: %s", w, e.Field, e.Reason)
 }

@@ -52,7 +52,10 @@ type Instance struct {
 // Expand is pure and deterministic: no client, no clock, no dependence on the order of candidates or
 // of map iteration; the same input gives byte-identical Marshal output. On error it returns no
 // result at all, and the error is one of *SelectorError, *NoProfilesError, *ConflictError,
-// *ExpressionError, *UnknownFieldError or *InvalidFieldError.
+// *ExpressionError, *UnknownFieldError, *InvalidFieldError (a value of an expanded instance that
+// the API server would refuse on its objects or that cannot run, or two instances whose objects
+// would share a name) or *NotAllowedError (an NFS export, uid or gid that the instance's profiles
+// do not allow; see checkAllowed).
 func Expand(cluster *v1alpha1.TiledCluster, candidates []v1alpha1.TiledProfile, builtins Builtins) (*Result, error) {
 	return expand(cluster, candidates, builtins, (*engine).expandOne)
 }
@@ -140,6 +143,9 @@ func expand(cluster *v1alpha1.TiledCluster, candidates []v1alpha1.TiledProfile, 
 		if err != nil {
 			return nil, err
 		}
+		if err := e.checkExpanded(item.Name, spec, prov, stack, ctx); err != nil {
+			return nil, err
+		}
 		res.Instances = append(res.Instances, Instance{
 			Name:     item.Name,
 			Profiles: names,
@@ -150,6 +156,9 @@ func expand(cluster *v1alpha1.TiledCluster, candidates []v1alpha1.TiledProfile, 
 				Provenance: prov,
 			},
 		})
+	}
+	if err := clusterCollision(cluster, res); err != nil {
+		return nil, err
 	}
 	return res, nil
 }
@@ -201,6 +210,9 @@ func ExpandInstance(instance *v1alpha1.TiledInstance, candidates []v1alpha1.Tile
 	ctx := newExprContext(short, instance.Labels, instance.Labels[v1alpha1.LabelCluster], nil, instance.Namespace)
 	spec, prov, err := e.expandOne(short, stack, len(stack), ctx)
 	if err != nil {
+		return nil, err
+	}
+	if err := e.checkExpanded(short, spec, prov, stack, ctx); err != nil {
 		return nil, err
 	}
 	out := instance.DeepCopy()

@@ -59,7 +59,7 @@ func TestPrecedence(t *testing.T) {
 		g := NewWithT(t)
 		// Different fields: no conflict; both apply, and b (later by name) is applied over a.
 		o := one(t, C("", I("x", nil)),
-			P(t, "b", 0, "tiled: {nodeSelector: {zone: b}, replicas: 2}"),
+			P(t, "b", 0, "tiled: {nodeSelector: {zone: b}, priorityClassName: high}"),
 			P(t, "a", 0, "tiled: {nodeSelector: {rack: a}}"))
 		g.Expect(o.Spec.Tiled.NodeSelector).To(Equal(map[string]string{"zone": "b", "rack": "a"}))
 		g.Expect(o.Provenance).To(HaveKeyWithValue("spec.tiled.nodeSelector.rack", "profile/a@1"))
@@ -178,7 +178,7 @@ func TestUnions(t *testing.T) {
 		},
 		{
 			name:     "NFS replaces a read-only mount's existing claim, per mount",
-			profile:  "storage: {readOnlyMounts: [{name: a, existingClaimName: a}, {name: b, existingClaimName: b}]}",
+			profile:  "{storage: {readOnlyMounts: [{name: a, existingClaimName: a}, {name: b, existingClaimName: b}]}, allowedNFS: [{server: nfs, pathPrefix: /a}]}",
 			override: "storage: {readOnlyMounts: [{name: a, nfs: {server: nfs, path: /a}}]}",
 			check: func(g Gomega, o *v1alpha1.TiledInstance) {
 				m := o.Spec.Storage.ReadOnlyMounts
@@ -196,7 +196,7 @@ func TestUnions(t *testing.T) {
 		{
 			name:     "OIDC replaces the single-user API key",
 			profile:  "auth: {allowAnonymousAccess: true}",
-			override: "auth: {oidc: {providers: [{name: orcid, clientID: x}]}}",
+			override: "auth: {oidc: {providers: [{name: orcid, clientID: x, clientSecretRef: {name: orcid}, wellKnownURI: 'https://orcid.org/.well-known/openid-configuration'}]}}",
 			check: func(g Gomega, o *v1alpha1.TiledInstance) {
 				g.Expect(o.Spec.Auth.SingleUserAPIKey).To(BeNil())
 				g.Expect(o.Spec.Auth.OIDC.Providers).To(HaveLen(1))
@@ -205,7 +205,7 @@ func TestUnions(t *testing.T) {
 		},
 		{
 			name:     "a literal path beats a lower pathExpression",
-			profile:  "storage: {data: {nfs: {server: nfs, pathExpression: \"'/expr/' + instance.name\"}}}",
+			profile:  "{storage: {data: {nfs: {server: nfs, pathExpression: \"'/expr/' + instance.name\"}}}, allowedNFS: [{server: nfs, pathPrefix: /literal}]}",
 			override: "storage: {data: {nfs: {path: /literal}}}",
 			check: func(g Gomega, o *v1alpha1.TiledInstance) {
 				g.Expect(o.Spec.Storage.Data.NFS.Path).To(Equal("/literal"))
@@ -215,7 +215,7 @@ func TestUnions(t *testing.T) {
 		},
 		{
 			name:     "a pathExpression beats a lower literal path",
-			profile:  "storage: {data: {nfs: {server: nfs, path: /literal}}}",
+			profile:  "{storage: {data: {nfs: {server: nfs, path: /literal}}}, allowedNFS: [{server: nfs, pathPrefix: /expr}]}",
 			override: "storage: {data: {nfs: {pathExpression: \"'/expr/' + instance.name\"}}}",
 			check: func(g Gomega, o *v1alpha1.TiledInstance) {
 				g.Expect(o.Spec.Storage.Data.NFS.Path).To(Equal("/expr/x"))
@@ -251,9 +251,13 @@ func TestUnions(t *testing.T) {
 			g := NewWithT(t)
 			o := one(t, C("", I("x", T(t, tc.override))), P(t, "p", 0, tc.profile))
 			tc.check(g, o)
-			// The result passes the CRD's exclusivity rules, and every leaf has a source.
-			again, err := ExpandInstance(o, nil, DefaultBuiltins())
+			// The result passes the CRD's exclusivity rules, and every leaf has a source. (Expanded
+			// again with the profile, whose allowances its NFS exports need.)
+			standalone := o.DeepCopy()
+			standalone.Spec.ProfileSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"facility": "test"}}
+			again, err := ExpandInstance(standalone, []v1alpha1.TiledProfile{P(t, "p", 0, tc.profile)}, DefaultBuiltins())
 			g.Expect(err).NotTo(HaveOccurred())
+			again.Spec.ProfileSelector = nil
 			g.Expect(again.Spec).To(Equal(o.Spec))
 			g.Expect(o.Provenance).To(HaveLen(len(leaves(t, o))))
 		})

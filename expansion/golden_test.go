@@ -2,6 +2,7 @@ package expansion
 
 import (
 	"bytes"
+	"errors"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -172,9 +173,16 @@ func TestIdempotence(t *testing.T) {
 			}
 		}
 
-		// And the standalone expansion is itself a fixed point.
+		// And the standalone expansion is itself a fixed point (with the same profiles: without
+		// them, the NFS exports it names would be its own choice, which no profile allows).
+		again.Spec.ProfileSelector = standalone.Spec.ProfileSelector
 		twice, err := ExpandInstance(again, profs, DefaultBuiltins())
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(twice.Spec).To(Equal(again.Spec))
+		again.Spec.ProfileSelector = nil
+		_, err = ExpandInstance(again, profs, DefaultBuiltins())
+		var notAllowed *NotAllowedError
+		g.Expect(errors.As(err, &notAllowed)).To(BeTrue(), "without profiles: %v", err)
+		g.Expect(notAllowed.Field).To(HavePrefix("spec.storage.readOnlyMounts[name=proposals].nfs"))
 	}
 }

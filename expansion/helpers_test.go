@@ -83,10 +83,11 @@ func P(t testing.TB, name string, priority int32, template string) v1alpha1.Tile
 	p := v1alpha1.TiledProfile{}
 	p.Name, p.Namespace, p.Generation = name, testNS, 1
 	p.Labels = map[string]string{"facility": "test"}
-	p.Spec.Priority = priority
-	if err := yaml.UnmarshalStrict([]byte(template), &p.Spec.InstanceTemplate); err != nil {
+	// The spec: the template's fields and the allowances (allowedNFS, ...).
+	if err := yaml.UnmarshalStrict([]byte(template), &p.Spec); err != nil {
 		t.Fatalf("profile %s: %v", name, err)
 	}
+	p.Spec.Priority = priority
 	return p
 }
 

@@ -168,6 +168,36 @@ func unquote(q string) (string, bool) {
 // DecodeAll decodes every document of a YAML (or JSON) stream with Decode, skipping empty
 // documents and comments. name (e.g. a file name) prefixes errors.
 func DecodeAll(name string, r io.Reader) ([]runtime.Object, error) {
+	return decodeAll(name, r, Decode)
+}
+
+// DecodeChecked decodes a document with Decode and then checks it as the API server would before
+// admitting it (CheckSchema): the CRD's bounds, patterns and CEL rules included.
+func DecodeChecked(doc []byte) (runtime.Object, error) {
+	obj, err := Decode(doc)
+	if err != nil {
+		return nil, err
+	}
+	j, err := yaml.YAMLToJSON(doc)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]interface{}
+	if err := utiljson.Unmarshal(j, &m); err != nil {
+		return nil, err
+	}
+	if err := CheckSchema(&unstructured.Unstructured{Object: m}); err != nil {
+		return nil, err
+	}
+	return obj, nil
+}
+
+// DecodeAllChecked is DecodeAll with DecodeChecked: what kubectl-tiled reads.
+func DecodeAllChecked(name string, r io.Reader) ([]runtime.Object, error) {
+	return decodeAll(name, r, DecodeChecked)
+}
+
+func decodeAll(name string, r io.Reader, decode func([]byte) (runtime.Object, error)) ([]runtime.Object, error) {
 	reader := utilyaml.NewYAMLReader(bufio.NewReader(r))
 	var out []runtime.Object
 	for i := 1; ; i++ {
@@ -181,7 +211,7 @@ func DecodeAll(name string, r io.Reader) ([]runtime.Object, error) {
 		if isEmptyDocument(doc) {
 			continue
 		}
-		obj, err := Decode(doc)
+		obj, err := decode(doc)
 		if err != nil {
 			return nil, fmt.Errorf("%s: document %d: %w", name, i, err)
 		}

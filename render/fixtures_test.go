@@ -77,7 +77,8 @@ func oidcExternal() *v1alpha1.TiledInstance {
 }
 
 // nfsScaled: NFS data, detector mounts on NFS and on an existing claim, three replicas, a
-// ServiceMonitor, retention Delete, scheduling settings.
+// ServiceMonitor, retention Delete, scheduling settings, the pods' uid and groups, image pull
+// secrets, affinity and topology spread (Tiled), node selector and tolerations (PostgreSQL).
 func nfsScaled() *v1alpha1.TiledInstance {
 	ti := baseInstance("chx")
 	ti.Spec.Tiled.Replicas = ptr.To[int32](3)
@@ -94,6 +95,26 @@ func nfsScaled() *v1alpha1.TiledInstance {
 		Retention: v1alpha1.RetentionDelete,
 	}
 	ti.Spec.Monitoring = &v1alpha1.MonitoringSpec{ServiceMonitor: ptr.To(true), Interval: "15s"}
+	// The facility's identity on its NFS exports, a private registry, placement.
+	ti.Spec.Tiled.RunAsUser = ptr.To[int64](52011)
+	ti.Spec.Tiled.RunAsGroup = ptr.To[int64](52000)
+	ti.Spec.Tiled.FSGroup = ptr.To[int64](52000)
+	ti.Spec.Tiled.SupplementalGroups = []int64{3001, 3002}
+	ti.Spec.Tiled.ImagePullSecrets = []v1alpha1.LocalObjectReference{{Name: "nsls2-registry"}}
+	ti.Spec.Tiled.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+		PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{Weight: 50, PodAffinityTerm: corev1.PodAffinityTerm{
+			TopologyKey:   "kubernetes.io/hostname",
+			LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/component": "database"}},
+		}}},
+	}}
+	ti.Spec.Tiled.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{
+		MaxSkew: 1, TopologyKey: "topology.kubernetes.io/zone", WhenUnsatisfiable: corev1.ScheduleAnyway,
+		LabelSelector:  &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/component": "server"}},
+		MatchLabelKeys: []string{"app.kubernetes.io/instance"},
+	}}
+	ti.Spec.Database.Managed.ImagePullSecrets = []v1alpha1.LocalObjectReference{{Name: "nsls2-registry"}}
+	ti.Spec.Database.Managed.NodeSelector = map[string]string{"nsls2.bnl.gov/disk": "ssd"}
+	ti.Spec.Database.Managed.Tolerations = []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "database", Effect: corev1.TaintEffectNoSchedule}}
 	return ti
 }
 

@@ -90,6 +90,26 @@ func Postgres(ti *v1alpha1.TiledInstance, in Inputs) (*corev1ac.ConfigMapApplyCo
 		WithLivenessProbe(live).
 		WithSecurityContext(restrictedContainerSecurityContext())
 
+	podSpec := corev1ac.PodSpec().
+		WithEnableServiceLinks(false).
+		WithAutomountServiceAccountToken(false).
+		WithSecurityContext(restrictedPodSecurityContext(podIdentity{uid: RunAsUser, gid: RunAsUser, fsGroup: RunAsUser})).
+		WithContainers(c).
+		WithVolumes(
+			claimVolume("pgdata", n.DatabaseClaim, false),
+			corev1ac.Volume().WithName("run").WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
+			corev1ac.Volume().WithName("tmp").WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
+			corev1ac.Volume().WithName("init").WithConfigMap(corev1ac.ConfigMapVolumeSource().WithName(n.PostgresInit)),
+		)
+	if len(m.ImagePullSecrets) > 0 {
+		podSpec.WithImagePullSecrets(pullSecrets(m.ImagePullSecrets)...)
+	}
+	if len(m.NodeSelector) > 0 {
+		podSpec.WithNodeSelector(m.NodeSelector)
+	}
+	for i := range m.Tolerations {
+		podSpec.WithTolerations(toleration(m.Tolerations[i]))
+	}
 	sts := appsv1ac.StatefulSet(n.Postgres, ti.Namespace).
 		WithLabels(labels).
 		WithSpec(appsv1ac.StatefulSetSpec().
@@ -98,16 +118,6 @@ func Postgres(ti *v1alpha1.TiledInstance, in Inputs) (*corev1ac.ConfigMapApplyCo
 			WithSelector(metav1ac.LabelSelector().WithMatchLabels(sel)).
 			WithTemplate(corev1ac.PodTemplateSpec().
 				WithLabels(labels).
-				WithSpec(corev1ac.PodSpec().
-					WithEnableServiceLinks(false).
-					WithAutomountServiceAccountToken(false).
-					WithSecurityContext(restrictedPodSecurityContext()).
-					WithContainers(c).
-					WithVolumes(
-						claimVolume("pgdata", n.DatabaseClaim, false),
-						corev1ac.Volume().WithName("run").WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
-						corev1ac.Volume().WithName("tmp").WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
-						corev1ac.Volume().WithName("init").WithConfigMap(corev1ac.ConfigMapVolumeSource().WithName(n.PostgresInit)),
-					))))
+				WithSpec(podSpec)))
 	return cm, svc, sts
 }

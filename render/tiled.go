@@ -1,6 +1,7 @@
 package render
 
 import (
+	"encoding/json"
 	"fmt"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -14,7 +15,8 @@ import (
 	v1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 )
 
-// RunAsUser is the uid (and gid) the Tiled and PostgreSQL containers run as.
+// RunAsUser is the uid (and gid and fsGroup) the PostgreSQL pods run as, and the Tiled pods when
+// their spec sets none (the built-in defaults set 999 too).
 const RunAsUser int64 = 999
 
 // DatabaseWaitSeconds bounds how long the migrate init container waits for the database to accept
@@ -54,25 +56,96 @@ func MigrateCommand(ti *v1alpha1.TiledInstance, in Inputs) ([]string, error) {
 	return cmd, nil
 }
 
+// restrictedContainerSecurityContext is the security context of every container; the uid and gids
+// are the pod's (podSecurityContext).
 func restrictedContainerSecurityContext() *corev1ac.SecurityContextApplyConfiguration {
 	return corev1ac.SecurityContext().
 		WithRunAsNonRoot(true).
-		WithRunAsUser(RunAsUser).
-		WithRunAsGroup(RunAsUser).
 		WithAllowPrivilegeEscalation(false).
 		WithReadOnlyRootFilesystem(true).
 		WithCapabilities(corev1ac.Capabilities().WithDrop("ALL")).
 		WithSeccompProfile(corev1ac.SeccompProfile().WithType(corev1.SeccompProfileTypeRuntimeDefault))
 }
 
-func restrictedPodSecurityContext() *corev1ac.PodSecurityContextApplyConfiguration {
-	return corev1ac.PodSecurityContext().
+// podIdentity is the uid and groups of a pod.
+type podIdentity struct {
+	uid, gid, fsGroup int64
+	supplemental      []int64
+}
+
+// tiledIdentity is the identity of the Tiled pods: the spec's, RunAsUser where it sets none.
+func tiledIdentity(t *v1alpha1.TiledServerSpec) podIdentity {
+	id := podIdentity{uid: RunAsUser, gid: RunAsUser, fsGroup: RunAsUser}
+	if t.RunAsUser != nil {
+		id.uid = *t.RunAsUser
+	}
+	if t.RunAsGroup != nil {
+		id.gid = *t.RunAsGroup
+	}
+	if t.FSGroup != nil {
+		id.fsGroup = *t.FSGroup
+	}
+	id.supplemental = t.SupplementalGroups
+	return id
+}
+
+func restrictedPodSecurityContext(id podIdentity) *corev1ac.PodSecurityContextApplyConfiguration {
+	sc := corev1ac.PodSecurityContext().
 		WithRunAsNonRoot(true).
-		WithRunAsUser(RunAsUser).
-		WithRunAsGroup(RunAsUser).
-		WithFSGroup(RunAsUser).
+		WithRunAsUser(id.uid).
+		WithRunAsGroup(id.gid).
+		WithFSGroup(id.fsGroup).
 		WithFSGroupChangePolicy(corev1.FSGroupChangeOnRootMismatch).
 		WithSeccompProfile(corev1ac.SeccompProfile().WithType(corev1.SeccompProfileTypeRuntimeDefault))
+	if len(id.supplemental) > 0 {
+		sc.WithSupplementalGroups(id.supplemental...)
+	}
+	return sc
+}
+
+// pullSecrets converts image pull secret references.
+func pullSecrets(refs []v1alpha1.LocalObjectReference) []*corev1ac.LocalObjectReferenceApplyConfiguration {
+	out := make([]*corev1ac.LocalObjectReferenceApplyConfiguration, 0, len(refs))
+	for _, r := range refs {
+		out = append(out, corev1ac.LocalObjectReference().WithName(r.Name))
+	}
+	return out
+}
+
+// applyConfiguration converts a core type to its apply configuration through JSON, which both
+// share field for field (affinity, topology spread constraints).
+func applyConfiguration[T any](in any) (*T, error) {
+	b, err := json.Marshal(in)
+	if err != nil {
+		return nil, err
+	}
+	out := new(T)
+	if err := json.Unmarshal(b, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// placement adds the Tiled pods' pull secrets, affinity and topology spread constraints.
+func placement(podSpec *corev1ac.PodSpecApplyConfiguration, t *v1alpha1.TiledServerSpec) error {
+	if len(t.ImagePullSecrets) > 0 {
+		podSpec.WithImagePullSecrets(pullSecrets(t.ImagePullSecrets)...)
+	}
+	if t.Affinity != nil {
+		a, err := applyConfiguration[corev1ac.AffinityApplyConfiguration](t.Affinity)
+		if err != nil {
+			return fmt.Errorf("spec.tiled.affinity: %w", err)
+		}
+		podSpec.WithAffinity(a)
+	}
+	for i := range t.TopologySpreadConstraints {
+		c, err := applyConfiguration[corev1ac.TopologySpreadConstraintApplyConfiguration](&t.TopologySpreadConstraints[i])
+		if err != nil {
+			return fmt.Errorf("spec.tiled.topologySpreadConstraints[%d]: %w", i, err)
+		}
+		podSpec.WithTopologySpreadConstraints(c)
+	}
+	return nil
 }
 
 func secretEnv(name, secret, key string) *corev1ac.EnvVarApplyConfiguration {
@@ -311,7 +384,7 @@ func StatefulSet(ti *v1alpha1.TiledInstance, in Inputs, configHash string) (*app
 	podSpec := corev1ac.PodSpec().
 		WithEnableServiceLinks(false). // Service links would add TILED_* variables Tiled's settings read
 		WithAutomountServiceAccountToken(false).
-		WithSecurityContext(restrictedPodSecurityContext()).
+		WithSecurityContext(restrictedPodSecurityContext(tiledIdentity(t))).
 		WithInitContainers(initC).
 		WithContainers(server).
 		WithVolumes(volumes...)
@@ -326,6 +399,9 @@ func StatefulSet(ti *v1alpha1.TiledInstance, in Inputs, configHash string) (*app
 	}
 	if t.ServiceAccountName != "" {
 		podSpec.WithServiceAccountName(t.ServiceAccountName)
+	}
+	if err := placement(podSpec, t); err != nil {
+		return nil, err
 	}
 
 	spec := appsv1ac.StatefulSetSpec().

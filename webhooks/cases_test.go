@@ -63,6 +63,10 @@ var badCases = []badCase{
   tiled: {image: "ghcr.io/bluesky/tiled:0.2.19"}`,
 		want: []string{"TiledProfile beamlines/bad refused", "TiledCluster beamlines/nsls2 would be left in conflict",
 			"profile/bad@", "profile/facility@", "spec.tiled.image"}},
+	{name: "profile gives the cluster's instances replicas on a ReadWriteOnce claim", handler: "validate-profile",
+		object: profileHead + `  priority: 20
+  tiled: {replicas: 2}`,
+		want: []string{"TiledProfile beamlines/bad refused", "TiledCluster beamlines/nsls2 would fail to expand", "profile/bad@", "spec.tiled.replicas", "ReadWriteMany"}},
 	{name: "profile expression fails for an instance of the cluster", handler: "validate-profile",
 		object: profileHead + `  priority: 3
   tiled: {env: [{name: BL, valueExpression: "instance.labels['beamline']"}]}`,

@@ -54,12 +54,11 @@ func TestValidObjectsPass(t *testing.T) {
 		{"the terse instance", "validate-instance", f.terse, nil},
 		{"the terse instance (mutating)", "mutate", f.terse, nil},
 		{"a profile with suspicious settings", "validate-profile", profileHead + `  priority: 20
-  tiled: {image: "ghcr.io/bluesky/tiled:latest", replicas: 2}
-  storage: {data: {accessModes: [ReadWriteOnce]}, retention: Delete}
+  tiled: {image: "ghcr.io/bluesky/tiled:latest"}
+  storage: {retention: Delete}
   database: {managed: {image: postgres}}
   auth: {allowAnonymousAccess: true}`, []string{
 			`spec.tiled.image: "ghcr.io/bluesky/tiled:latest" uses the tag latest`,
-			"spec.tiled.replicas: 2 replicas share one data volume",
 			"spec.storage.retention: Delete",
 			`spec.database.managed.image: "postgres" has no tag`,
 			"spec.auth.allowAnonymousAccess: true"}},
@@ -171,7 +170,7 @@ func TestMutateReexpandsFollowingProfilesAndEdits(t *testing.T) {
 
 	// A field edited on update becomes the instance's own, and stays so.
 	edited := got.DeepCopy()
-	edited.Spec.Tiled.Replicas = ptr.To[int32](3)
+	edited.Spec.Tiled.PriorityClassName = "beamtime"
 	edited.Spec.Monitoring.Interval = "45s"
 	got2, _ := admit(t, h, admissionv1.Update, edited, got)
 	g.Expect(got2.Spec.Monitoring.Interval).To(Equal("45s"))

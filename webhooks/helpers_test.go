@@ -78,7 +78,7 @@ func handlers(r client.Reader) map[string]admission.Handler {
 	b := expansion.DefaultBuiltins()
 	return map[string]admission.Handler{
 		"mutate":            &webhooks.InstanceDefaulter{Reader: r, Builtins: b, Operator: webhooks.Identity{FieldManager: "tiled-operator", Usernames: []string{"system:serviceaccount:tiled-system:tiled-operator"}}},
-		"validate-instance": &webhooks.InstanceValidator{},
+		"validate-instance": &webhooks.InstanceValidator{Reader: r, Builtins: b},
 		"validate-profile":  &webhooks.ProfileValidator{Reader: r, Builtins: b},
 		"validate-cluster":  &webhooks.ClusterValidator{Reader: r, Builtins: b},
 	}

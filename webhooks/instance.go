@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -137,7 +138,8 @@ type infraError struct{ err error }
 func (e *infraError) Error() string { return e.err.Error() }
 
 // Expand returns obj expanded with Reexpand, over the profiles of its namespace in the cache (and,
-// when the cache has none the selector matches, those the API server lists).
+// when the cache has none the selector matches, or none that allows what the instance sets, those
+// the API server lists).
 func (h *InstanceDefaulter) Expand(ctx context.Context, obj, old *v1alpha1.TiledInstance) (*v1alpha1.TiledInstance, error) {
 	candidates, err := h.profiles(ctx, h.Reader, obj.Namespace)
 	if err != nil {
@@ -145,7 +147,8 @@ func (h *InstanceDefaulter) Expand(ctx context.Context, obj, old *v1alpha1.Tiled
 	}
 	out, err := Reexpand(obj, old, candidates, h.Builtins)
 	var none *profiles.NoProfilesError
-	if errors.As(err, &none) && h.APIReader != nil {
+	var notAllowed *expansion.NotAllowedError
+	if (errors.As(err, &none) || errors.As(err, &notAllowed)) && h.APIReader != nil {
 		if candidates, err = h.profiles(ctx, h.APIReader, obj.Namespace); err != nil {
 			return nil, err
 		}
@@ -247,49 +250,117 @@ func patchedRaw(raw []byte, expanded *v1alpha1.TiledInstance) ([]byte, error) {
 }
 
 // InstanceValidator is the validating webhook of TiledInstance. For a standalone instance it
-// checks what the CRD's CEL rules cannot: fields the schema does not declare, the profileSelector,
-// and every CEL expression (compiled and type-checked against the field it computes, in case the
-// mutating webhook was skipped). It warns about suspicious settings. Instances of a TiledCluster
-// pass: their controller expanded them.
-type InstanceValidator struct{}
+// checks what the CRD's CEL rules cannot (expansion.CheckInstance: its name, fields the schema does
+// not declare, the profileSelector, every CEL expression compiled and type-checked against the field
+// it computes, values the API server would refuse on its objects), in case the mutating webhook was
+// skipped. With a Reader it also expands the instance as the mutating webhook does, and refuses
+// values of the expanded instance that cannot run or that its profiles do not allow
+// (expansion.NotAllowedError), and a name that one of its objects would share with another
+// instance's. It warns about suspicious settings. Instances of a TiledCluster pass: their controller
+// expanded them.
+type InstanceValidator struct {
+	// Reader lists TiledProfiles and TiledInstances: the manager's cache. Nil skips the checks
+	// that need other objects.
+	Reader client.Reader
+	// APIReader, when set, lists TiledProfiles again from the API server before a refusal that
+	// depends on them.
+	APIReader client.Reader
+	// Builtins are the built-in defaults, as the controllers use.
+	Builtins expansion.Builtins
+}
 
 // Handle implements admission.Handler.
-func (h *InstanceValidator) Handle(_ context.Context, req admission.Request) admission.Response {
+func (h *InstanceValidator) Handle(ctx context.Context, req admission.Request) admission.Response {
 	if err := checkKind(req, "TiledInstance"); err != nil {
 		return badRequest("%v", err)
 	}
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return admission.Allowed("")
 	}
-	decoded, err, malformed := decodeRaw(req.Object, "TiledInstance")
-	if malformed {
-		return badRequest("%v", err)
-	}
-	if err != nil {
-		return refuse("TiledInstance", req.Namespace, req.Name, "%v", withoutObject(err))
-	}
-	obj, ok := decoded.(*v1alpha1.TiledInstance)
-	if !ok {
-		return badRequest("the admission request holds a %T, not a TiledInstance", decoded)
+	obj, refusal := decodeNamed[*v1alpha1.TiledInstance](req, "TiledInstance")
+	if refusal != nil {
+		return *refusal
 	}
 	ns, name := obj.Namespace, obj.Name
-	if ns == "" {
-		ns = req.Namespace
-	}
-	if name == "" {
-		name = req.Name
-	}
 	if c := clusterOf(obj); c != "" {
 		return admission.Allowed("an instance of TiledCluster " + c)
 	}
-	if obj.Spec.ProfileSelector != nil {
-		if _, err := profiles.ParseSelector(obj.Spec.ProfileSelector, "instance/"+name, "spec.profileSelector"); err != nil {
-			return refuse("TiledInstance", ns, name, "%v", err)
-		}
-	}
-	if err := expansion.CheckLayer(expansion.SourceInstance, &obj.Spec); err != nil {
+	if err := expansion.CheckInstance(obj); err != nil {
 		return refuse("TiledInstance", ns, name, "%v", err)
+	}
+	if h.Reader != nil {
+		if resp := h.checkExpanded(ctx, req, obj); resp != nil {
+			return *resp
+		}
 	}
 	complete := len(obj.Provenance) > 0
 	return admission.Allowed("").WithWarnings(prefixed("TiledInstance "+objectName(ns, name)+": ", templateWarnings(&obj.Spec.InstanceTemplate, complete))...)
+}
+
+// checkExpanded expands a standalone instance over the profiles of its namespace and returns a
+// refusal for what the expansion finds wrong with the instance itself, or for a name one of its
+// objects would share with another instance's; nil to go on.
+func (h *InstanceValidator) checkExpanded(ctx context.Context, req admission.Request, obj *v1alpha1.TiledInstance) *admission.Response {
+	var old *v1alpha1.TiledInstance
+	if req.Operation == admissionv1.Update && len(req.OldObject.Raw) > 0 {
+		old = &v1alpha1.TiledInstance{}
+		if json.Unmarshal(req.OldObject.Raw, old) != nil {
+			old = nil
+		}
+	}
+	expand := func(r client.Reader) (*v1alpha1.TiledInstance, error) {
+		var list v1alpha1.TiledProfileList
+		if err := r.List(ctx, &list, client.InNamespace(obj.Namespace)); err != nil {
+			return nil, &infraError{err}
+		}
+		return Reexpand(obj, old, list.Items, h.Builtins)
+	}
+	expanded, err := expand(h.Reader)
+	if err != nil && instancesFault(err) && h.APIReader != nil {
+		expanded, err = expand(h.APIReader)
+	}
+	if err != nil {
+		if instancesFault(err) {
+			r := refuse("TiledInstance", obj.Namespace, obj.Name, "%v", err)
+			return &r
+		}
+		// Profiles missing or in conflict: the mutating webhook and the controller say so.
+		expanded = obj
+	}
+	var all v1alpha1.TiledInstanceList
+	if err := h.Reader.List(ctx, &all); err != nil {
+		r := admission.Errored(http.StatusInternalServerError, fmt.Errorf("listing TiledInstances: %w", err))
+		return &r
+	}
+	others := make([]*v1alpha1.TiledInstance, 0, len(all.Items))
+	for i := range all.Items {
+		if o := &all.Items[i]; o.Namespace != obj.Namespace || o.Name != obj.Name {
+			others = append(others, o)
+		}
+	}
+	if err := expansion.NameCollision(others, []*v1alpha1.TiledInstance{expanded}, func(*v1alpha1.TiledInstance) string { return "metadata.name" }); err != nil {
+		r := refuse("TiledInstance", obj.Namespace, obj.Name, "%v", err)
+		return &r
+	}
+	return nil
+}
+
+// instancesFault reports whether an expansion error is the standalone instance's own: a value or
+// expression of its own, or a setting its profiles do not allow.
+func instancesFault(err error) bool {
+	var na *expansion.NotAllowedError
+	var ie *expansion.InvalidFieldError
+	var ue *expansion.UnknownFieldError
+	var xe *expansion.ExpressionError
+	switch {
+	case errors.As(err, &na):
+		return true
+	case errors.As(err, &ie):
+		return !strings.HasPrefix(ie.Layer, "profile/") || strings.HasSuffix(ie.Layer, expansion.ExpressionSuffix)
+	case errors.As(err, &ue):
+		return !strings.HasPrefix(ue.Layer, "profile/")
+	case errors.As(err, &xe):
+		return !strings.HasPrefix(xe.Layer, "profile/")
+	}
+	return false
 }

@@ -30,10 +30,11 @@ import (
 )
 
 // env is the real kube-apiserver and etcd; the apiserver calls the webhooks over TLS.
+// kube-controller-manager aggregates the operator's editor role into "edit" for the RBAC test.
 var env *testenv.Env
 
 func TestMain(m *testing.M) {
-	os.Exit(testenv.Run(m, testenv.Options{}, &env))
+	os.Exit(testenv.Run(m, testenv.Options{ControllerManager: true}, &env))
 }
 
 // server is a manager serving the webhooks with self-signed certificates, the webhook

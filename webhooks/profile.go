@@ -25,12 +25,16 @@ const AnnotationAllowConflicts = "tiled.blueskyproject.io/allow-conflicts"
 
 // ProfileValidator is the validating webhook of TiledProfile.
 //
-// On create and update it refuses fields the schema does not declare and CEL expressions that do
-// not compile or do not type-check against the field they compute, and it expands every
+// On create and update it refuses what expansion.CheckProfile finds (fields the schema does not
+// declare, CEL expressions that do not compile or do not type-check against the field they compute,
+// values the API server would refuse on the objects made from them, malformed allowances), and it
+// expands every
 // TiledCluster the profile is (or was) selected by, in the cache, with the new profile in place of
 // the old: an edit that would put a cluster into a conflict it is not already in (two profiles of
-// equal priority setting one field differently), or make one of this profile's expressions fail
-// for one of its instances, is refused, naming the cluster, the other profile and the field.
+// equal priority setting one field differently), make one of this profile's expressions fail or
+// compute an invalid value for one of its instances, or take away an allowance (allowedNFS,
+// allowedUserIDs, allowedGroupIDs) a cluster uses, is refused, naming the cluster, the other profile
+// and the field (AnnotationAllowConflicts applies it anyway; the clusters then stall and say why).
 //
 // On delete it allows, with a warning naming the clusters and standalone instances that select the
 // profile.
@@ -39,6 +43,10 @@ type ProfileValidator struct {
 	Reader client.Reader
 	// Builtins are the built-in defaults, as the controllers use.
 	Builtins expansion.Builtins
+	// Reviews creates SubjectAccessReviews: a profile edit that adds or changes an NFS export, a uid
+	// or gid, or an allowance is admitted only for users who may create PersistentVolumes (see
+	// hostReachingParts). Nil skips that check (handler tests without an API server).
+	Reviews client.Client
 }
 
 // Handle implements admission.Handler.
@@ -57,7 +65,7 @@ func (h *ProfileValidator) Handle(ctx context.Context, req admission.Request) ad
 	if refusal != nil {
 		return *refusal
 	}
-	if err := expansion.CheckLayer(expansion.ProfileSource(p), &p.Spec.InstanceTemplate); err != nil {
+	if err := expansion.CheckProfile(p); err != nil {
 		return refuse("TiledProfile", p.Namespace, p.Name, "%v", err)
 	}
 	warnings := prefixed("TiledProfile "+objectName(p.Namespace, p.Name)+": ", templateWarnings(&p.Spec.InstanceTemplate, false))
@@ -66,6 +74,16 @@ func (h *ProfileValidator) Handle(ctx context.Context, req admission.Request) ad
 	if req.Operation == admissionv1.Update && len(req.OldObject.Raw) > 0 {
 		if o, err := expansion.Decode(req.OldObject.Raw); err == nil {
 			old, _ = o.(*v1alpha1.TiledProfile)
+		}
+	}
+	if field := hostReachingChange(p, old); field != "" && h.Reviews != nil {
+		allowed, err := mayCreatePersistentVolumes(ctx, h.Reviews, req.UserInfo)
+		if err != nil {
+			return admission.Errored(http.StatusInternalServerError, err)
+		}
+		if !allowed {
+			return refuse("TiledProfile", p.Namespace, p.Name, "%s: NFS exports, the pods' uids and gids, and what instances may choose of them (allowedNFS, allowedUserIDs, allowedGroupIDs) are an administrator's decision: they need permission to create PersistentVolumes, which %s does not have",
+				field, req.UserInfo.Username)
 		}
 	}
 	var clusters v1alpha1.TiledClusterList
@@ -123,6 +141,16 @@ func (h *ProfileValidator) causedBy(p *v1alpha1.TiledProfile, err error) string 
 	var xe *expansion.ExpressionError
 	if errors.As(err, &xe) && strings.HasPrefix(xe.Layer, prefix) {
 		return "fail to expand"
+	}
+	var ie *expansion.InvalidFieldError
+	if errors.As(err, &ie) && strings.HasPrefix(ie.Layer, prefix) {
+		return "fail to expand"
+	}
+	var na *expansion.NotAllowedError
+	if errors.As(err, &na) {
+		// The profile is one of the cluster's: the edit took away an allowance the cluster uses
+		// (refused only when the cluster was fine before it).
+		return "lose an allowance it uses"
 	}
 	return ""
 }

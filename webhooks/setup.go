@@ -152,9 +152,9 @@ func Setup(mgr ctrl.Manager, o Options) (*Webhooks, error) {
 	w := &Webhooks{
 		InstanceDefaulter: &InstanceDefaulter{Reader: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Builtins: o.Builtins,
 			Operator: Identity{FieldManager: o.FieldManager, Usernames: o.OperatorUsernames}},
-		InstanceValidator: &InstanceValidator{},
-		ProfileValidator:  &ProfileValidator{Reader: mgr.GetClient(), Builtins: o.Builtins},
-		ClusterValidator:  &ClusterValidator{Reader: mgr.GetClient(), Builtins: o.Builtins},
+		InstanceValidator: &InstanceValidator{Reader: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Builtins: o.Builtins},
+		ProfileValidator:  &ProfileValidator{Reader: mgr.GetClient(), Builtins: o.Builtins, Reviews: mgr.GetClient()},
+		ClusterValidator:  &ClusterValidator{Reader: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Builtins: o.Builtins},
 	}
 	srv := mgr.GetWebhookServer()
 	scope := func(h admission.Handler) *admission.Webhook {

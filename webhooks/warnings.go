@@ -28,7 +28,9 @@ func templateWarnings(t *v1alpha1.InstanceTemplate, complete bool) []string {
 			out = append(out, w)
 		}
 	}
-	if t.Tiled != nil && t.Tiled.Replicas != nil && *t.Tiled.Replicas > 1 && t.Storage != nil && t.Storage.Data != nil {
+	// In an expanded instance this is an error (the engine refuses it); in a profile or a cluster's
+	// template it depends on the other layers.
+	if !complete && t.Tiled != nil && t.Tiled.Replicas != nil && *t.Tiled.Replicas > 1 && t.Storage != nil && t.Storage.Data != nil {
 		d := t.Storage.Data
 		if d.NFS == nil && d.ExistingClaimName == "" && len(d.AccessModes) > 0 &&
 			!slices.Contains(d.AccessModes, corev1.ReadWriteMany) {

@@ -140,7 +140,7 @@ func TestInvalidObjectsAreRefused(t *testing.T) {
 		{"managed and external database", profile + "spec: {database: {managed: {image: 'postgres:16'}, external: {uriSecretRef: {name: db}}}}",
 			[]string{"spec.database", "managed and external are mutually exclusive"}},
 		{"nfs and existing claim", instance + "spec: {storage: {data: {existingClaimName: x, nfs: {server: nfs}}}}",
-			[]string{"spec.storage.data", "nfs and existingClaimName are mutually exclusive"}},
+			[]string{"spec.storage.data", "nfs, existingClaimName and storageClassName are mutually exclusive"}},
 		{"path and pathExpression", profile + "spec: {storage: {readOnlyMounts: [{name: p, nfs: {server: s, path: /a, pathExpression: \"'/b'\"}}]}}",
 			[]string{"spec.storage.readOnlyMounts[0].nfs", "path and pathExpression are mutually exclusive"}},
 		{"relative nfs path", profile + "spec: {storage: {data: {nfs: {server: s, path: data/x}}}}",
@@ -251,6 +251,20 @@ func TestKubectlSeesTheKinds(t *testing.T) {
 	out, stderr, err = env.Kubectl(ctx, "explain", "tiledprofile.spec.storage.readOnlyMounts.nfs.pathExpression")
 	g.Expect(err).NotTo(HaveOccurred(), stderr)
 	g.Expect(out).To(ContainSubstring("CEL expression returning the path per instance"))
+	// The pods' identity and placement, and the profiles' allowances, are explained like any field.
+	for field, want := range map[string]string{
+		"tiledinstance.spec.tiled.runAsUser":                  "It must not be 0",
+		"tiledcluster.spec.template.tiled.supplementalGroups": "further gids of the Tiled containers",
+		"tiledprofile.spec.tiled.affinity.podAntiAffinity":    "anti-affinity",
+		"tiledprofile.spec.tiled.topologySpreadConstraints":   "matchLabelKeys: [app.kubernetes.io/instance]",
+		"tiledprofile.spec.database.managed.imagePullSecrets": "registry of the PostgreSQL image",
+		"tiledprofile.spec.allowedNFS.pathPrefix":             "/nsls2/data allows /nsls2/data/chx/proposals",
+		"tiledprofile.spec.allowedUserIDs":                    "ranges of uids",
+	} {
+		out, stderr, err = env.Kubectl(ctx, "explain", field)
+		g.Expect(err).NotTo(HaveOccurred(), stderr)
+		g.Expect(strings.Join(strings.Fields(out), " ")).To(ContainSubstring(want), field) // kubectl wraps lines
+	}
 }
 
 // TestGarbageCollection checks that kube-controller-manager runs beside the apiserver: an instance

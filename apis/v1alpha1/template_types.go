@@ -107,6 +107,71 @@ type TiledServerSpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	ServiceAccountName string `json:"serviceAccountName,omitempty"`
+
+	// RunAsUser is the uid the Tiled containers run as (default 999), e.g. the uid a facility's NFS
+	// exports grant access to. It must not be 0: the pods pass the restricted Pod Security Standard.
+	// It reaches the NFS server's files, so it is an administrator's decision: a cluster's template
+	// or overrides, or a standalone instance, may set it only to a uid one of its TiledProfiles lists
+	// in allowedUserIDs.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=2147483647
+	RunAsUser *int64 `json:"runAsUser,omitempty"`
+
+	// RunAsGroup is the primary gid of the Tiled containers (default 999). Outside profiles, only a
+	// gid one of the instance's TiledProfiles lists in allowedGroupIDs.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=2147483647
+	RunAsGroup *int64 `json:"runAsGroup,omitempty"`
+
+	// FSGroup is the gid that owns the pod's volumes that support ownership management (claims on
+	// a storage class; not NFS) and is added to the containers' groups (default 999). Outside
+	// profiles, only a gid one of the instance's TiledProfiles lists in allowedGroupIDs.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=2147483647
+	FSGroup *int64 `json:"fsGroup,omitempty"`
+
+	// SupplementalGroups are further gids of the Tiled containers, e.g. the group that may read a
+	// beamline's detector files on NFS. The list is replaced whole by a higher layer. Outside
+	// profiles, only gids one of the instance's TiledProfiles lists in allowedGroupIDs.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:Minimum=0
+	// +kubebuilder:validation:items:Maximum=2147483647
+	SupplementalGroups []int64 `json:"supplementalGroups,omitempty"`
+
+	// ImagePullSecrets are Secrets of the instance's namespace holding credentials for the registry
+	// of the Tiled image, merged across layers by name.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	ImagePullSecrets []LocalObjectReference `json:"imagePullSecrets,omitempty"`
+
+	// Affinity constrains which nodes the Tiled pods run on and beside which pods, as in a pod's
+	// spec.affinity. Objects merge across layers; the lists within are replaced whole.
+	// +optional
+	Affinity *corev1.Affinity `json:"affinity,omitempty"`
+
+	// TopologySpreadConstraints spread the Tiled pods across zones or nodes, as in a pod's
+	// spec.topologySpreadConstraints. To spread the replicas of each instance on their own, use
+	// matchLabelKeys: [app.kubernetes.io/instance]. The list is replaced whole by a higher layer.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=8
+	TopologySpreadConstraints []corev1.TopologySpreadConstraint `json:"topologySpreadConstraints,omitempty"`
+}
+
+// LocalObjectReference names an object, here a Secret, in the instance's namespace.
+type LocalObjectReference struct {
+	// Name of the object, a DNS subdomain; the key by which layers merge such lists.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Name string `json:"name"`
 }
 
 // EnvVar is an environment variable of the Tiled container: a literal value, a value computed per
@@ -170,7 +235,7 @@ type StorageSpec struct {
 // (storageClassName, size, accessModes), the institution's NFS (through a PersistentVolume and claim
 // the operator creates, as the restricted Pod Security Standard forbids inline NFS), or an existing
 // claim.
-// +kubebuilder:validation:XValidation:rule="!(has(self.nfs) && has(self.existingClaimName))",message="nfs and existingClaimName are mutually exclusive"
+// +kubebuilder:validation:XValidation:rule="[has(self.nfs), has(self.existingClaimName), has(self.storageClassName)].filter(x, x).size() <= 1",message="nfs, existingClaimName and storageClassName are mutually exclusive: an NFS volume and an existing claim have no storage class"
 type DataVolume struct {
 	// Size is the capacity of the volume, e.g. 50Gi.
 	// +optional
@@ -200,7 +265,10 @@ type DataVolume struct {
 	ExistingClaimName string `json:"existingClaimName,omitempty"`
 }
 
-// NFSVolumeSource is an NFS export. The path is given literally or computed per instance.
+// NFSVolumeSource is an NFS export. The path is given literally or computed per instance. The
+// merged result needs both a server and a path. NFS exports are an administrator's decision: a
+// cluster's template or overrides, or a standalone instance, may name only an export that one of
+// its TiledProfiles lists in allowedNFS (values the profiles set themselves are allowed).
 // +kubebuilder:validation:XValidation:rule="!(has(self.path) && has(self.pathExpression))",message="path and pathExpression are mutually exclusive"
 type NFSVolumeSource struct {
 	// Server is the host name or address of the NFS server.
@@ -286,6 +354,25 @@ type ManagedDatabase struct {
 	// 256Mi, limit memory 1Gi.
 	// +optional
 	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// ImagePullSecrets are Secrets of the instance's namespace holding credentials for the registry
+	// of the PostgreSQL image, merged across layers by name.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	ImagePullSecrets []LocalObjectReference `json:"imagePullSecrets,omitempty"`
+
+	// NodeSelector constrains the PostgreSQL pod to nodes with these labels (e.g. nodes with local
+	// SSDs); maps merge across layers. (The Tiled pods have tiled.affinity for finer placement.)
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+
+	// Tolerations of the PostgreSQL pod. The list is replaced whole by a higher layer.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
 }
 
 // ExternalDatabase is a PostgreSQL server run apart from Tiled.

@@ -129,6 +129,7 @@ type TiledClusterStatus struct {
 // +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyInstances`
 // +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be lower-case letters, digits and '-', starting with a letter: it begins the names of the instances' Services"
 
 // TiledCluster is a terse list of Tiled instances (one per beamline) that the operator expands,
 // through the TiledProfiles it selects, into fully populated TiledInstances.

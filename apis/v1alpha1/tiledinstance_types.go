@@ -71,6 +71,7 @@ type TiledInstanceStatus struct {
 // +kubebuilder:printcolumn:name="Database",type=string,JSONPath=`.status.database.mode`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be at most 63 lower-case letters, digits and '-', starting with a letter: it names the instance's Services and is a label value of its objects"
 
 // TiledInstance is one Tiled deployment (usually one beamline): a Tiled server StatefulSet with its
 // configuration, Secret, volumes, Services and PostgreSQL database. Every field is populated, and

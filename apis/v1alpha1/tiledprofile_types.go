@@ -17,6 +17,67 @@ type TiledProfileSpec struct {
 	// InstanceTemplate holds the defaults themselves: any of tiled, storage, database, auth, expose,
 	// monitoring and config.
 	InstanceTemplate `json:",inline"`
+
+	// AllowedNFS lists the NFS exports that the clusters and standalone instances selecting this
+	// profile may name themselves (in a cluster's template or an instance's overrides, or in a
+	// standalone instance's own spec), in storage.data.nfs or storage.readOnlyMounts[].nfs,
+	// literally or through a pathExpression. NFS values the profiles set themselves need no entry.
+	// Everything else is refused at admission and stalls the object: only the authors of
+	// TiledProfiles (administrators) decide which servers and directories a beamline reaches.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=64
+	AllowedNFS []AllowedNFSExport `json:"allowedNFS,omitempty"`
+
+	// AllowedUserIDs are the ranges of uids that the clusters and standalone instances selecting this
+	// profile may set themselves as tiled.runAsUser. Values the profiles set need no entry.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:XValidation:rule="self.all(r, r.min >= 1)",message="uid 0 (root) cannot be allowed: the pods pass the restricted Pod Security Standard"
+	AllowedUserIDs []IDRange `json:"allowedUserIDs,omitempty"`
+
+	// AllowedGroupIDs are the ranges of gids that the clusters and standalone instances selecting
+	// this profile may set themselves as tiled.runAsGroup, tiled.fsGroup and
+	// tiled.supplementalGroups. Values the profiles set need no entry.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	AllowedGroupIDs []IDRange `json:"allowedGroupIDs,omitempty"`
+}
+
+// AllowedNFSExport is a directory tree of an NFS server that instances may name.
+type AllowedNFSExport struct {
+	// Server is the NFS server's host name or IP address, as the instances write it.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Server string `json:"server"`
+
+	// PathPrefix is the directory the instances' paths must equal or lie beneath, e.g.
+	// /nsls2/data allows /nsls2/data/chx/proposals but not /nsls2/database.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=4096
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('/')",message="pathPrefix must be absolute"
+	PathPrefix string `json:"pathPrefix"`
+
+	// ReadOnly allows the export for read-only mounts only (storage.readOnlyMounts), not as the
+	// writable data volume.
+	// +optional
+	ReadOnly bool `json:"readOnly,omitempty"`
+}
+
+// IDRange is an inclusive range of uids or gids.
+// +kubebuilder:validation:XValidation:rule="self.min <= self.max",message="min must not exceed max"
+type IDRange struct {
+	// Min is the lowest id of the range.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=2147483647
+	Min int64 `json:"min"`
+
+	// Max is the highest id of the range.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=2147483647
+	Max int64 `json:"max"`
 }
 
 // TiledProfileStatus is the observed state of a TiledProfile.

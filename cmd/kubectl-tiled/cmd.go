@@ -78,6 +78,9 @@ type inputOptions struct {
 	filenames []string
 	recursive bool
 	namespace string
+	// unchecked skips the API server's schema checks on the files (DecodeAllChecked): for diff,
+	// whose server-side dry run makes them.
+	unchecked bool
 }
 
 func (o *inputOptions) addFlags(cmd *cobra.Command) {
@@ -228,17 +231,39 @@ func (o *inputOptions) expand(stdin io.Reader) ([]*v1alpha1.TiledInstance, error
 	slices.SortStableFunc(instances, func(a, b *v1alpha1.TiledInstance) int {
 		return strings.Compare(key(a.Namespace, a.Name), key(b.Namespace, b.Name))
 	})
+	// The checks the admission webhooks make of each object on its own, then of what it expands to
+	// beside the others: the same verdicts offline as on the API server.
+	for i := range profiles {
+		if err := expansion.CheckProfile(&profiles[i]); err != nil {
+			return nil, fmt.Errorf("TiledProfile %s/%s: %w", profiles[i].Namespace, profiles[i].Name, err)
+		}
+	}
 	var out []*v1alpha1.TiledInstance
 	for _, c := range clusters {
+		if err := expansion.CheckCluster(c); err != nil {
+			return nil, fmt.Errorf("TiledCluster %s/%s: %w", c.Namespace, c.Name, err)
+		}
 		res, err := expansion.Expand(c, profiles, expansion.DefaultBuiltins())
 		if err != nil {
 			return nil, fmt.Errorf("TiledCluster %s/%s: %w", c.Namespace, c.Name, err)
 		}
-		out = append(out, res.Objects()...)
+		mine := res.Objects()
+		if err := expansion.NameCollision(out, mine, func(ti *v1alpha1.TiledInstance) string {
+			return "spec.instances[name=" + ti.Labels[v1alpha1.LabelInstance] + "]"
+		}); err != nil {
+			return nil, fmt.Errorf("TiledCluster %s/%s: %w", c.Namespace, c.Name, err)
+		}
+		out = append(out, mine...)
 	}
 	for _, in := range instances {
+		if err := expansion.CheckInstance(in); err != nil {
+			return nil, fmt.Errorf("TiledInstance %s/%s: %w", in.Namespace, in.Name, err)
+		}
 		exp, err := expansion.ExpandInstance(in, profiles, expansion.DefaultBuiltins())
 		if err != nil {
+			return nil, fmt.Errorf("TiledInstance %s/%s: %w", in.Namespace, in.Name, err)
+		}
+		if err := expansion.NameCollision(out, []*v1alpha1.TiledInstance{exp}, func(*v1alpha1.TiledInstance) string { return "metadata.name" }); err != nil {
 			return nil, fmt.Errorf("TiledInstance %s/%s: %w", in.Namespace, in.Name, err)
 		}
 		out = append(out, exp)
@@ -251,14 +276,14 @@ var extensions = []string{".yaml", ".yml", ".json"}
 // read decodes the objects of a file, of "-" (standard input), or of the files of a directory.
 func (o *inputOptions) read(name string, stdin io.Reader) ([]runtime.Object, error) {
 	if name == "-" {
-		return expansion.DecodeAll("<stdin>", stdin)
+		return o.decode("<stdin>", stdin)
 	}
 	info, err := os.Stat(name)
 	if err != nil {
 		return nil, fmt.Errorf("the path %q does not exist", name)
 	}
 	if !info.IsDir() {
-		return readFile(name)
+		return o.readFile(name)
 	}
 	var files []string
 	err = filepath.WalkDir(name, func(path string, d os.DirEntry, err error) error {
@@ -282,7 +307,7 @@ func (o *inputOptions) read(name string, stdin io.Reader) ([]runtime.Object, err
 	slices.Sort(files)
 	var out []runtime.Object
 	for _, f := range files {
-		objs, err := readFile(f)
+		objs, err := o.readFile(f)
 		if err != nil {
 			return nil, err
 		}
@@ -291,11 +316,18 @@ func (o *inputOptions) read(name string, stdin io.Reader) ([]runtime.Object, err
 	return out, nil
 }
 
-func readFile(name string) ([]runtime.Object, error) {
+func (o *inputOptions) readFile(name string) ([]runtime.Object, error) {
 	f, err := os.Open(name)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	return expansion.DecodeAll(name, f)
+	return o.decode(name, f)
+}
+
+func (o *inputOptions) decode(name string, r io.Reader) ([]runtime.Object, error) {
+	if o.unchecked {
+		return expansion.DecodeAll(name, r)
+	}
+	return expansion.DecodeAllChecked(name, r)
 }

@@ -96,6 +96,7 @@ func (o *diffOptions) run(ctx context.Context, streams genericiooptions.IOStream
 		return err
 	}
 	o.input.namespace = namespace
+	o.input.unchecked = true // the server-side dry run checks them
 	cfg, err := o.config.ToRESTConfig()
 	if err != nil {
 		return err

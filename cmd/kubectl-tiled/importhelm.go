@@ -23,6 +23,7 @@ import (
 
 	"github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/expansion"
+	"github.com/bluesky/tiled-operator/render"
 )
 
 // Dispositions of a key of the chart's values.
@@ -297,6 +298,45 @@ func (h *helmImport) pod() {
 	if !truthy(h.get("serviceAccount.create")) && h.str("serviceAccount.name") != "" {
 		h.server().ServiceAccountName = h.str("serviceAccount.name")
 		h.mark("serviceAccount.name", carried, "spec.tiled.serviceAccountName")
+	}
+	if h.nonEmpty("affinity") {
+		var a corev1.Affinity
+		if err := decodeInto(h.mapAt("affinity"), &a); err == nil {
+			h.server().Affinity = &a
+			h.mark("affinity", carried, "spec.tiled.affinity")
+		}
+	}
+	if h.nonEmpty("imagePullSecrets") {
+		var refs []v1alpha1.LocalObjectReference
+		if err := decodeInto(h.listAt("imagePullSecrets"), &refs); err == nil {
+			h.server().ImagePullSecrets = refs
+			h.mark("imagePullSecrets", carried, "spec.tiled.imagePullSecrets")
+		}
+	}
+	// The uid and groups carry over (into the profile: an administrator's decision); the rest of the
+	// security contexts is the operator's, under the restricted Pod Security Standard.
+	ids := []struct {
+		key  string
+		into **int64
+	}{
+		{"podSecurityContext.runAsUser", &h.server().RunAsUser}, {"securityContext.runAsUser", &h.server().RunAsUser},
+		{"podSecurityContext.runAsGroup", &h.server().RunAsGroup}, {"securityContext.runAsGroup", &h.server().RunAsGroup},
+		{"podSecurityContext.fsGroup", &h.server().FSGroup},
+	}
+	for _, id := range ids {
+		if v, ok := h.get(id.key); ok {
+			if n, ok := v.(float64); ok && n >= 1 && n == float64(int64(n)) {
+				*id.into = ptr.To(int64(n))
+				h.mark(id.key, carried, "spec.tiled."+id.key[strings.Index(id.key, ".")+1:])
+			}
+		}
+	}
+	if v, ok := h.get("podSecurityContext.supplementalGroups"); ok {
+		var gids []int64
+		if err := decodeInto(v, &gids); err == nil {
+			h.server().SupplementalGroups = gids
+			h.mark("podSecurityContext.supplementalGroups", carried, "spec.tiled.supplementalGroups")
+		}
 	}
 	for _, k := range []string{"podSecurityContext", "securityContext"} {
 		h.mark(k, handled, "the operator runs Tiled under the restricted Pod Security Standard (non-root, read-only root, no capabilities, RuntimeDefault seccomp)")
@@ -664,6 +704,16 @@ func (h *helmImport) restOfConfig() {
 			h.mark("config.uvicorn", notCarried, "the operator runs Tiled on 0.0.0.0:8000")
 			continue
 		}
+		if unknown := render.UnknownConfigKeys(map[string]any{k: v}); len(unknown) > 0 {
+			// Tiled refuses to start on a key its configuration model does not define, and so does
+			// the operator's admission.
+			for _, u := range unknown {
+				h.mark("config."+u, notCarried, "Tiled "+expansion.TiledVersion+" does not know this key and would refuse to start")
+			}
+			if unknown[0] == k {
+				continue
+			}
+		}
 		frag[k] = v
 		h.mark("config."+k, carried, "spec.config."+k)
 	}
@@ -678,8 +728,6 @@ func (h *helmImport) notEquivalent() {
 	reasons := map[string]string{
 		"command":                    "the operator runs tiled serve config with its own arguments",
 		"args":                       "the operator runs tiled serve config with its own arguments",
-		"affinity":                   "no affinity field; spec.tiled.nodeSelector and tolerations are available",
-		"imagePullSecrets":           "no image pull secrets field; use spec.tiled.serviceAccountName with a service account that has them",
 		"serviceAccount.create":      "the operator creates no service account; create one and set spec.tiled.serviceAccountName",
 		"autoscaling":                "no HorizontalPodAutoscaler; set spec.tiled.replicas",
 		"nameOverride":               "objects are named <cluster>-<instance> by the operator",

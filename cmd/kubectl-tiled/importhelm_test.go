@@ -143,17 +143,26 @@ func TestImportHelmCustomised(t *testing.T) {
 	g.Expect(rendered.Ingress.Annotations).To(HaveKeyWithValue("nginx.ingress.kubernetes.io/proxy-body-size", "1g"))
 	g.Expect(rendered.Postgres).To(BeNil(), "the external database is used, none is created")
 	g.Expect(cfg).To(HaveKeyWithValue("response_bytesize_limit", BeNumerically("==", 500000000)))
-	g.Expect(cfg).To(HaveKey("object_cache"))
+	g.Expect(cfg).NotTo(HaveKey("object_cache"), "Tiled 0.2.20 does not know it")
 	auth := cfg["authentication"].(map[string]any)
 	g.Expect(auth["providers"]).To(HaveLen(1))
 	g.Expect(cfg["catalog"]).To(HaveKeyWithValue("readable_storage", ContainElement("/nsls2/data/chx/proposals")))
 
+	// The pods' identity, pull secrets and affinity carry over.
+	g.Expect(s.Tiled.ImagePullSecrets).To(Equal([]v1alpha1.LocalObjectReference{{Name: "ghcr-pull"}}))
+	g.Expect(*s.Tiled.RunAsUser).To(Equal(int64(1000)))
+	g.Expect(*s.Tiled.FSGroup).To(Equal(int64(2000)))
+	g.Expect(pod.SecurityContext.RunAsUser).To(HaveValue(Equal(int64(1000))))
+	g.Expect(pod.SecurityContext.FSGroup).To(HaveValue(Equal(int64(2000))))
+	g.Expect(pod.ImagePullSecrets).To(Equal([]corev1.LocalObjectReference{{Name: "ghcr-pull"}}))
+	g.Expect(pod.Affinity.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution).To(HaveLen(1))
+
 	// What has no equivalent is listed, each key once, on standard error.
-	for _, key := range []string{"affinity", "autoscaling", "config.uvicorn", "config.authentication.secret_keys",
-		"imagePullSecrets", "fullnameOverride", "extraEnvVars[0]", "extraEnvVars[4]"} {
+	for _, key := range []string{"autoscaling", "config.uvicorn", "config.authentication.secret_keys",
+		"config.object_cache", "fullnameOverride", "extraEnvVars[0]", "extraEnvVars[4]"} {
 		g.Expect(stderr).To(ContainSubstring("\n  "+key+": "), key)
 	}
-	g.Expect(stderr).To(ContainSubstring("8 keys"))
+	g.Expect(stderr).To(ContainSubstring("7 keys"))
 }
 
 // Every key of the values appears in the report with what became of it: none is dropped silently.

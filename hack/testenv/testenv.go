@@ -35,8 +35,9 @@ import (
 
 // Options choose what Start runs beside kube-apiserver and etcd.
 type Options struct {
-	// ControllerManager also runs kube-controller-manager (garbage collector, namespace and
-	// volume-protection controllers), for tests that check what happens to owned objects on deletion.
+	// ControllerManager also runs kube-controller-manager (garbage collector, namespace,
+	// volume-protection and ClusterRole aggregation controllers), for tests that check what happens
+	// to owned objects on deletion, or what the aggregated admin, edit and view roles allow.
 	ControllerManager bool
 	// SkipCRDs leaves the operator's CRDs out.
 	SkipCRDs bool
@@ -206,7 +207,7 @@ func (e *Env) startControllerManager(dir string) error {
 		"--kubeconfig="+e.Kubeconfig,
 		"--authentication-kubeconfig="+e.Kubeconfig,
 		"--authorization-kubeconfig="+e.Kubeconfig,
-		"--controllers=garbagecollector,namespace,pvc-protection,pv-protection",
+		"--controllers=garbagecollector,namespace,pvc-protection,pv-protection,clusterrole-aggregation",
 		"--leader-elect=false",
 		"--bind-address=127.0.0.1",
 		fmt.Sprintf("--secure-port=%d", port),

@@ -23,8 +23,18 @@ type ManagedDatabaseApplyConfiguration struct {
 	Size *string `json:"size,omitempty"`
 	// StorageClassName is the storage class of the database volume. Empty uses the cluster default.
 	StorageClassName *string `json:"storageClassName,omitempty"`
-	// Resources are the CPU and memory requests and limits of the PostgreSQL container.
+	// Resources are the CPU and memory requests and limits of the PostgreSQL container. Unless a layer
+	// sets them, the built-in defaults apply (provenance `default`): requests cpu 100m and memory
+	// 256Mi, limit memory 1Gi.
 	Resources *v1.ResourceRequirements `json:"resources,omitempty"`
+	// ImagePullSecrets are Secrets of the instance's namespace holding credentials for the registry
+	// of the PostgreSQL image, merged across layers by name.
+	ImagePullSecrets []LocalObjectReferenceApplyConfiguration `json:"imagePullSecrets,omitempty"`
+	// NodeSelector constrains the PostgreSQL pod to nodes with these labels (e.g. nodes with local
+	// SSDs); maps merge across layers. (The Tiled pods have tiled.affinity for finer placement.)
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+	// Tolerations of the PostgreSQL pod. The list is replaced whole by a higher layer.
+	Tolerations []v1.Toleration `json:"tolerations,omitempty"`
 }
 
 // ManagedDatabaseApplyConfiguration constructs a declarative configuration of the ManagedDatabase type for use with
@@ -62,5 +72,42 @@ func (b *ManagedDatabaseApplyConfiguration) WithStorageClassName(value string) *
 // If called multiple times, the Resources field is set to the value of the last call.
 func (b *ManagedDatabaseApplyConfiguration) WithResources(value v1.ResourceRequirements) *ManagedDatabaseApplyConfiguration {
 	b.Resources = &value
+	return b
+}
+
+// WithImagePullSecrets adds the given value to the ImagePullSecrets field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the ImagePullSecrets field.
+func (b *ManagedDatabaseApplyConfiguration) WithImagePullSecrets(values ...*LocalObjectReferenceApplyConfiguration) *ManagedDatabaseApplyConfiguration {
+	for i := range values {
+		if values[i] == nil {
+			panic("nil value passed to WithImagePullSecrets")
+		}
+		b.ImagePullSecrets = append(b.ImagePullSecrets, *values[i])
+	}
+	return b
+}
+
+// WithNodeSelector puts the entries into the NodeSelector field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, the entries provided by each call will be put on the NodeSelector field,
+// overwriting an existing map entries in NodeSelector field with the same key.
+func (b *ManagedDatabaseApplyConfiguration) WithNodeSelector(entries map[string]string) *ManagedDatabaseApplyConfiguration {
+	if b.NodeSelector == nil && len(entries) > 0 {
+		b.NodeSelector = make(map[string]string, len(entries))
+	}
+	for k, v := range entries {
+		b.NodeSelector[k] = v
+	}
+	return b
+}
+
+// WithTolerations adds the given value to the Tolerations field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the Tolerations field.
+func (b *ManagedDatabaseApplyConfiguration) WithTolerations(values ...v1.Toleration) *ManagedDatabaseApplyConfiguration {
+	for i := range values {
+		b.Tolerations = append(b.Tolerations, values[i])
+	}
 	return b
 }

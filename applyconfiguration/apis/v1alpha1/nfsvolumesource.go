@@ -11,7 +11,10 @@ package v1alpha1
 // NFSVolumeSourceApplyConfiguration represents a declarative configuration of the NFSVolumeSource type for use
 // with apply.
 //
-// NFSVolumeSource is an NFS export. The path is given literally or computed per instance.
+// NFSVolumeSource is an NFS export. The path is given literally or computed per instance. The
+// merged result needs both a server and a path. NFS exports are an administrator's decision: a
+// cluster's template or overrides, or a standalone instance, may name only an export that one of
+// its TiledProfiles lists in allowedNFS (values the profiles set themselves are allowed).
 type NFSVolumeSourceApplyConfiguration struct {
 	// Server is the host name or address of the NFS server.
 	Server *string `json:"server,omitempty"`

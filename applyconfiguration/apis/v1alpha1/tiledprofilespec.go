@@ -24,6 +24,20 @@ type TiledProfileSpecApplyConfiguration struct {
 	// InstanceTemplate holds the defaults themselves: any of tiled, storage, database, auth, expose,
 	// monitoring and config.
 	InstanceTemplateApplyConfiguration `json:""`
+	// AllowedNFS lists the NFS exports that the clusters and standalone instances selecting this
+	// profile may name themselves (in a cluster's template or an instance's overrides, or in a
+	// standalone instance's own spec), in storage.data.nfs or storage.readOnlyMounts[].nfs,
+	// literally or through a pathExpression. NFS values the profiles set themselves need no entry.
+	// Everything else is refused at admission and stalls the object: only the authors of
+	// TiledProfiles (administrators) decide which servers and directories a beamline reaches.
+	AllowedNFS []AllowedNFSExportApplyConfiguration `json:"allowedNFS,omitempty"`
+	// AllowedUserIDs are the ranges of uids that the clusters and standalone instances selecting this
+	// profile may set themselves as tiled.runAsUser. Values the profiles set need no entry.
+	AllowedUserIDs []IDRangeApplyConfiguration `json:"allowedUserIDs,omitempty"`
+	// AllowedGroupIDs are the ranges of gids that the clusters and standalone instances selecting
+	// this profile may set themselves as tiled.runAsGroup, tiled.fsGroup and
+	// tiled.supplementalGroups. Values the profiles set need no entry.
+	AllowedGroupIDs []IDRangeApplyConfiguration `json:"allowedGroupIDs,omitempty"`
 }
 
 // TiledProfileSpecApplyConfiguration constructs a declarative configuration of the TiledProfileSpec type for use with
@@ -93,5 +107,44 @@ func (b *TiledProfileSpecApplyConfiguration) WithMonitoring(value *MonitoringSpe
 // If called multiple times, the Config field is set to the value of the last call.
 func (b *TiledProfileSpecApplyConfiguration) WithConfig(value v1.JSON) *TiledProfileSpecApplyConfiguration {
 	b.InstanceTemplateApplyConfiguration.Config = &value
+	return b
+}
+
+// WithAllowedNFS adds the given value to the AllowedNFS field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the AllowedNFS field.
+func (b *TiledProfileSpecApplyConfiguration) WithAllowedNFS(values ...*AllowedNFSExportApplyConfiguration) *TiledProfileSpecApplyConfiguration {
+	for i := range values {
+		if values[i] == nil {
+			panic("nil value passed to WithAllowedNFS")
+		}
+		b.AllowedNFS = append(b.AllowedNFS, *values[i])
+	}
+	return b
+}
+
+// WithAllowedUserIDs adds the given value to the AllowedUserIDs field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the AllowedUserIDs field.
+func (b *TiledProfileSpecApplyConfiguration) WithAllowedUserIDs(values ...*IDRangeApplyConfiguration) *TiledProfileSpecApplyConfiguration {
+	for i := range values {
+		if values[i] == nil {
+			panic("nil value passed to WithAllowedUserIDs")
+		}
+		b.AllowedUserIDs = append(b.AllowedUserIDs, *values[i])
+	}
+	return b
+}
+
+// WithAllowedGroupIDs adds the given value to the AllowedGroupIDs field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the AllowedGroupIDs field.
+func (b *TiledProfileSpecApplyConfiguration) WithAllowedGroupIDs(values ...*IDRangeApplyConfiguration) *TiledProfileSpecApplyConfiguration {
+	for i := range values {
+		if values[i] == nil {
+			panic("nil value passed to WithAllowedGroupIDs")
+		}
+		b.AllowedGroupIDs = append(b.AllowedGroupIDs, *values[i])
+	}
 	return b
 }

@@ -24,7 +24,9 @@ type TiledServerSpecApplyConfiguration struct {
 	// Replicas is the number of Tiled server pods. More than one adds a PodDisruptionBudget; Tiled
 	// runs with --scalable so that replicas share the database.
 	Replicas *int32 `json:"replicas,omitempty"`
-	// Resources are the CPU and memory requests and limits of the Tiled container.
+	// Resources are the CPU and memory requests and limits of the Tiled containers. Unless a layer
+	// sets them, the built-in defaults apply (provenance `default`): requests cpu 250m and memory
+	// 512Mi, limit memory 2Gi.
 	Resources *v1.ResourceRequirements `json:"resources,omitempty"`
 	// Env lists extra environment variables of the Tiled container, merged across layers by name.
 	Env []EnvVarApplyConfiguration `json:"env,omitempty"`
@@ -40,6 +42,33 @@ type TiledServerSpecApplyConfiguration struct {
 	PriorityClassName *string `json:"priorityClassName,omitempty"`
 	// ServiceAccountName runs the Tiled pods under this service account instead of the default one.
 	ServiceAccountName *string `json:"serviceAccountName,omitempty"`
+	// RunAsUser is the uid the Tiled containers run as (default 999), e.g. the uid a facility's NFS
+	// exports grant access to. It must not be 0: the pods pass the restricted Pod Security Standard.
+	// It reaches the NFS server's files, so it is an administrator's decision: a cluster's template
+	// or overrides, or a standalone instance, may set it only to a uid one of its TiledProfiles lists
+	// in allowedUserIDs.
+	RunAsUser *int64 `json:"runAsUser,omitempty"`
+	// RunAsGroup is the primary gid of the Tiled containers (default 999). Outside profiles, only a
+	// gid one of the instance's TiledProfiles lists in allowedGroupIDs.
+	RunAsGroup *int64 `json:"runAsGroup,omitempty"`
+	// FSGroup is the gid that owns the pod's volumes that support ownership management (claims on
+	// a storage class; not NFS) and is added to the containers' groups (default 999). Outside
+	// profiles, only a gid one of the instance's TiledProfiles lists in allowedGroupIDs.
+	FSGroup *int64 `json:"fsGroup,omitempty"`
+	// SupplementalGroups are further gids of the Tiled containers, e.g. the group that may read a
+	// beamline's detector files on NFS. The list is replaced whole by a higher layer. Outside
+	// profiles, only gids one of the instance's TiledProfiles lists in allowedGroupIDs.
+	SupplementalGroups []int64 `json:"supplementalGroups,omitempty"`
+	// ImagePullSecrets are Secrets of the instance's namespace holding credentials for the registry
+	// of the Tiled image, merged across layers by name.
+	ImagePullSecrets []LocalObjectReferenceApplyConfiguration `json:"imagePullSecrets,omitempty"`
+	// Affinity constrains which nodes the Tiled pods run on and beside which pods, as in a pod's
+	// spec.affinity. Objects merge across layers; the lists within are replaced whole.
+	Affinity *v1.Affinity `json:"affinity,omitempty"`
+	// TopologySpreadConstraints spread the Tiled pods across zones or nodes, as in a pod's
+	// spec.topologySpreadConstraints. To spread the replicas of each instance on their own, use
+	// matchLabelKeys: [app.kubernetes.io/instance]. The list is replaced whole by a higher layer.
+	TopologySpreadConstraints []v1.TopologySpreadConstraint `json:"topologySpreadConstraints,omitempty"`
 }
 
 // TiledServerSpecApplyConfiguration constructs a declarative configuration of the TiledServerSpec type for use with
@@ -158,5 +187,70 @@ func (b *TiledServerSpecApplyConfiguration) WithPriorityClassName(value string) 
 // If called multiple times, the ServiceAccountName field is set to the value of the last call.
 func (b *TiledServerSpecApplyConfiguration) WithServiceAccountName(value string) *TiledServerSpecApplyConfiguration {
 	b.ServiceAccountName = &value
+	return b
+}
+
+// WithRunAsUser sets the RunAsUser field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the RunAsUser field is set to the value of the last call.
+func (b *TiledServerSpecApplyConfiguration) WithRunAsUser(value int64) *TiledServerSpecApplyConfiguration {
+	b.RunAsUser = &value
+	return b
+}
+
+// WithRunAsGroup sets the RunAsGroup field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the RunAsGroup field is set to the value of the last call.
+func (b *TiledServerSpecApplyConfiguration) WithRunAsGroup(value int64) *TiledServerSpecApplyConfiguration {
+	b.RunAsGroup = &value
+	return b
+}
+
+// WithFSGroup sets the FSGroup field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the FSGroup field is set to the value of the last call.
+func (b *TiledServerSpecApplyConfiguration) WithFSGroup(value int64) *TiledServerSpecApplyConfiguration {
+	b.FSGroup = &value
+	return b
+}
+
+// WithSupplementalGroups adds the given value to the SupplementalGroups field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the SupplementalGroups field.
+func (b *TiledServerSpecApplyConfiguration) WithSupplementalGroups(values ...int64) *TiledServerSpecApplyConfiguration {
+	for i := range values {
+		b.SupplementalGroups = append(b.SupplementalGroups, values[i])
+	}
+	return b
+}
+
+// WithImagePullSecrets adds the given value to the ImagePullSecrets field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the ImagePullSecrets field.
+func (b *TiledServerSpecApplyConfiguration) WithImagePullSecrets(values ...*LocalObjectReferenceApplyConfiguration) *TiledServerSpecApplyConfiguration {
+	for i := range values {
+		if values[i] == nil {
+			panic("nil value passed to WithImagePullSecrets")
+		}
+		b.ImagePullSecrets = append(b.ImagePullSecrets, *values[i])
+	}
+	return b
+}
+
+// WithAffinity sets the Affinity field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Affinity field is set to the value of the last call.
+func (b *TiledServerSpecApplyConfiguration) WithAffinity(value v1.Affinity) *TiledServerSpecApplyConfiguration {
+	b.Affinity = &value
+	return b
+}
+
+// WithTopologySpreadConstraints adds the given value to the TopologySpreadConstraints field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the TopologySpreadConstraints field.
+func (b *TiledServerSpecApplyConfiguration) WithTopologySpreadConstraints(values ...v1.TopologySpreadConstraint) *TiledServerSpecApplyConfiguration {
+	for i := range values {
+		b.TopologySpreadConstraints = append(b.TopologySpreadConstraints, values[i])
+	}
 	return b
 }
