@@ -101,6 +101,7 @@ func TestDefaultInstallServesWebhooks(t *testing.T) {
 	before, err := e.Clientset.CoreV1().Secrets(namespace).Get(ctx, caSecret, metav1.GetOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	a.stop()
+	g.Expect(a.err).NotTo(HaveOccurred(), "manager a stopped cleanly")
 	a = startManager(t, "a (restarted)", cfg, namespace, 2*time.Second, false)
 	g.Eventually(a.ready).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
 	after, err := e.Clientset.CoreV1().Secrets(namespace).Get(ctx, caSecret, metav1.GetOptions{})
