@@ -167,7 +167,7 @@ func webhookPorts(services []*corev1.Service, ref *admissionregistrationv1.Servi
 		}
 	}
 	if svc == nil {
-		return 0, intstr.IntOrString{}, fmt.Errorf("Service %s is not rendered", ref.Name)
+		return 0, intstr.IntOrString{}, fmt.Errorf("the Service %s is not rendered", ref.Name)
 	}
 	port := int32(443)
 	if ref.Port != nil {
@@ -187,7 +187,7 @@ func webhookPorts(services []*corev1.Service, ref *admissionregistrationv1.Servi
 				}
 			}
 		}
-		return 0, intstr.IntOrString{}, fmt.Errorf("Service %s targets port %q, which the manager does not name", svc.Name, p.TargetPort.StrVal)
+		return 0, intstr.IntOrString{}, fmt.Errorf("the Service %s targets port %q, which the manager does not name", svc.Name, p.TargetPort.StrVal)
 	}
-	return 0, intstr.IntOrString{}, fmt.Errorf("Service %s has no port %d", svc.Name, port)
+	return 0, intstr.IntOrString{}, fmt.Errorf("the Service %s has no port %d", svc.Name, port)
 }

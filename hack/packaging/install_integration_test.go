@@ -97,10 +97,21 @@ func TestDefaultInstallServesWebhooks(t *testing.T) {
 		apiServerCalls(ctx, t, g, fwd, m)
 	}
 
+	// The samples apply with kubectl apply -k, profiles first: the standalone instance comes back
+	// expanded by the mutating webhook, with its provenance.
+	_, stderr, err = e.Kubectl(ctx, "create", "namespace", "samples")
+	g.Expect(err).NotTo(HaveOccurred(), stderr)
+	out, stderr, err = e.Kubectl(ctx, "apply", "-n", "samples", "-k", filepath.Join(root, "config", "samples"))
+	g.Expect(err).NotTo(HaveOccurred(), "kubectl apply -k config/samples:\n%s%s", out, stderr)
+	out, stderr, err = e.Kubectl(ctx, "get", "tiledinstance", "tst-standalone", "-n", "samples", "-o", "jsonpath={.provenance}")
+	g.Expect(err).NotTo(HaveOccurred(), stderr)
+	g.Expect(out).To(ContainSubstring("spec.tiled.image"), "the standalone sample expanded at admission")
+
 	// A restarted manager finds the CA in the Secret and keeps it.
 	before, err := e.Clientset.CoreV1().Secrets(namespace).Get(ctx, caSecret, metav1.GetOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	a.stop()
+	g.Expect(a.err).NotTo(HaveOccurred(), "manager a stopped cleanly")
 	a = startManager(t, "a (restarted)", cfg, namespace, 2*time.Second, false)
 	g.Eventually(a.ready).WithContext(ctx).WithTimeout(2 * time.Minute).WithPolling(200 * time.Millisecond).Should(Succeed())
 	after, err := e.Clientset.CoreV1().Secrets(namespace).Get(ctx, caSecret, metav1.GetOptions{})

@@ -62,6 +62,7 @@ type running struct {
 	metrics     string
 	cancel      context.CancelFunc
 	done        chan error
+	err         error // what Start returned, once stopped
 	opts        *webhooks.Options
 }
 
@@ -105,7 +106,7 @@ func (r *running) stop() {
 	}
 	r.cancel()
 	r.cancel = nil
-	<-r.done
+	r.err = <-r.done
 }
 
 // ready returns nil when the manager's /readyz answers 200, as the kubelet's readiness probe asks.

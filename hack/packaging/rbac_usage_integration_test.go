@@ -300,6 +300,7 @@ stringData: {uri: "postgresql://tiled:secret@db.example.org:5432/catalog"}
 
 	calls := rec.snapshot()
 	m.stop()
+	g.Expect(m.err).NotTo(HaveOccurred(), "the manager stopped cleanly")
 	var refused []string
 	for _, c := range calls {
 		if c.status == http.StatusForbidden {

@@ -480,7 +480,7 @@ func (a *Authority) applyBundle(ctx context.Context) (*state, sans, error) {
 	}
 	st, _ := parseState(sec.Data)
 	if st == nil {
-		return nil, sans{}, fmt.Errorf("Secret %s/%s has no readable CA", a.o.Namespace, a.o.SecretName)
+		return nil, sans{}, fmt.Errorf("the Secret %s/%s has no readable CA", a.o.Namespace, a.o.SecretName)
 	}
 	bundle := st.bundle(time.Now())
 	opts := metav1.ApplyOptions{FieldManager: a.o.FieldManager, Force: true}

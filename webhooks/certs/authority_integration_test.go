@@ -263,5 +263,5 @@ func TestRotateWithTwoReplicas(t *testing.T) {
 		g.Expect(got).To(HaveLen(2))
 		g.Expect(got[0].Equal(ca) && got[1].Equal(old)).To(BeTrue(), "active, then previous")
 	}
-	g.Expect(fmt.Sprint(a.CABundle())).To(Equal(fmt.Sprint(bundles(g, o)[0])))
+	g.Expect(string(a.CABundle())).To(Equal(string(bundles(g, o)[0])))
 }

@@ -162,7 +162,7 @@ func TestPlanBundleOnlyGrows(t *testing.T) {
 	s := &state{active: mustCA(t, t0, validity)}
 	trusted := map[*x509.Certificate]time.Time{}
 	signers := []*x509.Certificate{s.active.cert}
-	newCAFn := func(now time.Time, v time.Duration) (*keyPair, error) { return newCA(now, v) }
+	newCAFn := newCA
 	for now := t0; now.Before(t0.Add(4 * validity)); now = now.Add(time.Minute) {
 		// What the bundle holds is trusted from the moment it holds it.
 		for _, c := range certsIn(s.bundle(now)) {
