@@ -551,7 +551,7 @@ cmd_up() {
   # and must be there before kubelet starts; big ones load while the node comes up).
   local tars=()
   if [ -d "$IMAGES" ]; then
-    mapfile -t tars < <(find "$IMAGES" -maxdepth 1 -name '*.tar' \( -type f -o -type l \) -printf '%s %p\n' 2>/dev/null | sort -n | cut -d' ' -f2-)
+    mapfile -t tars < <(find -L "$IMAGES/" -maxdepth 1 -name '*.tar' -type f -printf '%s %p\n' 2>/dev/null | sort -n | cut -d' ' -f2-)
   fi
   [ ${#tars[@]} -gt 0 ] || die "no images in $IMAGES: build them with hack/images/build.sh (needed at least: $PAUSE_IMAGE, $COREDNS_IMAGE)"
 
