@@ -97,14 +97,15 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# run LOG CMD... runs a step with its output in LOG, printed only when it fails.
+# run LOG CMD... runs a step with its output and duration in LOG, printed only when it fails.
 run() {
-	local log=$1
+	local log=$1 t=$SECONDS
 	shift
 	if ! "$@" >>"$log" 2>&1; then
 		tail -n 40 "$log" >&2
 		return 1
 	fi
+	printf '[step %ds] %s\n' "$((SECONDS - t))" "$*" >>"$log"
 }
 
 # chroot_run ROOTFS [SRC:DST]... -- CMD... runs CMD in ROOTFS with a clean environment, /proc and the
@@ -147,15 +148,20 @@ key() {
 }
 MKIMAGE_SRC=(hack/images/mkimage/main.go hack/images/mkimage/image.go)
 
-# publish NAME FILE makes FILE current/NAME.tar (a hard link, replaced atomically) and drops other
-# cached versions of NAME.
+# publish NAME FILE makes FILE current/NAME.tar (a hard link, replaced atomically) and keeps the two
+# most recently used versions of NAME in the store: two checkouts with different recipes (a branch
+# and main) then do not evict each other's images on every run.
 publish() {
-	local name=$1 file=$2
+	local name=$1 file=$2 old
+	touch "$file"
 	if [[ ! $file -ef $OUT/$name.tar ]]; then
 		ln -f "$file" "$OUT/.$name.tar.tmp"
 		mv -f "$OUT/.$name.tar.tmp" "$OUT/$name.tar"
 	fi
-	find "$STORE" -maxdepth 1 -name "$name-*" ! -name "$(basename "${file%.tar}")*" -delete
+	# shellcheck disable=SC2012 # names are ours: NAME-HEXKEY.tar
+	for old in $(ls -t "$STORE/$name"-*.tar | tail -n +3); do
+		rm -f "${old%.tar}".*
+	done
 }
 
 # --- Go programs ----------------------------------------------------------------------------------
