@@ -212,7 +212,7 @@ build_base() {
 	echo localhost >"$r/etc/hostname"
 	rm -rf "$r"/var/log/* "$r"/var/cache/apt/*.bin
 }
-BASE_KEY=$(KEY_FILES=() && key "$SUITE" "$MIRROR" "$SECURITY_MIRROR" "$DEBOOTSTRAP_VERSION" "$(declare -f build_base chroot_run run)")
+BASE_KEY=$(KEY_FILES=() && key "$SUITE" "$MIRROR" "$SECURITY_MIRROR" "$DEBOOTSTRAP_VERSION" "$(declare -f build_base chroot_run)")
 BASE=$CACHE/rootfs/$SUITE-minbase-$BASE_KEY.tar
 
 # --- shared steps of the Debian-based images ----------------------------------------------------
@@ -442,7 +442,9 @@ if [[ ! -s $STORE/${KEYS[postgres]}.tar || ! -s $STORE/${KEYS[tiled]}.tar ]]; th
 		wait $! || { tail -n 40 "$TMP/base.log" >&2; die "building the Debian base failed (log above)"; }
 		tar --numeric-owner -C "$TMP/base/rootfs" -cf "$BASE.tmp" .
 		mv "$BASE.tmp" "$BASE"
-		find "$CACHE/rootfs" -maxdepth 1 -name "$SUITE-minbase-*.tar" ! -name "$(basename "$BASE")" -delete
+		# The two newest bases stay (see publish).
+		# shellcheck disable=SC2012 # names are ours
+		ls -t "$CACHE/rootfs/$SUITE-minbase-"*.tar | tail -n +3 | xargs -r rm -f
 		rm -rf "$TMP/base"
 		say "Debian base: $(du -h "$BASE" | cut -f1)"
 	fi
