@@ -97,14 +97,15 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# run LOG CMD... runs a step with its output in LOG, printed only when it fails.
+# run LOG CMD... runs a step with its output and duration in LOG, printed only when it fails.
 run() {
-	local log=$1
+	local log=$1 t=$SECONDS
 	shift
 	if ! "$@" >>"$log" 2>&1; then
 		tail -n 40 "$log" >&2
 		return 1
 	fi
+	printf '[step %ds] %s\n' "$((SECONDS - t))" "$*" >>"$log"
 }
 
 # chroot_run ROOTFS [SRC:DST]... -- CMD... runs CMD in ROOTFS with a clean environment, /proc and the
@@ -147,15 +148,20 @@ key() {
 }
 MKIMAGE_SRC=(hack/images/mkimage/main.go hack/images/mkimage/image.go)
 
-# publish NAME FILE makes FILE current/NAME.tar (a hard link, replaced atomically) and drops other
-# cached versions of NAME.
+# publish NAME FILE makes FILE current/NAME.tar (a hard link, replaced atomically) and keeps the two
+# most recently used versions of NAME in the store: two checkouts with different recipes (a branch
+# and main) then do not evict each other's images on every run.
 publish() {
-	local name=$1 file=$2
+	local name=$1 file=$2 old
+	touch "$file"
 	if [[ ! $file -ef $OUT/$name.tar ]]; then
 		ln -f "$file" "$OUT/.$name.tar.tmp"
 		mv -f "$OUT/.$name.tar.tmp" "$OUT/$name.tar"
 	fi
-	find "$STORE" -maxdepth 1 -name "$name-*" ! -name "$(basename "${file%.tar}")*" -delete
+	# shellcheck disable=SC2012 # names are ours: NAME-HEXKEY.tar
+	for old in $(ls -t "$STORE/$name"-*.tar | tail -n +3); do
+		rm -f "${old%.tar}".*
+	done
 }
 
 # --- Go programs ----------------------------------------------------------------------------------
@@ -206,7 +212,7 @@ build_base() {
 	echo localhost >"$r/etc/hostname"
 	rm -rf "$r"/var/log/* "$r"/var/cache/apt/*.bin
 }
-BASE_KEY=$(KEY_FILES=() && key "$SUITE" "$MIRROR" "$SECURITY_MIRROR" "$DEBOOTSTRAP_VERSION" "$(declare -f build_base chroot_run run)")
+BASE_KEY=$(KEY_FILES=() && key "$SUITE" "$MIRROR" "$SECURITY_MIRROR" "$DEBOOTSTRAP_VERSION" "$(declare -f build_base chroot_run)")
 BASE=$CACHE/rootfs/$SUITE-minbase-$BASE_KEY.tar
 
 # --- shared steps of the Debian-based images ----------------------------------------------------
@@ -436,7 +442,9 @@ if [[ ! -s $STORE/${KEYS[postgres]}.tar || ! -s $STORE/${KEYS[tiled]}.tar ]]; th
 		wait $! || { tail -n 40 "$TMP/base.log" >&2; die "building the Debian base failed (log above)"; }
 		tar --numeric-owner -C "$TMP/base/rootfs" -cf "$BASE.tmp" .
 		mv "$BASE.tmp" "$BASE"
-		find "$CACHE/rootfs" -maxdepth 1 -name "$SUITE-minbase-*.tar" ! -name "$(basename "$BASE")" -delete
+		# The two newest bases stay (see publish).
+		# shellcheck disable=SC2012 # names are ours
+		ls -t "$CACHE/rootfs/$SUITE-minbase-"*.tar | tail -n +3 | xargs -r rm -f
 		rm -rf "$TMP/base"
 		say "Debian base: $(du -h "$BASE" | cut -f1)"
 	fi

@@ -7,8 +7,8 @@
 #   hack/images/smoke.sh ~/.cache/tiled-operator/images/current/{postgres,tiled}.tar
 #
 # postgres: the entrypoint initialises PGDATA (a subdirectory of the volume, as the operator sets it)
-#   with POSTGRES_USER/PASSWORD/DB and the operator's init script in /docker-entrypoint-initdb.d,
-#   recovering from a left-over interrupted initialisation; the operator's probe (pg_isready) passes;
+#   with POSTGRES_USER/PASSWORD/DB, the operator's init script and a sourced shell script changing
+#   postgresql.conf in /docker-entrypoint-initdb.d, recovering from a left-over interrupted initialisation; the operator's probe (pg_isready) passes;
 #   psql as the database user reads the databases over TCP, the password is required off loopback;
 #   SIGINT stops it cleanly; a second start reuses the data.
 # tiled: `tiled --version` is the tag's version, /bin/sh -ec works, and a server on a temporary
@@ -89,6 +89,9 @@ smoke_postgres() {
 	chown 999:999 "$data"
 	# render.PostgresInitSQL(): the storage and auth databases beside POSTGRES_DB.
 	printf 'CREATE DATABASE storage OWNER tiled;\nCREATE DATABASE auth OWNER tiled;\n' >"$init/10-tiled-databases.sql"
+	# A sourced shell script, as the official image's users write them, changing the configuration.
+	# shellcheck disable=SC2016 # for the entrypoint to expand
+	printf 'echo "log_min_duration_statement = 12345" >>"$PGDATA/postgresql.conf"\n' >"$init/20-config.sh"
 	# What an initialisation killed half-way leaves behind.
 	mkdir -p "$data/pgdata.initdb-tmp/base"
 	chown -R 999:999 "$data/pgdata.initdb-tmp"
@@ -136,10 +139,12 @@ expect_log() { grep -qF -- "$1" "$LOGS/pg.log" || { cat "$LOGS/pg.log"; echo "lo
 start
 expect_log "removing /var/lib/postgresql/data/pgdata.initdb-tmp left by an interrupted initialisation"
 expect_log "running /docker-entrypoint-initdb.d/10-tiled-databases.sql"
+expect_log "sourcing /docker-entrypoint-initdb.d/20-config.sh"
 [[ ! -e $ROOT/var/lib/postgresql/data/pgdata.initdb-tmp ]] || { echo "staging directory left"; exit 1; }
 got=$(sql 10.77.0.1 "SELECT current_user || ' ' || string_agg(datname || ':' || pg_encoding_to_char(encoding), ',' ORDER BY datname) FROM pg_database WHERE datname NOT LIKE 'template%'")
 echo "postgres: over TCP as $got"
 [[ $got == "tiled auth:UTF8,catalog:UTF8,postgres:UTF8,storage:UTF8" ]] || { echo "unexpected databases"; exit 1; }
+[[ $(sql 127.0.0.1 "SHOW log_min_duration_statement") == 12345ms ]] || { echo "the init script's setting is not in effect"; exit 1; }
 sql 10.77.0.1 "CREATE TABLE kept (v text); INSERT INTO kept VALUES ('still here')" >/dev/null
 if as999 PGPASSWORD=wrong -- psql -X -h 10.77.0.1 -U tiled -d catalog -Atc "SELECT 1" >/dev/null 2>&1; then
 	echo "a wrong password was accepted from a non-loopback address"

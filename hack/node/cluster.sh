@@ -551,7 +551,7 @@ cmd_up() {
   # and must be there before kubelet starts; big ones load while the node comes up).
   local tars=()
   if [ -d "$IMAGES" ]; then
-    mapfile -t tars < <(find "$IMAGES" -maxdepth 1 -name '*.tar' \( -type f -o -type l \) -printf '%s %p\n' 2>/dev/null | sort -n | cut -d' ' -f2-)
+    mapfile -t tars < <(find -L "$IMAGES/" -maxdepth 1 -name '*.tar' -type f -printf '%s %p\n' 2>/dev/null | sort -n | cut -d' ' -f2-)
   fi
   [ ${#tars[@]} -gt 0 ] || die "no images in $IMAGES: build them with hack/images/build.sh (needed at least: $PAUSE_IMAGE, $COREDNS_IMAGE)"
 
@@ -624,8 +624,10 @@ cmd_up() {
   if ! images_present "$PAUSE_IMAGE" "$COREDNS_IMAGE"; then
     [ ${#big[@]} -eq 0 ] || import_tars "${big[@]}" || fail_up "importing images from $IMAGES failed (log above)"
     big=()
-    images_present "$PAUSE_IMAGE" "$COREDNS_IMAGE" ||
-      fail_up "$IMAGES lacks $PAUSE_IMAGE or $COREDNS_IMAGE (it has: $(ctr -a "$SOCK" -n k8s.io images ls -q | tr '\n' ' ')); build them with hack/images/build.sh"
+    local missing=() i
+    for i in "$PAUSE_IMAGE" "$COREDNS_IMAGE"; do images_present "$i" || missing+=("$i"); done
+    [ ${#missing[@]} -eq 0 ] ||
+      fail_up "the images in $IMAGES lack ${missing[*]} (they hold: $(ctr -a "$SOCK" -n k8s.io images ls -q | grep -v '^sha256:' | tr '\n' ' ')); build them with hack/images/build.sh"
   fi
   log "imported ${#small[@]} small image(s) in $(secs "$t_imp" "$(now)")s"
   local import_pid=""

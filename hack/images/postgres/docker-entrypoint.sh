@@ -19,8 +19,9 @@
 # Unlike the official image, the first initialisation is restartable: initdb and the init scripts run
 # in a sibling directory (PGDATA.initdb-tmp) that is renamed to PGDATA only once everything succeeded,
 # so a container killed mid-way starts over on its next start instead of finding a half-initialised
-# cluster. (When PGDATA is itself a mount point or its parent is not writable, it initialises in
-# place, as the official image does.) The image runs as uid 999 (postgres) and needs no root.
+# cluster. Init scripts then see PGDATA set to that staging directory, the cluster being initialised.
+# (When PGDATA is itself a mount point or its parent is not writable, it initialises in place, as the
+# official image does.) The image runs as uid 999 (postgres) and needs no root.
 set -eu
 
 log() { printf '%s\n' "docker-entrypoint.sh: $*" >&2; }
@@ -161,8 +162,11 @@ process_init_files() {
 	done
 }
 
-# initialise: a new cluster in DATADIR, its databases and init scripts, then stopped.
+# initialise: a new cluster in DATADIR, its databases and init scripts, then stopped. The init
+# scripts see PGDATA=DATADIR, the cluster being initialised (e.g. to append to postgresql.conf).
 initialise() {
+	_pgdata=$PGDATA
+	export PGDATA="$DATADIR"
 	init_dir
 	setup_hba
 	export PGPASSWORD="${PGPASSWORD:-$POSTGRES_PASSWORD}"
@@ -171,6 +175,7 @@ initialise() {
 	process_init_files
 	temp_server_stop
 	unset PGPASSWORD
+	export PGDATA="$_pgdata"
 }
 
 main() {
@@ -195,8 +200,8 @@ main() {
 				fi
 				DATADIR=$staging
 				initialise
-				rmdir "$PGDATA"
-				mv "$staging" "$PGDATA"
+				# One rename(2), which replaces the empty PGDATA: the cluster appears whole or not at all.
+				mv -T "$staging" "$PGDATA"
 			else
 				DATADIR=$PGDATA
 				initialise

@@ -39,8 +39,14 @@ func run() error {
 	if *out == "" || *name == "" || *entrypoint == "" || flag.NArg() == 0 {
 		return fmt.Errorf("usage: testimage -o OUT.tar -name REF -entrypoint PATH SRC:DST...")
 	}
-	if !strings.Contains(*name, ":") {
-		return fmt.Errorf("-name %q: needs an explicit tag (a local image is never pulled only with a non-latest tag and IfNotPresent)", *name)
+	return write(*out, *name, strings.Fields(*entrypoint), *user, flag.Args())
+}
+
+// write writes the docker-archive OUT holding one image NAME whose only layer has the files given as
+// SRC:DST pairs (and /tmp), and whose config runs ENTRYPOINT as USER.
+func write(out, name string, entrypoint []string, user string, pairs []string) error {
+	if !strings.Contains(name, ":") {
+		return fmt.Errorf("-name %q: needs an explicit tag (a local image is never pulled only with a non-latest tag and IfNotPresent)", name)
 	}
 
 	// The layer: directories first (sorted), then the files.
@@ -50,7 +56,7 @@ func run() error {
 	dirs := map[string]bool{}
 	type file struct{ src, dst string }
 	var files []file
-	for _, a := range flag.Args() {
+	for _, a := range pairs {
 		src, dst, ok := strings.Cut(a, ":")
 		if !ok || !path.IsAbs(dst) {
 			return fmt.Errorf("argument %q: want SRC:DST with an absolute DST", a)
@@ -98,9 +104,9 @@ func run() error {
 		"os":           "linux",
 		"created":      epoch.UTC().Format(time.RFC3339),
 		"config": map[string]any{
-			"Entrypoint": strings.Fields(*entrypoint),
+			"Entrypoint": entrypoint,
 			"Env":        []string{"PATH=/usr/local/bin:/usr/bin:/bin"},
-			"User":       *user,
+			"User":       user,
 		},
 		"rootfs":  map[string]any{"type": "layers", "diff_ids": []string{"sha256:" + layerHex}},
 		"history": []map[string]any{{"created": epoch.UTC().Format(time.RFC3339), "created_by": "hack/node/testimage"}},
@@ -112,14 +118,14 @@ func run() error {
 	configName := hex.EncodeToString(configSum[:]) + ".json"
 	manifest, err := json.Marshal([]map[string]any{{
 		"Config":   configName,
-		"RepoTags": []string{*name},
+		"RepoTags": []string{name},
 		"Layers":   []string{layerHex + "/layer.tar"},
 	}})
 	if err != nil {
 		return err
 	}
 
-	tmp := *out + ".tmp"
+	tmp := out + ".tmp"
 	f, err := os.Create(tmp)
 	if err != nil {
 		return err
@@ -152,5 +158,5 @@ func run() error {
 	if err := f.Close(); err != nil {
 		return err
 	}
-	return os.Rename(tmp, *out)
+	return os.Rename(tmp, out)
 }
