@@ -214,7 +214,7 @@ func checkID(instance, field string, id int64, users bool, prov map[string]strin
 		}
 		for _, r := range ranges {
 			allowed = append(allowed, fmt.Sprintf("%d-%d (%s)", r.Min, r.Max, ProfileSource(p)))
-			if id >= r.Min && id <= r.Max && !(users && id == 0) {
+			if id >= r.Min && id <= r.Max && (!users || id != 0) {
 				return nil
 			}
 		}

@@ -238,7 +238,7 @@ func WriteLayer(w io.Writer, root string) error {
 				return err
 			}
 		case m.IsRegular():
-			key := inode{uint64(st.Dev), st.Ino}
+			key := inode{st.Dev, st.Ino}
 			if first, ok := seen[key]; ok && st.Nlink > 1 {
 				hdr.Typeflag = tar.TypeLink
 				hdr.Linkname = first
@@ -255,8 +255,8 @@ func WriteLayer(w io.Writer, root string) error {
 			if m&fs.ModeCharDevice != 0 {
 				hdr.Typeflag = tar.TypeChar
 			}
-			hdr.Devmajor = int64(unixMajor(uint64(st.Rdev)))
-			hdr.Devminor = int64(unixMinor(uint64(st.Rdev)))
+			hdr.Devmajor = int64(unixMajor(st.Rdev))
+			hdr.Devminor = int64(unixMinor(st.Rdev))
 		default:
 			return fmt.Errorf("%s: unsupported file type %v (sockets and pipes do not belong in an image)", p, m.Type())
 		}

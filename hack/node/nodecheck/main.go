@@ -37,7 +37,7 @@ func main() {
 	var err error
 	switch cmd, args := os.Args[1], os.Args[2:]; cmd {
 	case "pause":
-		err = pause()
+		pause()
 	case "serve":
 		err = serve(args)
 	case "get":
@@ -53,11 +53,10 @@ func main() {
 	}
 }
 
-func pause() error {
+func pause() {
 	c := make(chan os.Signal, 1)
 	signal.Notify(c, syscall.SIGTERM, syscall.SIGINT)
 	<-c
-	return nil
 }
 
 func serve(args []string) error {
@@ -86,14 +85,14 @@ func serve(args []string) error {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
-		w.Write(b)
+		_, _ = w.Write(b)
 	})
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		if _, err := os.Stat(first); err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
-		io.WriteString(w, "ok\n")
+		_, _ = io.WriteString(w, "ok\n")
 	})
 	srv := &http.Server{Addr: *addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
@@ -102,7 +101,7 @@ func serve(args []string) error {
 		<-c
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		srv.Shutdown(ctx)
+		_ = srv.Shutdown(ctx)
 	}()
 	fmt.Printf("serving %s on %s\n", *dir, *addr)
 	if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
@@ -176,7 +175,7 @@ func resolve(args []string) error {
 				break
 			}
 			if time.Now().After(deadline) {
-				return fmt.Errorf("resolving %s: after %d attempts in %s: %v", name, attempt, *timeout, err)
+				return fmt.Errorf("resolving %s: after %d attempts in %s: %w", name, attempt, *timeout, err)
 			}
 			time.Sleep(500 * time.Millisecond)
 		}

@@ -14,6 +14,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -37,7 +38,7 @@ func run() error {
 	user := flag.String("user", "65532:65532", "user the image runs as")
 	flag.Parse()
 	if *out == "" || *name == "" || *entrypoint == "" || flag.NArg() == 0 {
-		return fmt.Errorf("usage: testimage -o OUT.tar -name REF -entrypoint PATH SRC:DST...")
+		return errors.New("usage: testimage -o OUT.tar -name REF -entrypoint PATH SRC:DST [SRC:DST]")
 	}
 	return write(*out, *name, strings.Fields(*entrypoint), *user, flag.Args())
 }
