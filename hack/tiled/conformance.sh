@@ -107,6 +107,6 @@ export TILED_CONFORMANCE_PG_PASSWORD=$PGPASS
 export TILED_CONFORMANCE_PSQL=$PSQL
 export TILED_CONFORMANCE_PGCTL=$PGDIR/pgctl.sh
 status=0
-go test -tags tiledconformance -count=1 -timeout 30m "${@:--v}" ./render/conformance/ || status=$?
+go test -tags tiledconformance -count=1 -timeout 60m "${@:--v}" ./render/conformance/ || status=$?
 say "Tiled $VERSION: $([[ $status == 0 ]] && echo PASS || echo FAIL) in $(($(date +%s) - START))s"
 exit $status
