@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	v1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
+	"github.com/bluesky/tiled-operator/controllers"
 	"github.com/bluesky/tiled-operator/render"
 )
 
@@ -264,18 +265,7 @@ func testDataSurvives(t *testing.T) {
 	ctx := ctxT(t)
 	ti := getInstance(t, instanceName("amx"))
 	n := render.NamesFor(ti)
-	claims := map[string]types.UID{}
-	for _, c := range []string{n.DataClaim, n.DatabaseClaim} {
-		var pvc corev1.PersistentVolumeClaim
-		if err := cl.Get(ctx, types.NamespacedName{Namespace: tenantNS, Name: c}, &pvc); err != nil {
-			t.Fatal(err)
-		}
-		claims[c] = pvc.UID
-	}
-	var sec corev1.Secret
-	if err := cl.Get(ctx, types.NamespacedName{Namespace: tenantNS, Name: n.Secret}, &sec); err != nil {
-		t.Fatal(err)
-	}
+	kept := snapshotData(t, n)
 	oldUIDs := map[string]types.UID{}
 	for _, p := range []string{n.Tiled + "-0", n.Postgres + "-0"} {
 		var pod corev1.Pod
@@ -299,24 +289,8 @@ func testDataSurvives(t *testing.T) {
 		return true, ""
 	})
 	fig.PodRecreateSeconds = time.Since(start).Seconds()
-	for c, uid := range claims {
-		var pvc corev1.PersistentVolumeClaim
-		if err := cl.Get(ctx, types.NamespacedName{Namespace: tenantNS, Name: c}, &pvc); err != nil {
-			t.Fatal(err)
-		}
-		if pvc.UID != uid {
-			t.Errorf("claim %s was recreated: uid %s, was %s", c, pvc.UID, uid)
-		}
-	}
-	var sec2 corev1.Secret
-	if err := cl.Get(ctx, types.NamespacedName{Namespace: tenantNS, Name: n.Secret}, &sec2); err != nil {
-		t.Fatal(err)
-	}
-	for k, v := range sec.Data {
-		if string(sec2.Data[k]) != string(v) {
-			t.Errorf("Secret %s key %s changed", n.Secret, k)
-		}
-	}
+	kept.sameClaims(t, "after the pods were deleted")
+	kept.sameSecret(t, "after the pods were deleted")
 	// The first request after the database restart must succeed too: read straight away.
 	runClient(t, "client-read", ti.Status.URL, n.Secret, "read")
 }
@@ -591,7 +565,7 @@ func testLeaderFailover(t *testing.T) {
 	mustKubectl(t, nil, "-n", operatorNS, "rollout", "status", "deploy/"+operatorDep, "--timeout=3m")
 	close(stop)
 	wg.Wait()
-	fig.WebhookCallsDuringFail, fig.WebhookFailuresDuringFai = int(calls.Load()), int(failures.Load())
+	fig.WebhookCallsDuringFailover, fig.WebhookFailuresDuringFailover = int(calls.Load()), int(failures.Load())
 	lease := 15.0
 	if l.Spec.LeaseDurationSeconds != nil {
 		lease = float64(*l.Spec.LeaseDurationSeconds)
@@ -611,18 +585,7 @@ func testRemoveReadd(t *testing.T) {
 	ti := getInstance(t, instanceName("bmm"))
 	n := render.NamesFor(ti)
 	runClient(t, "client-write-bmm", ti.Status.URL, n.Secret, "write")
-	claims := map[string]types.UID{}
-	for _, c := range []string{n.DataClaim, n.DatabaseClaim} {
-		var pvc corev1.PersistentVolumeClaim
-		if err := cl.Get(ctx, types.NamespacedName{Namespace: tenantNS, Name: c}, &pvc); err != nil {
-			t.Fatal(err)
-		}
-		claims[c] = pvc.UID
-	}
-	var sec corev1.Secret
-	if err := cl.Get(ctx, types.NamespacedName{Namespace: tenantNS, Name: n.Secret}, &sec); err != nil {
-		t.Fatal(err)
-	}
+	kept := snapshotData(t, n)
 	mustKubectl(t, []byte(clusterYAML(false, []string{"amx", "chx"})), "apply", "--server-side", "-f", "-")
 	eventually(t, 3*time.Minute, time.Second, "bmm's instance and workloads removed", func() (bool, string) {
 		checks := []struct {
@@ -637,41 +600,19 @@ func testRemoveReadd(t *testing.T) {
 		}
 		return true, ""
 	})
-	for c, uid := range claims {
-		var pvc corev1.PersistentVolumeClaim
-		if err := cl.Get(ctx, types.NamespacedName{Namespace: tenantNS, Name: c}, &pvc); err != nil {
-			t.Fatalf("claim %s of the removed beamline is gone: %v", c, err)
-		}
-		if pvc.UID != uid {
-			t.Errorf("claim %s recreated", c)
-		}
-		if pvc.Labels["tiled.blueskyproject.io/released"] != "true" {
-			t.Errorf("claim %s of the removed beamline is not labelled released=true: %v", c, pvc.Labels)
+	for _, pvc := range kept.sameClaims(t, "of the removed beamline") {
+		if pvc.Labels[controllers.LabelReleased] != "true" {
+			t.Errorf("claim %s of the removed beamline is not labelled %s=true: %v", pvc.Name, controllers.LabelReleased, pvc.Labels)
 		}
 	}
 	mustKubectl(t, []byte(clusterYAML(false, beamlines)), "apply", "--server-side", "-f", "-")
 	mustKubectl(t, nil, "-n", tenantNS, "wait", "--for=condition=Ready", "tc/"+clusterName, "--timeout=6m")
-	for c, uid := range claims {
-		var pvc corev1.PersistentVolumeClaim
-		if err := cl.Get(ctx, types.NamespacedName{Namespace: tenantNS, Name: c}, &pvc); err != nil {
-			t.Fatal(err)
-		}
-		if pvc.UID != uid {
-			t.Errorf("re-added beamline got a new claim %s", c)
-		}
-		if _, ok := pvc.Labels["tiled.blueskyproject.io/released"]; ok {
-			t.Errorf("claim %s of the re-added beamline still has the released label", c)
+	for _, pvc := range kept.sameClaims(t, "of the re-added beamline") {
+		if _, ok := pvc.Labels[controllers.LabelReleased]; ok {
+			t.Errorf("claim %s of the re-added beamline still has the label %s", pvc.Name, controllers.LabelReleased)
 		}
 	}
-	var sec2 corev1.Secret
-	if err := cl.Get(ctx, types.NamespacedName{Namespace: tenantNS, Name: n.Secret}, &sec2); err != nil {
-		t.Fatal(err)
-	}
-	for k, v := range sec.Data {
-		if string(sec2.Data[k]) != string(v) {
-			t.Errorf("Secret %s key %s regenerated for the re-added beamline", n.Secret, k)
-		}
-	}
+	kept.sameSecret(t, "of the re-added beamline")
 	ti = getInstance(t, instanceName("bmm"))
 	runClient(t, "client-read-bmm", ti.Status.URL, n.Secret, "read")
 }
@@ -843,6 +784,63 @@ func podPeakMemory(uid types.UID) (int64, error) {
 		return 0, err
 	}
 	return strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+}
+
+// keptData is what must outlive pods and beamlines: the data claims by UID and the Secret's values.
+type keptData struct {
+	claims map[string]types.UID
+	secret string
+	data   map[string][]byte
+}
+
+// snapshotData records the data claims and the Secret of an instance's names.
+func snapshotData(t *testing.T, n render.Names) keptData {
+	t.Helper()
+	k := keptData{claims: map[string]types.UID{}, secret: n.Secret}
+	for _, c := range []string{n.DataClaim, n.DatabaseClaim} {
+		var pvc corev1.PersistentVolumeClaim
+		if err := cl.Get(context.Background(), types.NamespacedName{Namespace: tenantNS, Name: c}, &pvc); err != nil {
+			t.Fatal(err)
+		}
+		k.claims[c] = pvc.UID
+	}
+	var sec corev1.Secret
+	if err := cl.Get(context.Background(), types.NamespacedName{Namespace: tenantNS, Name: n.Secret}, &sec); err != nil {
+		t.Fatal(err)
+	}
+	k.data = sec.Data
+	return k
+}
+
+// sameClaims fails unless every recorded claim still exists with its UID, and returns them.
+func (k keptData) sameClaims(t *testing.T, when string) []corev1.PersistentVolumeClaim {
+	t.Helper()
+	var out []corev1.PersistentVolumeClaim
+	for c, uid := range k.claims {
+		var pvc corev1.PersistentVolumeClaim
+		if err := cl.Get(context.Background(), types.NamespacedName{Namespace: tenantNS, Name: c}, &pvc); err != nil {
+			t.Fatalf("claim %s %s: %v", c, when, err)
+		}
+		if pvc.UID != uid {
+			t.Errorf("claim %s %s was recreated: uid %s, was %s", c, when, pvc.UID, uid)
+		}
+		out = append(out, pvc)
+	}
+	return out
+}
+
+// sameSecret fails when a recorded Secret value changed (a regenerated password or key).
+func (k keptData) sameSecret(t *testing.T, when string) {
+	t.Helper()
+	var sec corev1.Secret
+	if err := cl.Get(context.Background(), types.NamespacedName{Namespace: tenantNS, Name: k.secret}, &sec); err != nil {
+		t.Fatal(err)
+	}
+	for key, v := range k.data {
+		if string(sec.Data[key]) != string(v) {
+			t.Errorf("Secret %s key %s changed %s", k.secret, key, when)
+		}
+	}
 }
 
 func getInstance(t *testing.T, name string) *v1alpha1.TiledInstance {

@@ -38,42 +38,8 @@ type env struct {
 var (
 	e   env
 	cl  client.Client
-	fig = &figures{InstanceReadySeconds: map[string]float64{}}
+	fig = &Figures{InstanceReadySeconds: map[string]float64{}}
 )
-
-// figures are the measured values written to bench/e2e.json.
-type figures struct {
-	Cluster                  string             `json:"cluster"`
-	Beamlines                int                `json:"beamlines"`
-	FleetReadySeconds        float64            `json:"fleetReadySeconds"`
-	InstanceReadySeconds     map[string]float64 `json:"instanceReadySeconds"`
-	FloorReadySeconds        float64            `json:"floorReadySeconds"`
-	OperatorOverFloor        float64            `json:"operatorOverFloor"`
-	RestartCount             int                `json:"restartCount"`
-	RestartsByContainer      map[string]int32   `json:"restartsByContainer,omitempty"`
-	RolloutBudget            int                `json:"rolloutBudget"`
-	RolloutMaxUnready        int                `json:"rolloutMaxUnready"`
-	RolloutSeconds           float64            `json:"rolloutSeconds"`
-	RolloutUnreadySamples    []int              `json:"rolloutUnreadySamples,omitempty"`
-	KillRolloutMaxUnready    int                `json:"killRolloutMaxUnready"`
-	KillRolloutSeconds       float64            `json:"killRolloutSeconds"`
-	KillRolloutRequests      map[string]int     `json:"killRolloutRequestsByVerb"`
-	KillRolloutWritesByKind  map[string]int     `json:"killRolloutWritesByResource"`
-	FailoverSeconds          float64            `json:"failoverSeconds"`
-	WebhookCallsDuringFail   int                `json:"webhookCallsDuringFailover"`
-	WebhookFailuresDuringFai int                `json:"webhookFailuresDuringFailover"`
-	PodRecreateSeconds       float64            `json:"podRecreateSeconds"`
-	OperatorPeakMemoryMiB    float64            `json:"operatorPeakMemoryMiB"`
-	Cases                    []caseResult       `json:"cases"`
-	Passed                   int                `json:"passed"`
-	Failed                   int                `json:"failed"`
-}
-
-type caseResult struct {
-	Name    string  `json:"name"`
-	Passed  bool    `json:"passed"`
-	Seconds float64 `json:"seconds"`
-}
 
 var figMu sync.Mutex
 
@@ -141,7 +107,7 @@ func run(t *testing.T, name string, f func(t *testing.T)) bool {
 	start := time.Now()
 	ok := t.Run(name, f)
 	figMu.Lock()
-	fig.Cases = append(fig.Cases, caseResult{Name: name, Passed: ok, Seconds: time.Since(start).Seconds()})
+	fig.Cases = append(fig.Cases, CaseResult{Name: name, Passed: ok, Seconds: time.Since(start).Seconds()})
 	figMu.Unlock()
 	return ok
 }

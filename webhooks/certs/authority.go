@@ -583,80 +583,103 @@ func (a *Authority) names(configs []admissionregistrationv1.WebhookClientConfig)
 // bundle everywhere): the caBundle of each of its webhooks, conditioned on its resourceVersion; with
 // URL, the whole configuration generated from config/webhook.
 func (a *Authority) mutatingApply(live *admissionregistrationv1.MutatingWebhookConfiguration, bundle []byte) (*arv1ac.MutatingWebhookConfigurationApplyConfiguration, error) {
+	var generated, liveHooks []admissionregistrationv1.MutatingWebhook
+	if a.o.URL != "" {
+		g, _, err := webhookconfig.Configurations()
+		if err != nil {
+			return nil, err
+		}
+		generated = g.Webhooks
+	}
+	if live != nil {
+		liveHooks = live.Webhooks
+	}
+	hooks, err := webhookApplies(a, liveHooks, live != nil, generated,
+		func(w *admissionregistrationv1.MutatingWebhook) (string, *admissionregistrationv1.WebhookClientConfig) {
+			return w.Name, &w.ClientConfig
+		},
+		func(name string) *arv1ac.MutatingWebhookApplyConfiguration {
+			return arv1ac.MutatingWebhook().WithName(name).WithClientConfig(arv1ac.WebhookClientConfig().WithCABundle(bundle...))
+		}, bundle)
+	if err != nil || hooks == nil {
+		return nil, err
+	}
 	ac := arv1ac.MutatingWebhookConfiguration(a.o.MutatingName)
 	if live != nil {
 		ac.WithResourceVersion(live.ResourceVersion)
 	}
-	if a.o.URL != "" {
-		generated, _, err := webhookconfig.Configurations()
-		if err != nil {
-			return nil, err
-		}
-		want := map[string]string{}
-		for _, w := range generated.Webhooks {
-			w.ClientConfig = a.urlConfig(w.ClientConfig, bundle)
-			want[w.Name] = *w.ClientConfig.URL
-			var wac arv1ac.MutatingWebhookApplyConfiguration
-			if err := convert(&w, &wac); err != nil {
-				return nil, err
-			}
-			ac.WithWebhooks(&wac)
-		}
-		if live != nil && current(live.Webhooks, func(w admissionregistrationv1.MutatingWebhook) (string, admissionregistrationv1.WebhookClientConfig) {
-			return w.Name, w.ClientConfig
-		}, want, bundle) {
-			return nil, nil
-		}
-		return ac, nil
-	}
-	if live == nil || current(live.Webhooks, func(w admissionregistrationv1.MutatingWebhook) (string, admissionregistrationv1.WebhookClientConfig) {
-		return w.Name, w.ClientConfig
-	}, nil, bundle) {
-		return nil, nil
-	}
-	for _, w := range live.Webhooks {
-		ac.WithWebhooks(arv1ac.MutatingWebhook().WithName(w.Name).WithClientConfig(arv1ac.WebhookClientConfig().WithCABundle(bundle...)))
-	}
-	return ac, nil
+	return ac.WithWebhooks(hooks...), nil
 }
 
 // validatingApply is mutatingApply for the validating configuration.
 func (a *Authority) validatingApply(live *admissionregistrationv1.ValidatingWebhookConfiguration, bundle []byte) (*arv1ac.ValidatingWebhookConfigurationApplyConfiguration, error) {
+	var generated, liveHooks []admissionregistrationv1.ValidatingWebhook
+	if a.o.URL != "" {
+		_, g, err := webhookconfig.Configurations()
+		if err != nil {
+			return nil, err
+		}
+		generated = g.Webhooks
+	}
+	if live != nil {
+		liveHooks = live.Webhooks
+	}
+	hooks, err := webhookApplies(a, liveHooks, live != nil, generated,
+		func(w *admissionregistrationv1.ValidatingWebhook) (string, *admissionregistrationv1.WebhookClientConfig) {
+			return w.Name, &w.ClientConfig
+		},
+		func(name string) *arv1ac.ValidatingWebhookApplyConfiguration {
+			return arv1ac.ValidatingWebhook().WithName(name).WithClientConfig(arv1ac.WebhookClientConfig().WithCABundle(bundle...))
+		}, bundle)
+	if err != nil || hooks == nil {
+		return nil, err
+	}
 	ac := arv1ac.ValidatingWebhookConfiguration(a.o.ValidatingName)
 	if live != nil {
 		ac.WithResourceVersion(live.ResourceVersion)
 	}
+	return ac.WithWebhooks(hooks...), nil
+}
+
+// webhookApplies is the part of mutatingApply and validatingApply that does not depend on the
+// kind: the webhooks to apply to one configuration, or nil when its live webhooks (haveLive) are
+// already current. With URL they are the generated webhooks pointed at it (converted to apply
+// configurations); without, one caBundle-only apply per live webhook, made by caOnly. get returns a
+// webhook's name and its client config, which may be changed through the pointer.
+func webhookApplies[W, AC any](a *Authority, live []W, haveLive bool, generated []W,
+	get func(*W) (string, *admissionregistrationv1.WebhookClientConfig), caOnly func(name string) *AC, bundle []byte) ([]*AC, error) {
+	read := func(w W) (string, admissionregistrationv1.WebhookClientConfig) {
+		name, cc := get(&w)
+		return name, *cc
+	}
 	if a.o.URL != "" {
-		_, generated, err := webhookconfig.Configurations()
-		if err != nil {
-			return nil, err
-		}
 		want := map[string]string{}
-		for _, w := range generated.Webhooks {
-			w.ClientConfig = a.urlConfig(w.ClientConfig, bundle)
-			want[w.Name] = *w.ClientConfig.URL
-			var wac arv1ac.ValidatingWebhookApplyConfiguration
-			if err := convert(&w, &wac); err != nil {
+		out := make([]*AC, 0, len(generated))
+		for i := range generated {
+			w := generated[i]
+			name, cc := get(&w)
+			*cc = a.urlConfig(*cc, bundle)
+			want[name] = *cc.URL
+			ac := new(AC)
+			if err := convert(&w, ac); err != nil {
 				return nil, err
 			}
-			ac.WithWebhooks(&wac)
+			out = append(out, ac)
 		}
-		if live != nil && current(live.Webhooks, func(w admissionregistrationv1.ValidatingWebhook) (string, admissionregistrationv1.WebhookClientConfig) {
-			return w.Name, w.ClientConfig
-		}, want, bundle) {
+		if haveLive && current(live, read, want, bundle) {
 			return nil, nil
 		}
-		return ac, nil
+		return out, nil
 	}
-	if live == nil || current(live.Webhooks, func(w admissionregistrationv1.ValidatingWebhook) (string, admissionregistrationv1.WebhookClientConfig) {
-		return w.Name, w.ClientConfig
-	}, nil, bundle) {
+	if !haveLive || current(live, read, nil, bundle) {
 		return nil, nil
 	}
-	for _, w := range live.Webhooks {
-		ac.WithWebhooks(arv1ac.ValidatingWebhook().WithName(w.Name).WithClientConfig(arv1ac.WebhookClientConfig().WithCABundle(bundle...)))
+	out := make([]*AC, 0, len(live))
+	for i := range live {
+		name, _ := get(&live[i])
+		out = append(out, caOnly(name))
 	}
-	return ac, nil
+	return out, nil
 }
 
 // current says whether every webhook has bundle and, when urls is not nil, exactly the webhooks

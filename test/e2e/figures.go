@@ -1,0 +1,37 @@
+package e2e
+
+// Figures are the measured values the suite writes to bench/e2e.json; hack/e2e/report turns them
+// into docs/e2e-figures.md. They are outside the e2e build tag so that the report can import them.
+type Figures struct {
+	Cluster                       string             `json:"cluster"`
+	Beamlines                     int                `json:"beamlines"`
+	FleetReadySeconds             float64            `json:"fleetReadySeconds"`
+	InstanceReadySeconds          map[string]float64 `json:"instanceReadySeconds"`
+	FloorReadySeconds             float64            `json:"floorReadySeconds"`
+	OperatorOverFloor             float64            `json:"operatorOverFloor"`
+	RestartCount                  int                `json:"restartCount"`
+	RestartsByContainer           map[string]int32   `json:"restartsByContainer,omitempty"`
+	RolloutBudget                 int                `json:"rolloutBudget"`
+	RolloutMaxUnready             int                `json:"rolloutMaxUnready"`
+	RolloutSeconds                float64            `json:"rolloutSeconds"`
+	RolloutUnreadySamples         []int              `json:"rolloutUnreadySamples,omitempty"`
+	KillRolloutMaxUnready         int                `json:"killRolloutMaxUnready"`
+	KillRolloutSeconds            float64            `json:"killRolloutSeconds"`
+	KillRolloutRequests           map[string]int     `json:"killRolloutRequestsByVerb"`
+	KillRolloutWritesByKind       map[string]int     `json:"killRolloutWritesByResource"`
+	FailoverSeconds               float64            `json:"failoverSeconds"`
+	WebhookCallsDuringFailover    int                `json:"webhookCallsDuringFailover"`
+	WebhookFailuresDuringFailover int                `json:"webhookFailuresDuringFailover"`
+	PodRecreateSeconds            float64            `json:"podRecreateSeconds"`
+	OperatorPeakMemoryMiB         float64            `json:"operatorPeakMemoryMiB"`
+	Cases                         []CaseResult       `json:"cases"`
+	Passed                        int                `json:"passed"`
+	Failed                        int                `json:"failed"`
+}
+
+// CaseResult is one case's verdict and duration.
+type CaseResult struct {
+	Name    string  `json:"name"`
+	Passed  bool    `json:"passed"`
+	Seconds float64 `json:"seconds"`
+}
