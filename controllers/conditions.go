@@ -140,7 +140,7 @@ func applyStatus(ctx context.Context, a *applier.Applier, obj client.Object, kin
 		"metadata": map[string]any{"name": obj.GetName(), "namespace": obj.GetNamespace()},
 		"status":   st,
 	}}
-	res, err := a.ApplyStatus(ctx, client.ApplyConfigurationFromUnstructured(u), obj)
+	res, err := a.ApplyStatus(ctx, client.ApplyConfigurationFromUnstructured(u), obj, applier.Group(client.ObjectKeyFromObject(obj).String()))
 	return res.Sent, err
 }
 

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/bluesky/tiled-operator/controllers/applier"
 	"github.com/bluesky/tiled-operator/render"
 )
 
@@ -49,7 +50,10 @@ func storedYAML(t *testing.T, g Gomega, obj client.Object, ns, name string) stri
 	out, err := yaml.Marshal(m)
 	g.Expect(err).NotTo(HaveOccurred())
 	s := strings.ReplaceAll(string(out), ns, "NAMESPACE")
-	s = regexp.MustCompile(`(`+regexp.QuoteMeta(render.ConfigHashAnnotation)+`): [0-9a-f]+`).ReplaceAllString(s, "$1: HASH")
+	for _, a := range []string{render.ConfigHashAnnotation, applier.AnnotationIntent} {
+		// Hashes of content that includes the namespace.
+		s = regexp.MustCompile(`(`+regexp.QuoteMeta(a)+`): [0-9a-f]+`).ReplaceAllString(s, "$1: HASH")
+	}
 	return s
 }
 

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -128,7 +127,7 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (*Operator, error) {
 		Scheme: scheme,
 		Cache: cache.Options{
 			ByObject: byObject, DefaultNamespaces: namespaces(o.WatchNamespaces),
-			DefaultTransform: slimManagedFields,
+			DefaultTransform: applier.SlimManagedFields(FieldOwner),
 		},
 		// ServiceMonitors are read as unstructured: from the cache too, never past it.
 		Client:                        client.Options{Cache: &client.CacheOptions{Unstructured: true}},
@@ -153,10 +152,12 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (*Operator, error) {
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return nil, err
 	}
+	apl := applier.New(mgr.GetClient(), FieldOwner, crmetrics.Registry)
+	apl.Trust(releaseFieldOwner)
 	op := &Operator{
 		Manager: mgr,
 		Traffic: counter,
-		Applier: applier.New(mgr.GetClient(), FieldOwner, crmetrics.Registry),
+		Applier: apl,
 
 		clusterResync:  make(chan event.GenericEvent, 64),
 		instanceResync: make(chan event.GenericEvent, 64),
@@ -182,20 +183,6 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (*Operator, error) {
 		}
 	}
 	return op, nil
-}
-
-// slimManagedFields drops the field sets of managedFields before an object enters the cache, keeping
-// who manages it (manager, operation, subresource): the instance controller reports other writers
-// from that, and the field sets are most of the memory a cached StatefulSet takes.
-func slimManagedFields(in any) (any, error) {
-	if obj, ok := in.(metav1.Object); ok {
-		mf := obj.GetManagedFields()
-		for i := range mf {
-			mf[i].FieldsV1 = nil
-		}
-		obj.SetManagedFields(mf)
-	}
-	return in, nil
 }
 
 func namespaces(names []string) map[string]cache.Config {

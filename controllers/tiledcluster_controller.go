@@ -189,6 +189,7 @@ func (r *TiledClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if err := r.Client.Get(ctx, req.NamespacedName, cluster); err != nil {
 		if apierrors.IsNotFound(err) {
 			r.expansions.Delete(req.NamespacedName)
+			r.Applier.ForgetGroup(req.String())
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -284,7 +285,7 @@ func (r *TiledClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 			}
 			budget--
 		}
-		if _, err := r.Applier.Apply(ctx, client.ApplyConfigurationFromUnstructured(w.obj), curOrNil(w.cur)); err != nil {
+		if _, err := r.Applier.Apply(ctx, client.ApplyConfigurationFromUnstructured(w.obj), curOrNil(w.cur), applier.Group(req.String())); err != nil {
 			return ctrl.Result{}, err
 		}
 		if upToDate && instanceReady(w.cur) {

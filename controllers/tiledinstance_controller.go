@@ -21,11 +21,13 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -129,7 +131,13 @@ type TiledInstanceReconciler struct {
 
 	// secrets remembers the Secret data last applied per instance, so that a Secret the cache has not
 	// yet seen is never regenerated.
-	secrets sync.Map // types.UID -> map[string][]byte
+	secrets sync.Map // types.NamespacedName -> instanceSecrets
+}
+
+// instanceSecrets is the Secret data last applied for the instance with this UID.
+type instanceSecrets struct {
+	uid  types.UID
+	data map[string][]byte
 }
 
 // SetupWithManager registers the controller and the owner index of child objects.
@@ -144,7 +152,11 @@ func (r *TiledInstanceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		if err := mgr.GetFieldIndexer().IndexField(ctx, obj, ownerIndex, indexController); err != nil {
 			return err
 		}
-		b = b.Owns(obj, builder.WithPredicates(notCreated))
+		gvk, err := apiutil.GVKForObject(obj, mgr.GetScheme())
+		if err != nil {
+			return err
+		}
+		b = b.Owns(obj, builder.WithPredicates(notCreated, r.forgetDeleted(gvk)))
 	}
 	// The instances' pods (cached trimmed to their status, see podstatus.Trim): their failures are
 	// named on the instance. They belong to the StatefulSets, so they map to the instance by label.
@@ -165,6 +177,13 @@ func (r *TiledInstanceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if _, err := mgr.GetCache().GetInformer(ctx, &corev1.PersistentVolume{}); err != nil {
 		return err
 	}
+	// A PersistentVolume deleted by anyone comes back at once (it is cluster-scoped, so it has no
+	// owner reference to map it back: its claim's namespace and the instance label do).
+	pvDeleted := predicate.And(predicate.Funcs{
+		CreateFunc: func(event.CreateEvent) bool { return false },
+		UpdateFunc: func(event.UpdateEvent) bool { return false },
+	}, r.forgetDeleted(corev1.SchemeGroupVersion.WithKind("PersistentVolume")))
+	b = b.Watches(&corev1.PersistentVolume{}, handler.EnqueueRequestsFromMapFunc(pvInstance), builder.WithPredicates(pvDeleted))
 	return b.Complete(r)
 }
 
@@ -184,6 +203,16 @@ func podInstance(_ context.Context, o client.Object) []reconcile.Request {
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: n}}}
 }
 
+// pvInstance maps an NFS PersistentVolume to the instance of its claim.
+func pvInstance(_ context.Context, o client.Object) []reconcile.Request {
+	pv, ok := o.(*corev1.PersistentVolume)
+	n := o.GetLabels()[labelInstanceName]
+	if !ok || n == "" || pv.Spec.ClaimRef == nil {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: pv.Spec.ClaimRef.Namespace, Name: n}}}
+}
+
 // podStatusChanged passes a pod's deletion and the changes of its (trimmed) status: a new pod has no
 // status yet, and the kubelet's other updates say nothing the conditions use.
 var podStatusChanged = predicate.Funcs{
@@ -196,6 +225,15 @@ var podStatusChanged = predicate.Funcs{
 		}
 		return !equality.Semantic.DeepEqual(o.Status, n.Status) || !o.DeletionTimestamp.Equal(n.DeletionTimestamp)
 	},
+}
+
+// forgetDeleted passes a child's deletion on, after telling the applier, so that the reconcile it
+// triggers applies the child again even when the cache never showed it after its creation.
+func (r *TiledInstanceReconciler) forgetDeleted(gvk schema.GroupVersionKind) predicate.Funcs {
+	return predicate.Funcs{DeleteFunc: func(e event.DeleteEvent) bool {
+		r.Applier.Deleted(applier.Key{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind, Namespace: e.Object.GetNamespace(), Name: e.Object.GetName()})
+		return true
+	}}
 }
 
 // notCreated ignores the creation of a child: the operator created it and knows its content; its
@@ -214,6 +252,11 @@ func (r *TiledInstanceReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	logger := log.FromContext(ctx).WithValues("instance", req.String())
 	ti := &tiledv1alpha1.TiledInstance{}
 	if err := r.Client.Get(ctx, req.NamespacedName, ti); err != nil {
+		if apierrors.IsNotFound(err) {
+			// Gone: what was remembered for it goes too.
+			r.secrets.Delete(req.NamespacedName)
+			r.Applier.ForgetGroup(req.String())
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !ti.DeletionTimestamp.IsZero() {
@@ -267,7 +310,7 @@ func (r *TiledInstanceReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	r.secrets.Store(ti.UID, data)
+	r.secrets.Store(req.NamespacedName, instanceSecrets{uid: ti.UID, data: data})
 	if err := r.prune(ctx, ti, applied); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -468,8 +511,8 @@ func (r *TiledInstanceReconciler) secretData(ctx context.Context, ti *tiledv1alp
 			existing[k] = v
 		}
 	case apierrors.IsNotFound(err):
-		if prev, ok := r.secrets.Load(ti.UID); ok {
-			for k, v := range prev.(map[string][]byte) {
+		if prev, ok := r.secrets.Load(client.ObjectKeyFromObject(ti)); ok && prev.(instanceSecrets).uid == ti.UID {
+			for k, v := range prev.(instanceSecrets).data {
 				existing[k] = v
 			}
 		}
@@ -527,12 +570,13 @@ func (r *TiledInstanceReconciler) applyAll(ctx context.Context, ti *tiledv1alpha
 		return nil, err
 	}
 	applied := map[applier.Key]int64{}
+	group := client.ObjectKeyFromObject(ti).String()
 	for _, u := range intents {
 		current, err := r.current(ctx, u)
 		if err != nil {
 			return nil, err
 		}
-		res, err := r.Applier.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), current)
+		res, err := r.Applier.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), current, applier.Group(group))
 		if apierrors.IsInvalid(err) {
 			return nil, &childRefusedError{Key: res.Key, Err: err}
 		}
@@ -540,8 +584,29 @@ func (r *TiledInstanceReconciler) applyAll(ctx context.Context, ti *tiledv1alpha
 			return nil, err
 		}
 		applied[res.Key] = res.Generation
+		if err := r.unrelease(ctx, current); err != nil {
+			return nil, err
+		}
 	}
 	return applied, nil
+}
+
+// unrelease removes the released label from a retained claim the instance uses again (a beamline
+// removed and re-added under the same name), with the field owner that set it: an apply of nothing
+// under that owner drops the label and touches no other field.
+func (r *TiledInstanceReconciler) unrelease(ctx context.Context, current client.Object) error {
+	pvc, ok := current.(*corev1.PersistentVolumeClaim)
+	if !ok || pvc.Labels[LabelReleased] == "" {
+		return nil
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+		"metadata": map[string]any{"name": pvc.Name, "namespace": pvc.Namespace},
+	}}
+	if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(releaseFieldOwner), client.ForceOwnership); err != nil {
+		return fmt.Errorf("removing the label %s from the claim %s/%s, in use again: %w", LabelReleased, pvc.Namespace, pvc.Name, err)
+	}
+	return nil
 }
 
 // childRefusedError is a child object the API server refuses as invalid: a change no retry can make,
@@ -685,11 +750,6 @@ func (r *TiledInstanceReconciler) listOwned(ctx context.Context, proto client.Ob
 	return out, nil
 }
 
-// systemManagers are field managers of Kubernetes itself, whose fields are not edits by people.
-var systemManagers = map[string]bool{
-	"kube-controller-manager": true, "kube-scheduler": true, "kubelet": true, "kube-apiserver": true,
-}
-
 // externalEdits lists the applied objects (from the cache) that have spec or metadata fields
 // managed by a writer other than the operator.
 func (r *TiledInstanceReconciler) externalEdits(ctx context.Context, applied map[applier.Key]int64) string {
@@ -704,15 +764,7 @@ func (r *TiledInstanceReconciler) externalEdits(ctx context.Context, applied map
 		if err != nil || cur == nil {
 			continue
 		}
-		var managers []string
-		for _, mf := range cur.GetManagedFields() {
-			if mf.Manager == FieldOwner || mf.Subresource != "" || systemManagers[mf.Manager] {
-				continue
-			}
-			managers = append(managers, mf.Manager)
-		}
-		if len(managers) > 0 {
-			sort.Strings(managers)
+		if managers := r.Applier.ForeignManagers(cur); len(managers) > 0 {
 			found = append(found, fmt.Sprintf("%s/%s has fields managed by %s", k.Kind, k.Name, strings.Join(managers, ", ")))
 		}
 	}

@@ -1,16 +1,20 @@
 package applier
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,20 +32,48 @@ func (k Key) String() string {
 	return k.Kind + "/" + k.Namespace + "/" + k.Name
 }
 
+// AnnotationIntent records, on every object the applier writes, a hash of the intent it applied.
+// After a restart or a change of leader the applier has no memory of its writes; an object in the
+// cache that carries the hash of today's intent, and that no other writer has edited, already holds
+// it, so nothing is sent.
+const AnnotationIntent = "tiled.blueskyproject.io/intent"
+
+// unseenGrace bounds how long a missing object is taken for a cache that has not caught up with the
+// applier's own create. Deletions normally arrive as informer events (Deleted); this bound covers an
+// informer that relisted and never showed the object at all.
+const unseenGrace = 30 * time.Second
+
+// systemManagers are field managers of Kubernetes itself, whose fields are not edits by people.
+var systemManagers = map[string]bool{
+	"kube-controller-manager": true, "kube-scheduler": true, "kubelet": true, "kube-apiserver": true,
+}
+
 type record struct {
 	intent   [32]byte
-	preRV    string // the resourceVersion the cache showed when the apply was sent ("" if none)
-	post     string // the object's version token after the apply
-	seen     bool   // the cache has shown the object at (or after) post
-	gen      int64  // the object's generation after the apply (0 for kinds without one)
+	at       time.Time // when the apply was sent
+	preRV    string    // the resourceVersion the cache showed when the apply was sent ("" if none)
+	post     string    // the object's version token after the apply
+	seen     bool      // the cache has shown the object at (or after) post
+	gen      int64     // the object's generation after the apply (0 for kinds without one)
 	statusOf types.UID
+	group    string // the owner the caller applied it for (see Group)
 }
+
+// Option adjusts one Apply.
+type Option func(*options)
+
+type options struct{ group string }
+
+// Group files the object under an owner (e.g. "namespace/instance"), so that ForgetGroup drops what
+// the applier remembers of all its objects when the owner goes.
+func Group(g string) Option { return func(o *options) { o.group = g } }
 
 // Applier applies objects with server-side apply and skips unchanged intents. It is safe for
 // concurrent use.
 type Applier struct {
-	c     client.Client
-	owner string
+	c       client.Client
+	owner   string
+	trusted map[string]bool
 
 	mu      sync.Mutex
 	records map[Key]*record
@@ -53,7 +85,7 @@ type Applier struct {
 // New returns an Applier writing through c as field owner owner. When reg is not nil it exports
 // tiled_operator_applies_total{kind,result} (result: sent, skipped).
 func New(c client.Client, owner string, reg prometheus.Registerer) *Applier {
-	a := &Applier{c: c, owner: owner, records: map[Key]*record{}, status: map[Key]*record{}}
+	a := &Applier{c: c, owner: owner, trusted: map[string]bool{owner: true}, records: map[Key]*record{}, status: map[Key]*record{}}
 	a.applies = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tiled_operator_applies_total",
 		Help: "Server-side applies the operator sent, or skipped because the intent was already applied, by kind.",
@@ -68,18 +100,40 @@ func New(c client.Client, owner string, reg prometheus.Registerer) *Applier {
 	return a
 }
 
+// Trust adds field managers whose fields on an object are the operator's own doing (e.g. a second
+// field owner the operator labels objects with), so they never count as edits by someone else.
+func (a *Applier) Trust(managers ...string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, m := range managers {
+		a.trusted[m] = true
+	}
+}
+
+// ForeignManagers returns, sorted, the field managers of o's spec and metadata other than the
+// applier's own, the trusted ones and Kubernetes' own controllers: the writers whose edits the
+// operator did not make.
+func (a *Applier) ForeignManagers(o client.Object) []string {
+	a.mu.Lock()
+	out := a.foreignManagersLocked(o)
+	a.mu.Unlock()
+	sort.Strings(out)
+	return out
+}
+
 // meta is the part of an object the applier reads.
 type meta struct {
 	APIVersion string `json:"apiVersion"`
 	Kind       string `json:"kind"`
 	Metadata   struct {
-		Name            string            `json:"name"`
-		Namespace       string            `json:"namespace"`
-		UID             types.UID         `json:"uid"`
-		ResourceVersion string            `json:"resourceVersion"`
-		Generation      int64             `json:"generation"`
-		Labels          map[string]string `json:"labels"`
-		Annotations     map[string]string `json:"annotations"`
+		Name            string                      `json:"name"`
+		Namespace       string                      `json:"namespace"`
+		UID             types.UID                   `json:"uid"`
+		ResourceVersion string                      `json:"resourceVersion"`
+		Generation      int64                       `json:"generation"`
+		Labels          map[string]string           `json:"labels"`
+		Annotations     map[string]string           `json:"annotations"`
+		ManagedFields   []metav1.ManagedFieldsEntry `json:"managedFields"`
 	} `json:"metadata"`
 }
 
@@ -87,30 +141,74 @@ func (m *meta) key() Key {
 	return Key{APIVersion: m.APIVersion, Kind: m.Kind, Namespace: m.Metadata.Namespace, Name: m.Metadata.Name}
 }
 
-// token is an object's version as far as the operator's intent is concerned: its generation (plus
-// its labels and annotations, which do not bump it) where the kind has one, else its resourceVersion.
-func token(generation int64, rv string, labels, annotations map[string]string) string {
-	if generation == 0 {
-		return "rv:" + rv
-	}
+// token is an object's version as far as the operator's intent is concerned: the fingerprint of
+// the field set the applier's field owner manages on it, and the other writers of its spec and
+// metadata. Anyone who changes or removes a field the operator set takes it over (or shares it),
+// which changes one or the other; Kubernetes' own controllers writing status, binding annotations
+// or finalizers change neither, so they cause no re-apply.
+func (a *Applier) token(managed []metav1.ManagedFieldsEntry) string {
 	var b strings.Builder
-	b.WriteString("g:" + strconv.FormatInt(generation, 10))
-	for _, m := range []map[string]string{labels, annotations} {
-		keys := make([]string, 0, len(m))
-		for k := range m {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		b.WriteString("|")
-		for _, k := range keys {
-			b.WriteString(k + "=" + m[k] + ";")
+	var foreign []string
+	for _, mf := range managed {
+		switch {
+		case mf.Subresource != "":
+		case mf.Manager == a.owner:
+			if mf.FieldsV1 != nil {
+				b.Write(Fingerprint(mf.FieldsV1.Raw))
+			}
+			b.WriteString("@" + mf.APIVersion)
+		case !a.trusted[mf.Manager] && !systemManagers[mf.Manager]:
+			foreign = append(foreign, mf.Manager+"/"+string(mf.Operation))
 		}
 	}
+	sort.Strings(foreign)
+	b.WriteString("|" + strings.Join(foreign, ","))
 	return b.String()
 }
 
-func tokenOfObject(o client.Object) string {
-	return token(o.GetGeneration(), o.GetResourceVersion(), o.GetLabels(), o.GetAnnotations())
+// Fingerprint condenses a managedFields field set (fieldsV1 JSON, always an object) to a short
+// string that does not depend on the order of its keys. A fingerprint is passed through unchanged,
+// so a cache that holds fingerprints instead of field sets (see SlimManagedFields) reads the same.
+func Fingerprint(raw []byte) []byte {
+	if bytes.HasPrefix(raw, fingerprintPrefix) {
+		return raw
+	}
+	var v any
+	canonical := raw
+	if json.Unmarshal(raw, &v) == nil {
+		if c, err := json.Marshal(v); err == nil {
+			canonical = c
+		}
+	}
+	sum := sha256.Sum256(canonical)
+	return append(append([]byte{}, fingerprintPrefix...), hex.EncodeToString(sum[:16])...)
+}
+
+var fingerprintPrefix = []byte("fp:")
+
+// SlimManagedFields returns a cache transform that drops the field sets of managedFields before an
+// object enters the cache, keeping who manages what (manager, operation, subresource) and, for the
+// operator's own field owner, a fingerprint of its field set: enough for the applier to tell an
+// object it already wrote from one someone changed, without holding the field sets, which are most
+// of the memory a cached StatefulSet takes.
+func SlimManagedFields(owner string) func(any) (any, error) {
+	return func(in any) (any, error) {
+		if obj, ok := in.(metav1.Object); ok {
+			mf := obj.GetManagedFields()
+			for i := range mf {
+				if mf[i].FieldsV1 == nil {
+					continue
+				}
+				if mf[i].Manager == owner && mf[i].Subresource == "" {
+					mf[i].FieldsV1 = &metav1.FieldsV1{Raw: Fingerprint(mf[i].FieldsV1.Raw)}
+				} else {
+					mf[i].FieldsV1 = nil
+				}
+			}
+			obj.SetManagedFields(mf)
+		}
+		return in, nil
+	}
 }
 
 // Result says what Apply did.
@@ -129,7 +227,11 @@ type Result struct {
 // unless its intent was already applied to the object as current shows it. current is the object as
 // the informer cache holds it now, or nil when the cache has no such object. After a sent apply, ac
 // holds the object the API server returned.
-func (a *Applier) Apply(ctx context.Context, ac runtime.ApplyConfiguration, current client.Object) (Result, error) {
+func (a *Applier) Apply(ctx context.Context, ac runtime.ApplyConfiguration, current client.Object, opts ...Option) (Result, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	intent, m, err := intentOf(ac)
 	if err != nil {
 		return Result{}, err
@@ -141,12 +243,14 @@ func (a *Applier) Apply(ctx context.Context, ac runtime.ApplyConfiguration, curr
 	rec := a.records[key]
 	skip := false
 	var gen int64
-	if rec != nil && rec.intent == intent {
+	switch {
+	case rec != nil && rec.intent == intent:
 		switch {
 		case current == nil:
 			// Not in the cache: not seen yet after our apply (skip), or deleted since (apply again).
-			skip = !rec.seen
-		case tokenOfObject(current) == rec.post:
+			// A deletion makes the controller call Deleted, which drops the record.
+			skip = !rec.seen && time.Since(rec.at) < unseenGrace
+		case a.token(current.GetManagedFields()) == rec.post:
 			rec.seen = true
 			skip = true
 		case !rec.seen && current.GetResourceVersion() == rec.preRV:
@@ -154,6 +258,14 @@ func (a *Applier) Apply(ctx context.Context, ac runtime.ApplyConfiguration, curr
 			skip = true
 		}
 		gen = rec.gen
+	case rec == nil && current != nil && current.GetAnnotations()[AnnotationIntent] == encodeIntent(intent):
+		// No memory of this object (a restart, a new leader): the object says it holds this intent.
+		// Unless someone else has edited it since, nothing needs sending.
+		if len(a.foreignManagersLocked(current)) == 0 {
+			gen = current.GetGeneration()
+			a.records[key] = &record{intent: intent, post: a.token(current.GetManagedFields()), seen: true, gen: gen, preRV: current.GetResourceVersion(), group: o.group}
+			skip = true
+		}
 	}
 	a.mu.Unlock()
 	if skip {
@@ -165,20 +277,27 @@ func (a *Applier) Apply(ctx context.Context, ac runtime.ApplyConfiguration, curr
 	if current != nil {
 		preRV = current.GetResourceVersion()
 	}
-	if err := a.c.Apply(ctx, ac, client.FieldOwner(a.owner), client.ForceOwnership); err != nil {
+	u, err := withIntent(ac, intent)
+	if err != nil {
+		return Result{Key: key}, err
+	}
+	sent := client.ApplyConfigurationFromUnstructured(u)
+	if err := a.c.Apply(ctx, sent, client.FieldOwner(a.owner), client.ForceOwnership); err != nil {
 		a.forget(key)
 		return Result{Key: key}, fmt.Errorf("applying %s: %w", key, err)
 	}
 	a.applies.WithLabelValues(kind, "sent").Inc()
-	after, err := metaOf(ac)
+	after, err := metaOf(sent)
 	if err != nil {
 		return Result{Key: key, Sent: true}, err
 	}
 	a.mu.Lock()
 	a.records[key] = &record{
 		intent: intent,
+		at:     time.Now(),
+		group:  o.group,
 		preRV:  preRV,
-		post:   token(after.Metadata.Generation, after.Metadata.ResourceVersion, after.Metadata.Labels, after.Metadata.Annotations),
+		post:   a.token(after.Metadata.ManagedFields),
 		gen:    after.Metadata.Generation,
 	}
 	a.mu.Unlock()
@@ -188,7 +307,11 @@ func (a *Applier) Apply(ctx context.Context, ac runtime.ApplyConfiguration, curr
 // ApplyStatus applies ac to the status subresource unless the same status intent was already applied
 // to the object with this UID. The status belongs to the operator alone, so no other writer can
 // have changed it.
-func (a *Applier) ApplyStatus(ctx context.Context, ac runtime.ApplyConfiguration, current client.Object) (Result, error) {
+func (a *Applier) ApplyStatus(ctx context.Context, ac runtime.ApplyConfiguration, current client.Object, opts ...Option) (Result, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	intent, m, err := intentOf(ac)
 	if err != nil {
 		return Result{}, err
@@ -211,13 +334,43 @@ func (a *Applier) ApplyStatus(ctx context.Context, ac runtime.ApplyConfiguration
 	}
 	a.applies.WithLabelValues(m.Kind+"/status", "sent").Inc()
 	a.mu.Lock()
-	a.status[key] = &record{intent: intent, statusOf: uid}
+	a.status[key] = &record{intent: intent, statusOf: uid, group: o.group}
 	a.mu.Unlock()
 	return Result{Key: key, Sent: true}, nil
 }
 
 // Forget drops what the applier remembers of an object, e.g. after the operator deleted it.
 func (a *Applier) Forget(key Key) { a.forget(key) }
+
+// Deleted tells the applier that the cache saw the object deleted, by whoever: its next Apply sends
+// the intent again even if the cache never showed the object after the applier created it.
+func (a *Applier) Deleted(key Key) { a.forget(key) }
+
+// ForgetGroup drops what the applier remembers of the objects applied for the owner g (see Group).
+func (a *Applier) ForgetGroup(g string) {
+	a.ForgetWhere(func(_ Key, group string) bool { return group == g })
+}
+
+// ForgetWhere drops what the applier remembers of every object for which drop returns true; used
+// when an owner goes, so that records do not outlive their objects.
+func (a *Applier) ForgetWhere(drop func(k Key, group string) bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, m := range []map[Key]*record{a.records, a.status} {
+		for k, r := range m {
+			if drop(k, r.group) {
+				delete(m, k)
+			}
+		}
+	}
+}
+
+// Len returns how many objects the applier remembers (objects and statuses).
+func (a *Applier) Len() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.records) + len(a.status)
+}
 
 func (a *Applier) forget(key Key) {
 	a.mu.Lock()
@@ -248,6 +401,38 @@ func intentOf(ac runtime.ApplyConfiguration) ([32]byte, *meta, error) {
 		return [32]byte{}, nil, fmt.Errorf("apply configuration without kind or name: %s", truncate(data))
 	}
 	return sha256.Sum256(data), m, nil
+}
+
+func encodeIntent(intent [32]byte) string { return hex.EncodeToString(intent[:16]) }
+
+func (a *Applier) foreignManagersLocked(o client.Object) []string {
+	var out []string
+	for _, mf := range o.GetManagedFields() {
+		if mf.Subresource != "" || a.trusted[mf.Manager] || systemManagers[mf.Manager] {
+			continue
+		}
+		out = append(out, mf.Manager)
+	}
+	return out
+}
+
+// withIntent returns ac as an unstructured object carrying AnnotationIntent.
+func withIntent(ac runtime.ApplyConfiguration, intent [32]byte) (*unstructured.Unstructured, error) {
+	data, err := json.Marshal(ac)
+	if err != nil {
+		return nil, fmt.Errorf("encoding an apply configuration: %w", err)
+	}
+	u := &unstructured.Unstructured{}
+	if err := json.Unmarshal(data, &u.Object); err != nil {
+		return nil, err
+	}
+	ann := u.GetAnnotations()
+	if ann == nil {
+		ann = map[string]string{}
+	}
+	ann[AnnotationIntent] = encodeIntent(intent)
+	u.SetAnnotations(ann)
+	return u, nil
 }
 
 func metaOf(ac runtime.ApplyConfiguration) (*meta, error) {

@@ -1,0 +1,197 @@
+package controllers_test
+
+import (
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
+	"github.com/bluesky/tiled-operator/controllers"
+	"github.com/bluesky/tiled-operator/controllers/applier"
+	"github.com/bluesky/tiled-operator/controllers/traffic"
+	"github.com/bluesky/tiled-operator/render"
+)
+
+// child names one object an instance owns (or uses, for its NFS PersistentVolume).
+type child struct {
+	obj       client.Object
+	resource  string // as the traffic counter names it
+	namespace string // "" for cluster-scoped
+	name      string
+}
+
+func instanceChildren(ns string, n render.Names) []child {
+	return []child{
+		{&corev1.ConfigMap{}, "configmaps", ns, n.ConfigMap},
+		{&corev1.ConfigMap{}, "configmaps", ns, n.PostgresInit},
+		{&corev1.Service{}, "services", ns, n.HeadlessService},
+		{&corev1.Secret{}, "secrets", ns, n.Secret},
+		{&corev1.Service{}, "services", ns, n.Tiled},
+		{&corev1.Service{}, "services", ns, n.Postgres},
+		{&appsv1.StatefulSet{}, "statefulsets", ns, n.Tiled},
+		{&appsv1.StatefulSet{}, "statefulsets", ns, n.Postgres},
+		{&corev1.PersistentVolumeClaim{}, "persistentvolumeclaims", ns, n.ReadOnlyClaimName("proposals")},
+		{&corev1.PersistentVolume{}, "persistentvolumes", "", n.ReadOnlyVolumeName(ns, "proposals")},
+	}
+}
+
+func uidOf(t *testing.T, c child) types.UID {
+	o := c.obj.DeepCopyObject().(client.Object)
+	if !exists(t, o, c.namespace, c.name) {
+		return ""
+	}
+	return o.GetUID()
+}
+
+// TestDeletedChildrenComeBack deletes each kind of child of an instance, right after the operator
+// created it (before any reconcile has seen it in the cache) and later, when all is quiet: each
+// comes back, with one write.
+func TestDeletedChildrenComeBack(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t, g, "children")
+	op := startOperator(t, ns)
+	smallFleet(t, g, ns, names("a")...)
+	waitForStampOut(t, g, op, ns, "fleet", 1)
+
+	// Later: one kind at a time, when the operator is quiet.
+	for _, c := range instanceChildren(ns, render.NamesFor(getInstance(t, g, ns, "fleet-a"))) {
+		uid := uidOf(t, c)
+		g.Expect(uid).NotTo(BeEmpty(), "%s %s", c.resource, c.name)
+		before := op.Traffic.Snapshot()
+		o := c.obj.DeepCopyObject().(client.Object)
+		g.Expect(exists(t, o, c.namespace, c.name)).To(BeTrue())
+		if pvc, ok := o.(*corev1.PersistentVolumeClaim); ok && len(pvc.Finalizers) > 0 {
+			pvc.Finalizers = nil // no kubelet here to release the claim's protection
+			g.Expect(env.Client.Update(ctxT(t), pvc)).To(Succeed())
+		}
+		if pv, ok := o.(*corev1.PersistentVolume); ok && len(pv.Finalizers) > 0 {
+			pv.Finalizers = nil
+			g.Expect(env.Client.Update(ctxT(t), pv)).To(Succeed())
+		}
+		g.Expect(env.Client.Delete(ctxT(t), o)).To(Succeed())
+		g.Eventually(func() types.UID { return uidOf(t, c) }, time.Minute, 100*time.Millisecond).
+			ShouldNot(Or(BeEmpty(), Equal(uid)), "%s %s was not recreated", c.resource, c.name)
+		waitQuiet(t, op)
+		d := op.Traffic.Snapshot().Sub(before)
+		g.Expect(d[traffic.Key{Verb: traffic.VerbApply, Resource: c.resource}]).To(Equal(int64(1)),
+			"one apply recreates %s %s:\n%s", c.resource, c.name, d)
+	}
+
+	// Right after creation: a new beamline's children are deleted as soon as they exist.
+	c := getCluster(t, g, ns)
+	c.Spec.Instances = append(c.Spec.Instances, tiledv1alpha1.ClusterInstance{Name: "b"})
+	g.Expect(env.Client.Update(ctxT(t), c)).To(Succeed())
+	var ti *tiledv1alpha1.TiledInstance
+	g.Eventually(func(g Gomega) { ti = getInstance(t, g, ns, "fleet-b") }, time.Minute, 20*time.Millisecond).Should(Succeed())
+	first := map[string]types.UID{}
+	children := instanceChildren(ns, render.NamesFor(ti))
+	g.Eventually(func() int {
+		for _, c := range children {
+			if _, done := first[c.resource+"/"+c.name]; done {
+				continue
+			}
+			o := c.obj.DeepCopyObject().(client.Object)
+			if !exists(t, o, c.namespace, c.name) {
+				continue
+			}
+			first[c.resource+"/"+c.name] = o.GetUID()
+			o.SetFinalizers(nil)
+			_ = env.Client.Update(ctxT(t), o)
+			_ = env.Client.Delete(ctxT(t), o)
+		}
+		return len(first)
+	}, time.Minute, 5*time.Millisecond).Should(Equal(len(children)))
+	for _, c := range children {
+		g.Eventually(func() types.UID { return uidOf(t, c) }, time.Minute, 100*time.Millisecond).
+			ShouldNot(Or(BeEmpty(), Equal(first[c.resource+"/"+c.name])), "%s %s deleted right after creation was not recreated", c.resource, c.name)
+	}
+}
+
+// TestRestartWritesNothing stamps out a fleet, stops the operator and starts a new one (as after a
+// crash or a change of leader): the new one sends no write and no read beyond its informers' lists,
+// because every object carries the hash of the intent it holds.
+func TestRestartWritesNothing(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t, g, "restart")
+	op := startOperator(t, ns)
+	smallFleet(t, g, ns, names("a", "b", "c")...)
+	waitForStampOut(t, g, op, ns, "fleet", 3)
+	sts := &appsv1.StatefulSet{}
+	g.Expect(exists(t, sts, ns, render.NamesFor(getInstance(t, g, ns, "fleet-a")).Tiled)).To(BeTrue())
+	g.Expect(sts.Annotations).To(HaveKey(applier.AnnotationIntent))
+	op.stop()
+
+	op2 := startOperator(t, ns)
+	g.Expect(op2.ResyncAll(ctxT(t))).To(Succeed())
+	waitQuiet(t, op2)
+	after := op2.Traffic.Snapshot()
+	t.Logf("after a restart and a full resync:\n%s", after)
+	g.Expect(after.Writes()).To(BeZero(), "writes after a restart:\n%s", after)
+	g.Expect(after.Sum(func(k traffic.Key) bool { return k.Verb == traffic.VerbGet })).To(BeZero(), "GETs after a restart:\n%s", after)
+
+	// A child someone else edited while the operator was down is applied again, and only it.
+	op2.stop()
+	s := &appsv1.StatefulSet{}
+	g.Expect(exists(t, s, ns, render.NamesFor(getInstance(t, g, ns, "fleet-b")).Tiled)).To(BeTrue())
+	s.Spec.Template.Annotations["team"] = "edited"
+	g.Expect(env.Client.Update(ctxT(t), s, client.FieldOwner("kubectl-edit"))).To(Succeed())
+	op3 := startOperator(t, ns)
+	g.Eventually(func(g Gomega) {
+		g.Expect(exists(t, s, ns, s.Name)).To(BeTrue())
+		g.Expect(s.Spec.Template.Annotations).To(HaveKeyWithValue("team", "a"))
+	}, time.Minute, 100*time.Millisecond).Should(Succeed())
+	waitQuiet(t, op3)
+	d := op3.Traffic.Snapshot()
+	g.Expect(d[traffic.Key{Verb: traffic.VerbApply, Resource: "statefulsets"}]).To(Equal(int64(1)), "only the edited StatefulSet:\n%s", d)
+}
+
+// TestReaddedBeamlineFindsItsData removes a beamline (its claims are retained and labelled released)
+// and adds it again under the same name: the same claims are used, and the label is gone.
+func TestReaddedBeamlineFindsItsData(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t, g, "readd")
+	op := startOperator(t, ns)
+	smallFleet(t, g, ns, names("keep", "x")...)
+	waitForStampOut(t, g, op, ns, "fleet", 2)
+	n := render.NamesFor(getInstance(t, g, ns, "fleet-x"))
+	uids := map[string]types.UID{}
+	for _, name := range []string{n.DataClaim, n.DatabaseClaim} {
+		pvc := &corev1.PersistentVolumeClaim{}
+		g.Expect(exists(t, pvc, ns, name)).To(BeTrue())
+		uids[name] = pvc.UID
+	}
+	pv := n.ReadOnlyVolumeName(ns, "proposals")
+	g.Expect(exists(t, &corev1.PersistentVolume{}, "", pv)).To(BeTrue())
+
+	c := getCluster(t, g, ns)
+	c.Spec.Instances = names("keep")
+	g.Expect(env.Client.Update(ctxT(t), c)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(exists(t, &tiledv1alpha1.TiledInstance{}, ns, "fleet-x")).To(BeFalse())
+		g.Expect(exists(t, &corev1.PersistentVolume{}, "", pv)).To(BeFalse())
+		for name := range uids {
+			pvc := &corev1.PersistentVolumeClaim{}
+			g.Expect(exists(t, pvc, ns, name)).To(BeTrue())
+			g.Expect(pvc.Labels).To(HaveKeyWithValue(controllers.LabelReleased, "true"))
+		}
+	}, time.Minute, 100*time.Millisecond).Should(Succeed())
+
+	c = getCluster(t, g, ns)
+	c.Spec.Instances = names("keep", "x")
+	g.Expect(env.Client.Update(ctxT(t), c)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(exists(t, &corev1.PersistentVolume{}, "", pv)).To(BeTrue(), "the NFS PersistentVolume comes back")
+		for name, uid := range uids {
+			pvc := &corev1.PersistentVolumeClaim{}
+			g.Expect(exists(t, pvc, ns, name)).To(BeTrue())
+			g.Expect(pvc.UID).To(Equal(uid), "claim %s is the same", name)
+			g.Expect(pvc.Labels).NotTo(HaveKey(controllers.LabelReleased), "claim %s in use again", name)
+			g.Expect(pvc.Labels).To(HaveKeyWithValue(tiledv1alpha1.LabelInstance, "x"), "the operator's own labels stay")
+		}
+	}, time.Minute, 100*time.Millisecond).Should(Succeed())
+}
