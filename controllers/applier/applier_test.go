@@ -1,0 +1,227 @@
+package applier
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// server stands in for the API server's answer to an apply: it stores the object with a new
+// resourceVersion and a managedFields entry for the field owner whose field set is the applied
+// content. Only the applier's own decision logic is under test here; what the real API server does
+// with applies is tested against it in the controllers' integration tests.
+type server struct {
+	client.Client
+	rv      int
+	applies int
+	objects map[string]*unstructured.Unstructured
+}
+
+func (s *server) Apply(_ context.Context, ac runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
+	u, ok := ac.(interface {
+		UnstructuredContent() map[string]any
+		SetUnstructuredContent(map[string]any)
+	})
+	if !ok {
+		return fmt.Errorf("unexpected apply configuration %T", ac)
+	}
+	o := &unstructured.Unstructured{Object: runtime.DeepCopyJSON(u.UnstructuredContent())}
+	s.rv++
+	s.applies++
+	fields, _ := json.Marshal(o.Object["spec"])
+	o.SetResourceVersion(fmt.Sprint(s.rv))
+	o.SetManagedFields([]metav1.ManagedFieldsEntry{{
+		Manager: "tiled-operator", Operation: metav1.ManagedFieldsOperationApply, APIVersion: "v1",
+		FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":` + string(fields) + `}`)},
+	}})
+	s.objects[o.GetName()] = o
+	u.SetUnstructuredContent(o.DeepCopy().Object)
+	return nil
+}
+
+func intent(name, value string) runtime.ApplyConfiguration {
+	return client.ApplyConfigurationFromUnstructured(&unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": name, "namespace": "ns"},
+		"spec":     map[string]any{"value": value},
+	}})
+}
+
+// cached returns the object as an informer cache holding it through SlimManagedFields would.
+func (s *server) cached(name string) client.Object {
+	o := s.objects[name].DeepCopy()
+	out, _ := SlimManagedFields("tiled-operator")(o)
+	return out.(client.Object)
+}
+
+func edited(o client.Object, manager string, mutate func(*unstructured.Unstructured)) client.Object {
+	u := o.(*unstructured.Unstructured).DeepCopy()
+	mf := u.GetManagedFields()
+	if manager != "" {
+		mf = append(mf, metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1"})
+	}
+	u.SetManagedFields(mf)
+	if mutate != nil {
+		mutate(u)
+	}
+	u.SetResourceVersion(u.GetResourceVersion() + "0")
+	return u
+}
+
+func TestApplyDecisions(t *testing.T) {
+	type step struct {
+		value   string
+		current func(s *server) client.Object // the cache's view; nil func means "not in the cache"
+		before  func(s *server, a *Applier)   // e.g. a deletion event, a restart
+		sent    bool
+	}
+	seen := func(s *server) client.Object { return s.cached("a") }
+	for _, tc := range []struct {
+		name  string
+		steps []step
+	}{
+		{"create, then the cache shows it: one write", []step{
+			{value: "1", sent: true},
+			{value: "1", current: seen, sent: false},
+			{value: "1", current: seen, sent: false},
+		}},
+		{"the cache has not caught up with the create: no second write", []step{
+			{value: "1", sent: true},
+			{value: "1", sent: false},
+		}},
+		{"stale cache after an update: no second write", []step{
+			{value: "1", sent: true},
+			{value: "2", current: seen, sent: true},
+			{value: "2", current: func(s *server) client.Object {
+				o := s.cached("a").(*unstructured.Unstructured)
+				o.SetResourceVersion("1") // still the version before the second apply
+				return o
+			}, sent: false},
+		}},
+		{"a new intent is sent", []step{
+			{value: "1", sent: true},
+			{value: "1", current: seen, sent: false},
+			{value: "2", current: seen, sent: true},
+		}},
+		{"deleted right after creation, before the cache showed it: sent again", []step{
+			{value: "1", sent: true},
+			{value: "1", before: func(_ *server, a *Applier) {
+				a.Deleted(Key{APIVersion: "v1", Kind: "ConfigMap", Namespace: "ns", Name: "a"})
+			}, sent: true},
+		}},
+		{"deleted after the cache showed it: sent again", []step{
+			{value: "1", sent: true},
+			{value: "1", current: seen, sent: false},
+			{value: "1", sent: true},
+		}},
+		{"a field the operator set was taken over by another writer: sent again", []step{
+			{value: "1", sent: true},
+			{value: "1", current: func(s *server) client.Object {
+				return edited(s.cached("a"), "kubectl-edit", func(u *unstructured.Unstructured) {
+					mf := u.GetManagedFields()
+					mf[0].FieldsV1 = &metav1.FieldsV1{Raw: []byte(`{"f:spec":{}}`)}
+					u.SetManagedFields(mf)
+				})
+			}, sent: true},
+		}},
+		{"Kubernetes' own controllers wrote status and annotations: not sent", []step{
+			{value: "1", sent: true},
+			{value: "1", current: func(s *server) client.Object {
+				return edited(s.cached("a"), "kube-controller-manager", func(u *unstructured.Unstructured) {
+					u.SetAnnotations(map[string]string{"pv.kubernetes.io/bind-completed": "yes", AnnotationIntent: u.GetAnnotations()[AnnotationIntent]})
+				})
+			}, sent: false},
+		}},
+		{"after a restart, an object holding the intent: not sent", []step{
+			{value: "1", sent: true},
+			{value: "1", current: seen, before: func(_ *server, a *Applier) { a.ForgetWhere(func(Key, string) bool { return true }) }, sent: false},
+			{value: "1", current: seen, sent: false},
+		}},
+		{"after a restart, an object someone else edited: sent", []step{
+			{value: "1", sent: true},
+			{value: "1", current: func(s *server) client.Object { return edited(s.cached("a"), "kubectl-edit", nil) },
+				before: func(_ *server, a *Applier) { a.ForgetWhere(func(Key, string) bool { return true }) }, sent: true},
+		}},
+		{"after a restart, an object holding another intent: sent", []step{
+			{value: "1", sent: true},
+			{value: "2", current: seen, before: func(_ *server, a *Applier) { a.ForgetWhere(func(Key, string) bool { return true }) }, sent: true},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			s := &server{objects: map[string]*unstructured.Unstructured{}}
+			a := New(s, "tiled-operator", nil)
+			for i, st := range tc.steps {
+				if st.before != nil {
+					st.before(s, a)
+				}
+				var cur client.Object
+				if st.current != nil {
+					cur = st.current(s)
+				}
+				n := s.applies
+				res, err := a.Apply(context.Background(), intent("a", st.value), cur)
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(res.Sent).To(Equal(st.sent), "step %d", i)
+				g.Expect(s.applies-n == 1).To(Equal(st.sent), "step %d", i)
+				if st.sent {
+					g.Expect(s.objects["a"].GetAnnotations()).To(HaveKey(AnnotationIntent), "step %d", i)
+				}
+			}
+		})
+	}
+}
+
+// TestUnseenGrace: a create the cache never shows (an informer that relisted past it) is sent again
+// once the grace has passed.
+func TestUnseenGrace(t *testing.T) {
+	g := NewWithT(t)
+	s := &server{objects: map[string]*unstructured.Unstructured{}}
+	a := New(s, "tiled-operator", nil)
+	_, err := a.Apply(context.Background(), intent("a", "1"), nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	a.records[Key{APIVersion: "v1", Kind: "ConfigMap", Namespace: "ns", Name: "a"}].at = time.Now().Add(-unseenGrace - time.Second)
+	res, err := a.Apply(context.Background(), intent("a", "1"), nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.Sent).To(BeTrue())
+}
+
+func TestFingerprintIgnoresKeyOrder(t *testing.T) {
+	g := NewWithT(t)
+	a := Fingerprint([]byte(`{"f:metadata":{"f:labels":{}},"f:spec":{"f:replicas":{}}}`))
+	b := Fingerprint([]byte(`{"f:spec":{"f:replicas":{}},"f:metadata":{"f:labels":{}}}`))
+	c := Fingerprint([]byte(`{"f:spec":{}}`))
+	g.Expect(a).To(Equal(b))
+	g.Expect(a).NotTo(Equal(c))
+	g.Expect(Fingerprint(a)).To(Equal(a), "a fingerprint passes through")
+}
+
+// TestMemoryIsFreed: records go with their owner, so a fleet created and deleted again and again
+// leaves nothing behind.
+func TestMemoryIsFreed(t *testing.T) {
+	g := NewWithT(t)
+	s := &server{objects: map[string]*unstructured.Unstructured{}}
+	a := New(s, "tiled-operator", nil)
+	for round := 0; round < 3; round++ {
+		for i := 0; i < 300; i++ {
+			owner := fmt.Sprintf("ns/i%d", i)
+			for _, child := range []string{"cm", "svc"} {
+				_, err := a.Apply(context.Background(), intent(fmt.Sprintf("i%d-%s", i, child), "x"), nil, Group(owner))
+				g.Expect(err).NotTo(HaveOccurred())
+			}
+		}
+		g.Expect(a.Len()).To(Equal(600))
+		for i := 0; i < 300; i++ {
+			a.ForgetGroup(fmt.Sprintf("ns/i%d", i))
+		}
+		g.Expect(a.Len()).To(BeZero())
+	}
+}
