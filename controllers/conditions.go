@@ -55,6 +55,8 @@ const (
 	ReasonPaused             = "Paused"
 	ReasonProfileDeleted     = "ProfileDeleted"
 	ReasonChildRefused       = "ChildRefused"
+	// ReasonInstancesStalled: some of a cluster's instances are Stalled or refused by the API server.
+	ReasonInstancesStalled = "InstancesStalled"
 	// ReasonDatabaseUnavailable: the managed PostgreSQL was ready and is not any more (an outage).
 	ReasonDatabaseUnavailable = "DatabaseUnavailable"
 	// Reasons from the pods' statuses (package podstatus): ImagePullBackOff, CrashLoopBackOff,

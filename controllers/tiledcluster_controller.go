@@ -276,6 +276,7 @@ func (r *TiledClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	}
 	budget := maxUnavailable(cluster) - unavailable
 	ready, held := 0, 0
+	var refused []string
 	for _, w := range wants {
 		upToDate := w.cur != nil && w.cur.Annotations[AnnotationExpansionHash] == w.hash
 		if w.cur != nil && !upToDate && instanceReady(w.cur) {
@@ -286,6 +287,12 @@ func (r *TiledClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 			budget--
 		}
 		if _, err := r.Applier.Apply(ctx, client.ApplyConfigurationFromUnstructured(w.obj), curOrNil(w.cur), applier.Group(req.String())); err != nil {
+			if reason := refusal(err); reason != "" {
+				// One beamline the API server refuses (e.g. a value an expression computed that the
+				// schema rejects) stalls the cluster, naming it; the other beamlines go on.
+				refused = append(refused, fmt.Sprintf("%s (%s: %v)", w.obj.GetName(), reason, trimError(err)))
+				continue
+			}
 			return ctrl.Result{}, err
 		}
 		if upToDate && instanceReady(w.cur) {
@@ -302,7 +309,18 @@ func (r *TiledClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	status.UpdatedInstances = int32(len(wants) - held)
 	status.ReadyInstances = int32(ready)
 	removeCondition(&status.Conditions, ConditionStalled)
+	members := make([]*tiledv1alpha1.TiledInstance, 0, len(wants))
+	for _, w := range wants {
+		if w.cur != nil {
+			members = append(members, w.cur)
+		}
+	}
+	stalled := stalledMembers(cluster.Name, len(wants), members, refused)
 	switch {
+	case stalled != "":
+		removeCondition(&status.Conditions, ConditionReconciling)
+		setCondition(&status.Conditions, cluster.Generation, ConditionStalled, metav1.ConditionTrue, ReasonInstancesStalled, stalled)
+		setCondition(&status.Conditions, cluster.Generation, ConditionReady, metav1.ConditionFalse, ReasonInstancesStalled, stalled)
 	case held > 0:
 		msg := fmt.Sprintf("rolling out: %d of %d instances updated, %d waiting (maxUnavailable %d)", int(status.UpdatedInstances), len(wants), held, maxUnavailable(cluster))
 		setCondition(&status.Conditions, cluster.Generation, ConditionReconciling, metav1.ConditionTrue, ReasonRollingOut, msg)
@@ -522,6 +540,38 @@ func instanceObject(cluster *tiledv1alpha1.TiledCluster, ti *tiledv1alpha1.Tiled
 }
 
 // instanceReady reports whether an instance is Ready at its current generation.
+// stalledMembers describes the cluster's members that need a person: instances the API server
+// refused, and instances whose own status is Stalled (with their reasons), the first few by name;
+// "" when there are none.
+func stalledMembers(cluster string, total int, members []*tiledv1alpha1.TiledInstance, refused []string) string {
+	var list []string
+	list = append(list, refused...)
+	for _, ti := range members {
+		if c := meta.FindStatusCondition(ti.Status.Conditions, ConditionStalled); c != nil && c.Status == metav1.ConditionTrue {
+			list = append(list, fmt.Sprintf("%s (%s: %s)", ti.Name, c.Reason, trimMessage(c.Message, 160)))
+		}
+	}
+	if len(list) == 0 {
+		return ""
+	}
+	sort.Strings(list)
+	const shown = 3
+	msg := fmt.Sprintf("%d of %d instances stalled: %s", len(list), total, strings.Join(list[:min(shown, len(list))], "; "))
+	if len(list) > shown {
+		msg += fmt.Sprintf("; and %d more (kubectl get ti -l %s=%s shows each)", len(list)-shown, tiledv1alpha1.LabelCluster, cluster)
+	}
+	return msg
+}
+
+func trimError(err error) string { return trimMessage(err.Error(), 240) }
+
+func trimMessage(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
 func instanceReady(ti *tiledv1alpha1.TiledInstance) bool {
 	c := meta.FindStatusCondition(ti.Status.Conditions, ConditionReady)
 	return c != nil && c.Status == metav1.ConditionTrue && ti.Status.ObservedGeneration == ti.Generation

@@ -577,8 +577,12 @@ func (r *TiledInstanceReconciler) applyAll(ctx context.Context, ti *tiledv1alpha
 			return nil, err
 		}
 		res, err := r.Applier.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), current, applier.Group(group))
-		if apierrors.IsInvalid(err) {
-			return nil, &childRefusedError{Key: res.Key, Err: err}
+		if apierrors.IsConflict(err) {
+			// A conflict can be a race with another writer: one more try before calling it a refusal.
+			res, err = r.Applier.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), current, applier.Group(group))
+		}
+		if reason := refusal(err); reason != "" {
+			return nil, &childRefusedError{Key: res.Key, Reason: reason, Err: err}
 		}
 		if err != nil {
 			return nil, err
@@ -609,16 +613,43 @@ func (r *TiledInstanceReconciler) unrelease(ctx context.Context, current client.
 	return nil
 }
 
-// childRefusedError is a child object the API server refuses as invalid: a change no retry can make,
-// such as the access modes or storage class of an existing claim.
+// childRefusedError is a child object the API server refuses in a way no retry can mend: invalid
+// (such as the access modes or storage class of an existing claim), forbidden, a request it cannot
+// even turn into a patch, or a conflict that outlived a retry.
 type childRefusedError struct {
-	Key applier.Key
-	Err error
+	Key    applier.Key
+	Reason string
+	Err    error
 }
 
 func (e *childRefusedError) Error() string {
-	return fmt.Sprintf("the API server refuses the change to %s (objects before it in order were applied, the rest are left as they were); "+
-		"revert the setting, or delete the object if it may be recreated: %v", e.Key, e.Err)
+	return fmt.Sprintf("the API server refuses the change to %s (%s; objects before it in order were applied, the rest are left as they were); "+
+		"revert the setting, or delete the object if it may be recreated: %v", e.Key, e.Reason, e.Err)
+}
+
+// refusal classifies an apply error as a refusal that retrying cannot mend, and names its kind; ""
+// for success and for errors worth retrying (timeouts, the API server unavailable, throttling).
+func refusal(err error) string {
+	switch {
+	case err == nil:
+		return ""
+	case apierrors.IsInvalid(err):
+		return "invalid"
+	case apierrors.IsForbidden(err):
+		return "forbidden"
+	case apierrors.IsBadRequest(err):
+		return "bad request"
+	case apierrors.IsConflict(err):
+		return "conflict"
+	case apierrors.IsRequestEntityTooLargeError(err):
+		return "too large"
+	case strings.Contains(err.Error(), "failed to create typed patch object"),
+		strings.Contains(err.Error(), "duplicate entries for key"):
+		// The apply cannot be merged with the object's schema (e.g. two entries of a keyed list
+		// with the same key): the API server answers 500, but the same request fails every time.
+		return "not mergeable"
+	}
+	return ""
 }
 
 // InstanceObjects returns the objects the controller applies for an instance, in order: the rendered
