@@ -170,6 +170,16 @@ func TestPodFailuresNamedOnTheInstance(t *testing.T) {
 	g.Expect(meta.FindStatusCondition(ti.Status.Conditions, controllers.ConditionReconciling)).To(BeNil(), "never Reconciling and Stalled together")
 	g.Expect(kstatusOf(t, g, ti)).To(Equal(status.FailedStatus))
 	g.Eventually(func() []string { return eventReasons(t, g, ns) }, 10*time.Second).Should(ContainElement(controllers.ReasonImagePull))
+	// The cluster rolls it up: Stalled, naming the instance and its reason; kstatus reads it as failed.
+	g.Eventually(func(g Gomega) {
+		c := getCluster(t, g, ns)
+		st := meta.FindStatusCondition(c.Status.Conditions, controllers.ConditionStalled)
+		g.Expect(st).NotTo(BeNil())
+		g.Expect(st.Reason).To(Equal(controllers.ReasonInstancesStalled))
+		g.Expect(st.Message).To(ContainSubstring("1 of 1 instances stalled: fleet-a (" + controllers.ReasonImagePull + ": "))
+		g.Expect(meta.FindStatusCondition(c.Status.Conditions, controllers.ConditionReconciling)).To(BeNil())
+		g.Expect(kstatusOf(t, g, c)).To(Equal(status.FailedStatus))
+	}, within, 100*time.Millisecond).Should(Succeed())
 
 	// The back-off that follows keeps the same reason (no flapping between the kubelet's two).
 	setPodStatus(t, g, tiled, waitingStatus("tiled", "ImagePullBackOff", `Back-off pulling image "example.org/tiled:1"`))
@@ -214,6 +224,11 @@ func TestPodFailuresNamedOnTheInstance(t *testing.T) {
 	setStatefulSetReady(t, g, ns, n.Postgres, 1)
 	ti = condition(t, g, ns, ti.Name, controllers.ConditionReady, metav1.ConditionTrue, controllers.ReasonReady, within)
 	g.Expect(meta.FindStatusCondition(ti.Status.Conditions, controllers.ConditionStalled)).To(BeNil())
+	g.Eventually(func(g Gomega) {
+		c := getCluster(t, g, ns)
+		g.Expect(meta.FindStatusCondition(c.Status.Conditions, controllers.ConditionStalled)).To(BeNil())
+		g.Expect(kstatusOf(t, g, c)).To(Equal(status.CurrentStatus))
+	}, within, 100*time.Millisecond).Should(Succeed())
 
 	// Nothing the operator wrote was rewritten or removed along the way.
 	waitQuiet(t, op)
