@@ -25,6 +25,9 @@ const (
 	ConditionProfilesResolved = "ProfilesResolved"
 	// ConditionExternalEdits is True while fields of a child object are managed by another writer.
 	ConditionExternalEdits = "ExternalEdits"
+	// ConditionIngressEnabled is False, and present only then, when the ingress has a host but is not
+	// enabled, so no Ingress is created.
+	ConditionIngressEnabled = "IngressEnabled"
 	// ConditionDatabaseReady says whether an instance's managed PostgreSQL accepts connections (its
 	// StatefulSet is ready); False names the pod and why. Instances on an external database do not
 	// carry it: the operator does not connect to their database.
@@ -55,6 +58,8 @@ const (
 	ReasonPaused             = "Paused"
 	ReasonProfileDeleted     = "ProfileDeleted"
 	ReasonChildRefused       = "ChildRefused"
+	// ReasonHostWithoutEnabled: spec.expose.ingress has a host, but enabled is not set.
+	ReasonHostWithoutEnabled = "HostWithoutEnabled"
 	// ReasonInstancesStalled: some of a cluster's instances are Stalled or refused by the API server.
 	ReasonInstancesStalled = "InstancesStalled"
 	// ReasonDatabaseUnavailable: the managed PostgreSQL was ready and is not any more (an outage).

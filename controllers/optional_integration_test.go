@@ -13,6 +13,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
@@ -73,6 +74,30 @@ func TestOptionalObjects(t *testing.T) {
 		}
 		return left
 	}, time.Minute, 250*time.Millisecond).Should(BeEmpty())
+
+	// A host without enabled: no Ingress, and the instance says why (decided: only enabled: true
+	// creates one, so a profile can give every beamline a host and let each opt in).
+	c = getCluster(t, g, ns)
+	c.Spec.Instances[0].Overrides = &tiledv1alpha1.InstanceTemplate{
+		Storage: &tiledv1alpha1.StorageSpec{Data: &tiledv1alpha1.DataVolume{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}}},
+		Expose:  &tiledv1alpha1.ExposeSpec{Ingress: &tiledv1alpha1.IngressSpec{ClassName: "nginx", HostExpression: "instance.name + '.example.org'"}},
+	}
+	g.Expect(env.Client.Update(ctxT(t), c)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		ic := meta.FindStatusCondition(getInstance(t, g, ns, "fleet-a").Status.Conditions, controllers.ConditionIngressEnabled)
+		g.Expect(ic).NotTo(BeNil())
+		g.Expect(ic.Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(ic.Reason).To(Equal(controllers.ReasonHostWithoutEnabled))
+		g.Expect(ic.Message).To(ContainSubstring("set enabled: true"))
+	}, time.Minute, 250*time.Millisecond).Should(Succeed())
+	g.Expect(exists(t, &networkingv1.Ingress{}, ns, n.Tiled)).To(BeFalse())
+	c = getCluster(t, g, ns)
+	c.Spec.Instances[0].Overrides.Expose.Ingress.Enabled = ptr.To(true)
+	g.Expect(env.Client.Update(ctxT(t), c)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(exists(t, &networkingv1.Ingress{}, ns, n.Tiled)).To(BeTrue())
+		g.Expect(meta.FindStatusCondition(getInstance(t, g, ns, "fleet-a").Status.Conditions, controllers.ConditionIngressEnabled)).To(BeNil())
+	}, time.Minute, 250*time.Millisecond).Should(Succeed())
 
 	// A change the API server refuses on an existing object (a claim's access modes are immutable):
 	// the instance is Stalled with the API server's reason, and the operator does not retry in a loop.

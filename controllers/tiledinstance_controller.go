@@ -393,6 +393,12 @@ func (r *TiledInstanceReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 		removeCondition(&status.Conditions, ConditionReconciling)
 		setCondition(&status.Conditions, ti.Generation, ConditionReady, metav1.ConditionTrue, ReasonReady, fmt.Sprintf("Tiled serves at %s", status.URL))
 	}
+	if expansion.IngressHostWithoutEnabled(&spec.Spec.InstanceTemplate) {
+		setCondition(&status.Conditions, ti.Generation, ConditionIngressEnabled, metav1.ConditionFalse, ReasonHostWithoutEnabled,
+			"spec.expose.ingress has a host but enabled is not set: no Ingress is created; set enabled: true to expose Tiled at that host, or false to say it is meant")
+	} else {
+		removeCondition(&status.Conditions, ConditionIngressEnabled)
+	}
 	if edits := r.externalEdits(ctx, applied); edits != "" {
 		setCondition(&status.Conditions, ti.Generation, ConditionExternalEdits, metav1.ConditionTrue, ReasonFieldsManaged, edits)
 	} else {

@@ -823,3 +823,13 @@ func (v *validator) replicas(root *field.Path, t *v1alpha1.InstanceTemplate) {
 				*t.Tiled.Replicas, modes)), root.Child("storage", "data", "accessModes").String())
 	}
 }
+
+// IngressHostWithoutEnabled reports an Ingress given a host (or a host expression) but not enabled:
+// nothing is created, which is easy to miss, so admission warns and the instance says so.
+func IngressHostWithoutEnabled(t *v1alpha1.InstanceTemplate) bool {
+	if t.Expose == nil || t.Expose.Ingress == nil {
+		return false
+	}
+	in := t.Expose.Ingress
+	return in.Enabled == nil && (in.Host != "" || in.HostExpression != "")
+}

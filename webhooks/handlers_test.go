@@ -71,6 +71,9 @@ func TestValidObjectsPass(t *testing.T) {
   instances: [{name: i22}]`, []string{"will report ProfilesResolved=False", "matches no TiledProfile"}},
 		{"an expanded instance without limits", "validate-instance", instanceHead + `  tiled: {image: "ghcr.io/bluesky/tiled:0.2.20"}
 provenance: {spec.tiled.image: instance}`, []string{"spec.tiled.resources: no limits"}},
+		{"an expanded instance with an ingress host but enabled unset", "validate-instance", instanceHead + `  tiled: {image: "ghcr.io/bluesky/tiled:0.2.20", resources: {limits: {memory: 1Gi}}}
+  expose: {ingress: {className: nginx, host: a.example.org}}
+provenance: {spec.tiled.image: instance}`, []string{"spec.expose.ingress.enabled: not set, but the ingress has a host: no Ingress is created"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/bluesky/tiled-operator/apis/v1alpha1"
+	"github.com/bluesky/tiled-operator/expansion"
 )
 
 // templateWarnings returns warnings for settings that are allowed but probably not meant: they
@@ -45,6 +46,9 @@ func templateWarnings(t *v1alpha1.InstanceTemplate, complete bool) []string {
 		t.Expose.Ingress.TLSSecretName == "" {
 		out = append(out, "spec.expose.ingress.tlsSecretName: empty: Tiled is served over plain HTTP and API keys cross the network in clear text")
 	}
+	if complete && expansion.IngressHostWithoutEnabled(t) {
+		out = append(out, "spec.expose.ingress.enabled: not set, but the ingress has a host: no Ingress is created; set enabled: true to expose Tiled at that host, or false to say it is meant")
+	}
 	if t.Auth != nil && t.Auth.AllowAnonymousAccess != nil && *t.Auth.AllowAnonymousAccess {
 		out = append(out, "spec.auth.allowAnonymousAccess: true: anyone who reaches the service reads public data without credentials")
 	}
@@ -76,3 +80,4 @@ func prefixed(prefix string, ws []string) []string {
 	}
 	return out
 }
+

@@ -487,6 +487,9 @@ type ServiceSpec struct {
 // +kubebuilder:validation:XValidation:rule="!(has(self.host) && has(self.hostExpression))",message="host and hostExpression are mutually exclusive"
 type IngressSpec struct {
 	// Enabled creates the Ingress; a higher layer sets false to turn off an Ingress a profile enables.
+	// Only true creates it: a profile may set className and hostExpression for every beamline and let
+	// each beamline opt in. An instance with a host but enabled unset gets an admission warning and
+	// the condition IngressEnabled=False (reason HostWithoutEnabled), so the omission is never silent.
 	// +optional
 	Enabled *bool `json:"enabled,omitempty"`
 

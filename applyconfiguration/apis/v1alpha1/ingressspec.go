@@ -14,6 +14,9 @@ package v1alpha1
 // IngressSpec exposes Tiled through an Ingress.
 type IngressSpecApplyConfiguration struct {
 	// Enabled creates the Ingress; a higher layer sets false to turn off an Ingress a profile enables.
+	// Only true creates it: a profile may set className and hostExpression for every beamline and let
+	// each beamline opt in. An instance with a host but enabled unset gets an admission warning and
+	// the condition IngressEnabled=False (reason HostWithoutEnabled), so the omission is never silent.
 	Enabled *bool `json:"enabled,omitempty"`
 	// ClassName is the ingress class, e.g. nginx.
 	ClassName *string `json:"className,omitempty"`
