@@ -17,7 +17,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/cli-runtime/pkg/genericiooptions"
+
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
@@ -821,8 +821,9 @@ func marshalObject(obj runtime.Object) ([]byte, error) {
 	return yaml.Marshal(m)
 }
 
-func newImportHelmCommand(streams genericiooptions.IOStreams) *cobra.Command {
-	var name, instance, namespace string
+func newImportHelmCommand(o *options) *cobra.Command {
+	streams := o.streams
+	var name, instance string
 	var strict bool
 	cmd := &cobra.Command{
 		Use:   "import-helm VALUES.yaml",
@@ -854,6 +855,12 @@ default, or not carried over. Keys not carried over are also printed on standard
 			}
 			if instance == "" {
 				instance = name
+			}
+			// -n names the namespace of the objects; without it they name none, so that kubectl
+			// apply puts them in its current one.
+			namespace := ""
+			if f := cmd.Flags().Lookup("namespace"); f != nil && f.Changed {
+				namespace = f.Value.String()
 			}
 			h := importHelm(values)
 			profile, cluster := h.objects(name, instance, namespace)
@@ -892,7 +899,6 @@ default, or not carried over. Keys not carried over are also printed on standard
 	}
 	cmd.Flags().StringVar(&name, "name", "tiled", "Name of the TiledProfile and the TiledCluster (the Helm release name is a good choice).")
 	cmd.Flags().StringVar(&instance, "instance", "", "Name of the cluster's instance, e.g. the beamline (default: --name).")
-	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "Namespace of the objects (default: none, so kubectl apply uses the current one).")
 	cmd.Flags().BoolVar(&strict, "strict", false, "Fail when a key of the values is not carried over.")
 	return cmd
 }
