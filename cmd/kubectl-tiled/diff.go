@@ -160,9 +160,7 @@ func (o *diffOptions) run(ctx context.Context) (bool, error) {
 		}
 		changes = append(changes, cs...)
 	}
-	if err := printChanges(o.streams.Out, changes); err != nil {
-		return false, err
-	}
+	printChanges(o.streams.Out, changes)
 	for _, ch := range changes {
 		if ch.created || ch.deleted || len(ch.fields) > 0 || ch.sourceOnly > 0 {
 			return true, nil
@@ -379,7 +377,7 @@ func compare(live, after *v1alpha1.TiledInstance) change {
 	return ch
 }
 
-func printChanges(w io.Writer, changes []change) error {
+func printChanges(w io.Writer, changes []change) {
 	for _, ch := range changes {
 		head := fmt.Sprintf("TiledInstance %s/%s (%s)", ch.namespace, ch.name, ch.owner)
 		switch {
@@ -412,5 +410,4 @@ func printChanges(w io.Writer, changes []change) error {
 			fmt.Fprintf(w, "  (%d more field(s) keep their value but change source)\n", ch.sourceOnly)
 		}
 	}
-	return nil
 }

@@ -702,9 +702,7 @@ func (h *helmImport) authentication() {
 		}
 		if len(oidc.Providers) > 0 {
 			auth.OIDC, auth.SingleUserAPIKey = oidc, nil
-			if _, ok := h.envUsed["TILED_SINGLE_USER_API_KEY"]; ok {
-				delete(h.envUsed, "TILED_SINGLE_USER_API_KEY") // not used with OIDC: reported below
-			}
+			delete(h.envUsed, "TILED_SINGLE_USER_API_KEY") // not used with OIDC: reported below
 			h.authDatabase()
 		}
 	}

@@ -13,7 +13,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/resource"
 	"k8s.io/client-go/tools/clientcmd"
@@ -239,7 +238,7 @@ func clarify(err error) error {
 		case "true", "false":
 			msg := fmt.Sprintf("expected %s, got boolean %s", want, got)
 			if want == "string" {
-				msg += fmt.Sprintf(" (YAML reads unquoted y, yes, on, true, n, no, off and false as booleans: quote the value, e.g. \"y\")")
+				msg += ` (YAML reads unquoted y, yes, on, true, n, no, off and false as booleans: quote the value, e.g. "y")`
 			}
 			return msg
 		case "<nil>":
@@ -272,5 +271,3 @@ func split(objs []client.Object) (clusters []*v1alpha1.TiledCluster, profiles []
 	}
 	return clusters, profiles, instances
 }
-
-var _ runtime.Object = (*v1alpha1.TiledInstance)(nil)
