@@ -153,7 +153,7 @@ the field; the webhooks' warnings are printed on standard error. Documents of ot
 		},
 	}
 	in.addFlags(cmd, "TiledClusters, TiledProfiles and TiledInstances")
-	printFlags.AddFlags(cmd)
+	addPrintFlags(cmd, printFlags)
 	return cmd
 }
 

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/bluesky/tiled-operator/apis/v1alpha1"
@@ -30,11 +31,13 @@ const (
 
 type diffOptions struct {
 	*options
-	input inputOptions
+	input      inputOptions
+	printFlags *genericclioptions.PrintFlags
 }
 
 func newDiffCommand(opts *options) *cobra.Command {
-	o := &diffOptions{options: opts}
+	o := &diffOptions{options: opts, printFlags: newPrintFlags()}
+	*o.printFlags.OutputFormat = ""
 	cmd := &cobra.Command{
 		Use:   "diff (-f FILENAME | -k DIRECTORY)",
 		Short: "Show what changed TiledProfiles or TiledClusters would do to every TiledInstance",
@@ -51,7 +54,9 @@ they affect, against the cluster of the current kubeconfig. Nothing is stored:
 
 Each instance is listed with its changed fields (value and source before and after), "created" or
 "deleted". A field whose source changed but not its value (a profile's generation) is counted.
-Documents of other kinds are skipped with a note.
+Documents of other kinds are skipped with a note. With -o yaml, json or name, the instances that
+would be created or changed are printed instead, as they would be stored (as by expand -o), and
+those that would be deleted are named on standard error.
 
 Exit status, as kubectl diff's: 0 when no instance would change, 1 when some would, 2 (more than
 1) on an error, a refusal included.`,
@@ -68,6 +73,11 @@ Exit status, as kubectl diff's: 0 when no instance would change, 1 when some wou
 			if err := o.input.validate(cmd); err != nil {
 				return err
 			}
+			if *o.printFlags.OutputFormat != "" {
+				if _, err := o.printFlags.ToPrinter(); err != nil {
+					return usageErrorf(cmd, "%v", err)
+				}
+			}
 			changed, err := o.run(cmd.Context())
 			if err != nil {
 				return err
@@ -79,12 +89,15 @@ Exit status, as kubectl diff's: 0 when no instance would change, 1 when some wou
 		},
 	}
 	o.input.addFlags(cmd, "the changed TiledProfiles and TiledClusters")
+	addPrintFlags(cmd, o.printFlags)
+	cmd.Flag("output").Usage = "Print the instances that would be created or changed instead of the changes. One of: (yaml, json, name)."
 	return cmd
 }
 
 // change is what a diff found for one instance.
 type change struct {
 	namespace, name, owner string
+	after                  *v1alpha1.TiledInstance // as it would be stored; nil when deleted
 	created, deleted       bool
 	fields                 []fieldChange
 	sourceOnly             int
@@ -160,7 +173,9 @@ func (o *diffOptions) run(ctx context.Context) (bool, error) {
 		}
 		changes = append(changes, cs...)
 	}
-	printChanges(o.streams.Out, changes)
+	if err := o.print(changes); err != nil {
+		return false, err
+	}
 	for _, ch := range changes {
 		if ch.created || ch.deleted || len(ch.fields) > 0 || ch.sourceOnly > 0 {
 			return true, nil
@@ -336,10 +351,33 @@ func typedFrom(u *unstructured.Unstructured) (runtime.Object, error) {
 	return typed, nil
 }
 
+// print prints the changes: the report, or with -o the instances that would be created or changed.
+func (o *diffOptions) print(changes []change) error {
+	format := *o.printFlags.OutputFormat
+	if format == "" {
+		printChanges(o.streams.Out, changes)
+		return nil
+	}
+	printer, err := o.printFlags.ToPrinter()
+	if err != nil {
+		return err
+	}
+	var objs []*v1alpha1.TiledInstance
+	for _, ch := range changes {
+		switch {
+		case ch.deleted:
+			fmt.Fprintf(o.streams.ErrOut, "TiledInstance %s/%s (%s): deleted\n", ch.namespace, ch.name, ch.owner)
+		case ch.created || len(ch.fields) > 0 || ch.sourceOnly > 0:
+			objs = append(objs, ch.after)
+		}
+	}
+	return printInstances(o.streams.Out, printer, format, objs)
+}
+
 // compare lists the leaf fields of the spec that differ between the live instance (nil: none) and
 // the one that would be stored.
 func compare(live, after *v1alpha1.TiledInstance) change {
-	ch := change{namespace: after.Namespace, name: after.Name}
+	ch := change{namespace: after.Namespace, name: after.Name, after: after}
 	if live == nil {
 		ch.created = true
 		return ch

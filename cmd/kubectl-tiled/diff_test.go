@@ -90,6 +90,13 @@ func TestDiffAgainstTheAPIServer(t *testing.T) {
 			"TiledInstance nsls2/demo (standalone): 1 field(s) changed\n",
 			`  ~ spec.tiled.image: "ghcr.io/bluesky/tiled:0.2.20" -> "ghcr.io/bluesky/tiled:0.2.21"`,
 		}, notWant: []string{`"5Gi" ->`}},
+		{name: "changed profile, -o name", args: []string{"-f", filepath.Join("testdata", "diff", "changed-profile.yaml"), "-o", "name"}, code: 1, want: []string{
+			"tiledinstance.tiled.blueskyproject.io/nsls2-chx\ntiledinstance.tiled.blueskyproject.io/nsls2-csx\ntiledinstance.tiled.blueskyproject.io/demo\n",
+		}, notWant: []string{"field(s) changed"}},
+		{name: "changed cluster, -o yaml", args: []string{"-f", filepath.Join("testdata", "diff", "changed-cluster.yaml"), "-o", "yaml"}, code: 1, want: []string{
+			"  name: nsls2-iss\n", "spec.monitoring.interval: instance/chx/overrides\n",
+			"TiledInstance nsls2/nsls2-csx (cluster nsls2): deleted\n",
+		}, notWant: []string{"managedFields", "field(s) changed", "name: nsls2-csx"}},
 		{name: "changed cluster", file: "changed-cluster.yaml", code: 1, want: []string{
 			"TiledInstance nsls2/nsls2-chx (cluster nsls2): 1 field(s) changed\n",
 			`  ~ spec.monitoring.interval: "15s" -> "60s"  (profile/monitoring@1 -> instance/chx/overrides)`,

@@ -3,6 +3,8 @@ package main
 import (
 	"io"
 
+	"github.com/spf13/cobra"
+
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/printers"
@@ -20,6 +22,13 @@ func newPrintFlags() *genericclioptions.PrintFlags {
 		NamePrintFlags:     genericclioptions.NewNamePrintFlags(""),
 		OutputFormat:       &output,
 	}
+}
+
+// addPrintFlags adds -o to cmd. --show-managed-fields, which the yaml and json printers bring, is
+// hidden: the instances printed hold no managed fields.
+func addPrintFlags(cmd *cobra.Command, f *genericclioptions.PrintFlags) {
+	f.AddFlags(cmd)
+	_ = cmd.Flags().MarkHidden("show-managed-fields")
 }
 
 // printInstances prints expanded instances with a cli-runtime printer. Each is the document
