@@ -61,6 +61,21 @@ build: ## Build the manager and kubectl-tiled into bin/.
 	CGO_ENABLED=0 go build -o $(LOCALBIN)/manager ./cmd/manager
 	CGO_ENABLED=0 go build -o $(LOCALBIN)/kubectl-tiled ./cmd/kubectl-tiled
 
+# The platforms of the kubectl-tiled archives that hack/krew/tiled.yaml names, and their version.
+PLUGIN_PLATFORMS ?= linux/amd64 linux/arm64 darwin/amd64 darwin/arm64 windows/amd64
+PLUGIN_VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+
+.PHONY: plugin-dist
+plugin-dist: ## Build the kubectl-tiled archives of a krew release into bin/dist and print their sha256.
+	rm -rf $(LOCALBIN)/dist && mkdir -p $(LOCALBIN)/dist
+	for p in $(PLUGIN_PLATFORMS); do \
+	  os=$${p%/*}; arch=$${p#*/}; exe=kubectl-tiled; [ "$$os" = windows ] && exe=kubectl-tiled.exe; \
+	  dir=$(LOCALBIN)/dist/kubectl-tiled_$${os}_$${arch}; mkdir -p $$dir; \
+	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch go build -trimpath -ldflags "-s -w -X main.version=$(PLUGIN_VERSION)" -o $$dir/$$exe ./cmd/kubectl-tiled; \
+	  tar -czf $$dir.tar.gz -C $$dir $$exe; rm -rf $$dir; \
+	done
+	cd $(LOCALBIN)/dist && sha256sum *.tar.gz
+
 .PHONY: run
 run: ## Run the operator: against the current kubeconfig, or a local control plane it starts.
 	hack/run.sh

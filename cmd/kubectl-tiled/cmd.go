@@ -3,16 +3,15 @@ package main
 import (
 	"errors"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
-	"k8s.io/apimachinery/pkg/runtime"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/utils/ptr"
 
 	"github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/expansion"
@@ -30,36 +29,69 @@ func usageErrorf(cmd *cobra.Command, format string, args ...any) error {
 	return &usageError{cmd: cmd.CommandPath(), err: fmt.Errorf(format, args...)}
 }
 
-// run executes the plugin with args and returns the exit status.
+// exitError carries an exit status other than 1 (diff's, as kubectl diff's).
+type exitError struct {
+	code int
+	err  error // nil: nothing to print
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func (e *exitError) Unwrap() error { return e.err }
+
+// run executes the plugin with args and returns the exit status: 0, or 1 on an error, except for
+// diff, which follows kubectl diff (0 no differences, 1 differences, 2 an error).
 func run(args []string, streams genericiooptions.IOStreams) int {
 	root := newRootCommand(streams)
 	root.SetArgs(args)
-	err := root.Execute()
+	cmd, err := root.ExecuteC()
 	if err == nil {
 		return 0
+	}
+	code := 1
+	if cmd != nil && cmd.Name() == "diff" {
+		code = 2
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		code = ee.code
+		if ee.err == nil {
+			return code
+		}
 	}
 	fmt.Fprintf(streams.ErrOut, "error: %v\n", err)
 	var ue *usageError
 	if errors.As(err, &ue) {
 		fmt.Fprintf(streams.ErrOut, "See '%s -h' for help and examples.\n", ue.cmd)
 	}
-	return 1
+	return code
 }
 
 func newRootCommand(streams genericiooptions.IOStreams) *cobra.Command {
+	o := &options{streams: streams, config: genericclioptions.NewConfigFlags(true)}
 	root := &cobra.Command{
 		Use: "tiled",
 		// Run by kubectl as a plugin, the command is called "kubectl tiled" in messages.
 		Annotations: map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl tiled"},
 		Short:       "Audit tiled-operator fleets: expand clusters and trace where every field comes from",
 		Long: `kubectl tiled expands TiledClusters and TiledProfiles read from files into the TiledInstances
-the tiled-operator would create, with the same engine, and explains where each field comes from.
-No cluster is contacted.`,
+the tiled-operator would create, with the same engine and the same admission checks, explains where
+each field comes from, shows what a change would do to the instances of a live cluster, and turns
+the values of the Tiled Helm chart into a profile and a cluster.
+
+expand, why and import-helm work offline; diff reads the cluster of the current kubeconfig (and
+stores nothing). -n/--namespace means the same in every command: the namespace of the objects
+that name none (default: the kubeconfig context's, else "default").`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Args:          cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return usageErrorf(cmd, "a command is required: expand or why")
+			return usageErrorf(cmd, "a command is required: expand, why, diff, import-helm, completion or version")
 		},
 	}
 	root.SetOut(streams.Out)
@@ -67,82 +99,85 @@ No cluster is contacted.`,
 	root.SetIn(streams.In)
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return &usageError{cmd: cmd.CommandPath(), err: err} })
 	root.CompletionOptions.DisableDefaultCmd = true
-	root.AddCommand(newExpandCommand(streams), newWhyCommand(streams))
-	root.AddCommand(newDiffCommand(streams))
-	root.AddCommand(newImportHelmCommand(streams))
+	o.config.AddFlags(root.PersistentFlags())
+	root.AddCommand(newExpandCommand(o), newWhyCommand(o), newDiffCommand(o), newImportHelmCommand(o),
+		newCompletionCommand(o), newVersionCommand(o))
 	return root
 }
 
-// inputOptions are the flags that say which objects to read.
-type inputOptions struct {
-	filenames []string
-	recursive bool
-	namespace string
-	// unchecked skips the API server's schema checks on the files (DecodeAllChecked): for diff,
-	// whose server-side dry run makes them.
-	unchecked bool
+// options are what every subcommand shares: kubectl's kubeconfig flags (-n and --kubeconfig above
+// all), so that -n means the same everywhere.
+type options struct {
+	streams genericiooptions.IOStreams
+	config  *genericclioptions.ConfigFlags
 }
 
-func (o *inputOptions) addFlags(cmd *cobra.Command) {
-	cmd.Flags().StringSliceVarP(&o.filenames, "filename", "f", nil,
-		"Files or directories holding TiledClusters, TiledProfiles and TiledInstances; - reads standard input.")
-	cmd.Flags().BoolVarP(&o.recursive, "recursive", "R", false,
-		"Process the directories given with -f recursively.")
-	cmd.Flags().StringVarP(&o.namespace, "namespace", "n", "default",
-		"Namespace of the objects that do not name one.")
-}
-
-func newExpandCommand(streams genericiooptions.IOStreams) *cobra.Command {
-	o := &inputOptions{}
+func newExpandCommand(o *options) *cobra.Command {
+	in := &inputOptions{}
+	printFlags := newPrintFlags()
 	cmd := &cobra.Command{
-		Use:   "expand -f FILENAME [-f FILENAME...]",
+		Use:   "expand (-f FILENAME | -k DIRECTORY)",
 		Short: "Print the TiledInstances the operator would create",
-		Long: `Print, as YAML, the TiledInstance objects the operator would create for the TiledClusters in the
-given files, and the expansion of the standalone TiledInstances: metadata, the complete spec, and
-the provenance of every field.`,
+		Long: `Print the TiledInstance objects the operator would create for the TiledClusters in the given
+files, and the expansion of the standalone TiledInstances: metadata, the complete spec, and the
+provenance of every field. No cluster is contacted.
+
+Every object read is checked as the API server would check it when applied: the CRD's OpenAPI
+schema and CEL rules, then the operator's admission webhooks (run here, with the files standing in
+for the cluster). An object the cluster would refuse makes the command fail, naming the object and
+the field; the webhooks' warnings are printed on standard error. Documents of other kinds
+(Namespaces, Secrets...) and kustomization files in directories are skipped with a note.`,
 		Example: `  # Expand a cluster with the profiles of a directory
-  kubectl tiled expand -f cluster.yaml -f profiles/`,
+  kubectl tiled expand -f cluster.yaml -f profiles/
+
+  # Expand what a kustomize overlay builds
+  kubectl tiled expand -k overlays/production
+  kubectl kustomize overlays/production | kubectl tiled expand -f -
+
+  # Only the names
+  kubectl tiled expand -f fleet/ -R -o name`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(o.filenames) == 0 {
-				return usageErrorf(cmd, "must specify one of -f and -R")
+			if err := in.validate(cmd); err != nil {
+				return err
 			}
-			objs, err := o.expand(streams.In)
+			printer, err := printFlags.ToPrinter()
+			if err != nil {
+				return usageErrorf(cmd, "%v", err)
+			}
+			objs, err := o.expand(in)
 			if err != nil {
 				return err
 			}
-			out, err := expansion.Marshal(objs...)
-			if err != nil {
-				return err
-			}
-			_, err = streams.Out.Write(out)
-			return err
+			return printInstances(o.streams.Out, printer, *printFlags.OutputFormat, objs)
 		},
 	}
-	o.addFlags(cmd)
+	in.addFlags(cmd, "TiledClusters, TiledProfiles and TiledInstances")
+	addPrintFlags(cmd, printFlags)
 	return cmd
 }
 
-func newWhyCommand(streams genericiooptions.IOStreams) *cobra.Command {
-	o := &inputOptions{}
+func newWhyCommand(o *options) *cobra.Command {
+	in := &inputOptions{}
 	cmd := &cobra.Command{
-		Use:   "why -f FILENAME [-f FILENAME...] INSTANCE FIELD",
+		Use:   "why (-f FILENAME | -k DIRECTORY) INSTANCE FIELD",
 		Short: "Print the value of a field of an instance and where it comes from",
 		Long: `Print the value of a field of an expanded instance, and the layer it comes from: default,
 profile/<name>@<generation>, cluster/template, instance/<name>/overrides or instance, with
 " (expression)" when a CEL expression computed it. A field holding an object or a list prints
 every field beneath it. INSTANCE is an instance's short name (chx) or its TiledInstance name
-(nsls2-chx); FIELD is a path such as spec.storage.data.size or spec.tiled.env[name=FOO].value.`,
+(nsls2-chx); FIELD is a path such as spec.storage.data.size or spec.tiled.env[name=FOO].value.
+The files are read and checked as by expand. No cluster is contacted.`,
 		Example: `  # Where does chx's data volume size come from?
   kubectl tiled why -f cluster.yaml -f profiles/ chx spec.storage.data.size`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 2 {
 				return usageErrorf(cmd, "expected INSTANCE and FIELD, got %d argument(s)", len(args))
 			}
-			if len(o.filenames) == 0 {
-				return usageErrorf(cmd, "must specify one of -f and -R")
+			if err := in.validate(cmd); err != nil {
+				return err
 			}
-			objs, err := o.expand(streams.In)
+			objs, err := o.expand(in)
 			if err != nil {
 				return err
 			}
@@ -154,7 +189,7 @@ every field beneath it. INSTANCE is an instance's short name (chx) or its TiledI
 			if err != nil {
 				return err
 			}
-			w := tabwriter.NewWriter(streams.Out, 0, 8, 3, ' ', 0)
+			w := tabwriter.NewWriter(o.streams.Out, 0, 8, 3, ' ', 0)
 			fmt.Fprintln(w, "FIELD\tVALUE\tSOURCE")
 			for _, f := range fields {
 				fmt.Fprintf(w, "%s\t%s\t%s\n", f.Path, f.Value, f.Source)
@@ -162,7 +197,7 @@ every field beneath it. INSTANCE is an instance's short name (chx) or its TiledI
 			return w.Flush()
 		},
 	}
-	o.addFlags(cmd)
+	in.addFlags(cmd, "TiledClusters, TiledProfiles and TiledInstances")
 	return cmd
 }
 
@@ -190,39 +225,21 @@ func findInstance(objs []*v1alpha1.TiledInstance, name string) (*v1alpha1.TiledI
 	return nil, fmt.Errorf("instance %q is ambiguous: name one of %s", name, strings.Join(names, ", "))
 }
 
-// expand reads the objects and expands every cluster (by namespace and name) and then every
-// standalone instance (likewise).
-func (o *inputOptions) expand(stdin io.Reader) ([]*v1alpha1.TiledInstance, error) {
-	var clusters []*v1alpha1.TiledCluster
-	var instances []*v1alpha1.TiledInstance
-	var profiles []v1alpha1.TiledProfile
-	for _, name := range o.filenames {
-		objs, err := o.read(name, stdin)
-		if err != nil {
-			return nil, err
-		}
-		for _, obj := range objs {
-			switch obj := obj.(type) {
-			case *v1alpha1.TiledCluster:
-				if obj.Namespace == "" {
-					obj.Namespace = o.namespace
-				}
-				clusters = append(clusters, obj)
-			case *v1alpha1.TiledProfile:
-				if obj.Namespace == "" {
-					obj.Namespace = o.namespace
-				}
-				profiles = append(profiles, *obj)
-			case *v1alpha1.TiledInstance:
-				if obj.Namespace == "" {
-					obj.Namespace = o.namespace
-				}
-				instances = append(instances, obj)
-			}
-		}
+// expand reads the objects, checks them as the API server and the webhooks would, and expands every
+// cluster (by namespace and name) and then every standalone instance (likewise). The webhooks'
+// warnings go to standard error.
+func (o *options) expand(in *inputOptions) ([]*v1alpha1.TiledInstance, error) {
+	namespace, explicit, err := namespaceOf(o.config)
+	if err != nil {
+		return nil, err
 	}
+	objs, err := in.read(readOptions{in: o.streams.In, notes: o.streams.ErrOut, namespace: namespace, enforce: explicit})
+	if err != nil {
+		return nil, err
+	}
+	clusters, profiles, instances := split(objs)
 	if len(clusters) == 0 && len(instances) == 0 {
-		return nil, fmt.Errorf("no TiledCluster or TiledInstance in %s", strings.Join(o.filenames, ", "))
+		return nil, fmt.Errorf("no TiledCluster or TiledInstance in %s", in.describe())
 	}
 	key := func(ns, name string) string { return ns + "/" + name }
 	slices.SortStableFunc(clusters, func(a, b *v1alpha1.TiledCluster) int {
@@ -255,6 +272,7 @@ func (o *inputOptions) expand(stdin io.Reader) ([]*v1alpha1.TiledInstance, error
 		}
 		out = append(out, mine...)
 	}
+	var standalone []*v1alpha1.TiledInstance
 	for _, in := range instances {
 		if err := expansion.CheckInstance(in); err != nil {
 			return nil, fmt.Errorf("TiledInstance %s/%s: %w", in.Namespace, in.Name, err)
@@ -267,67 +285,33 @@ func (o *inputOptions) expand(stdin io.Reader) ([]*v1alpha1.TiledInstance, error
 			return nil, fmt.Errorf("TiledInstance %s/%s: %w", in.Namespace, in.Name, err)
 		}
 		out = append(out, exp)
+		standalone = append(standalone, exp)
 	}
-	return out, nil
-}
-
-var extensions = []string{".yaml", ".yml", ".json"}
-
-// read decodes the objects of a file, of "-" (standard input), or of the files of a directory.
-func (o *inputOptions) read(name string, stdin io.Reader) ([]runtime.Object, error) {
-	if name == "-" {
-		return o.decode("<stdin>", stdin)
+	// Then the webhooks themselves, with the files as their cache: their warnings, and a refusal of
+	// anything the checks above let through.
+	f := &files{profiles: profiles}
+	for _, c := range clusters {
+		f.clusters = append(f.clusters, *c)
 	}
-	info, err := os.Stat(name)
-	if err != nil {
-		return nil, fmt.Errorf("the path %q does not exist", name)
-	}
-	if !info.IsDir() {
-		return o.readFile(name)
-	}
-	var files []string
-	err = filepath.WalkDir(name, func(path string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if path != name && !o.recursive {
-				return filepath.SkipDir
+	for _, ti := range out {
+		// As the operator stores them: a cluster's instances controlled by it.
+		stored := ti.DeepCopy()
+		if c := ti.Labels[v1alpha1.LabelCluster]; c != "" && !slices.ContainsFunc(instances, func(s *v1alpha1.TiledInstance) bool { return s.Name == ti.Name && s.Namespace == ti.Namespace }) {
+			if i := slices.IndexFunc(clusters, func(cl *v1alpha1.TiledCluster) bool {
+				return cl.Namespace == ti.Namespace && expansion.LabelValue(cl.Name) == c
+			}); i >= 0 {
+				stored.OwnerReferences = []metav1.OwnerReference{{APIVersion: v1alpha1.GroupVersion.String(), Kind: "TiledCluster",
+					Name: clusters[i].Name, UID: clusters[i].UID, Controller: ptr.To(true)}}
 			}
-			return nil
 		}
-		if slices.Contains(extensions, filepath.Ext(path)) {
-			files = append(files, path)
-		}
-		return nil
-	})
+		f.instances = append(f.instances, *stored)
+	}
+	warnings, err := admit(f, clusters, standalone)
+	for _, w := range warnings {
+		fmt.Fprintf(o.streams.ErrOut, "Warning: %s\n", w)
+	}
 	if err != nil {
 		return nil, err
-	}
-	slices.Sort(files)
-	var out []runtime.Object
-	for _, f := range files {
-		objs, err := o.readFile(f)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, objs...)
 	}
 	return out, nil
-}
-
-func (o *inputOptions) readFile(name string) ([]runtime.Object, error) {
-	f, err := os.Open(name)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return o.decode(name, f)
-}
-
-func (o *inputOptions) decode(name string, r io.Reader) ([]runtime.Object, error) {
-	if o.unchecked {
-		return expansion.DecodeAll(name, r)
-	}
-	return expansion.DecodeAllChecked(name, r)
 }

@@ -121,7 +121,7 @@ func TestErrors(t *testing.T) {
 	}{
 		{name: "no command", args: nil, stderr: []string{"error: a command is required"}, usage: true},
 		{name: "unknown command", args: []string{"explode"}, stderr: []string{"error: unknown command"}},
-		{name: "no files", args: []string{"expand"}, stderr: []string{"error: must specify one of -f and -R"}, usage: true},
+		{name: "no files", args: []string{"expand"}, stderr: []string{"error: must specify one of -f and -k"}, usage: true},
 		{name: "unknown flag", args: []string{"expand", "--bogus"}, stderr: []string{"error: unknown flag: --bogus"}, usage: true},
 		{name: "why without arguments", args: []string{"why", "-f", fleetDir}, stderr: []string{"error: expected INSTANCE and FIELD, got 0 argument(s)"}, usage: true},
 		{name: "missing file", args: []string{"expand", "-f", "nope.yaml"}, stderr: []string{`error: the path "nope.yaml" does not exist`}},

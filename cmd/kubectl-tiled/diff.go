@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
-	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/bluesky/tiled-operator/apis/v1alpha1"
@@ -31,17 +30,19 @@ const (
 )
 
 type diffOptions struct {
-	input  inputOptions
-	config *genericclioptions.ConfigFlags
+	*options
+	input      inputOptions
+	printFlags *genericclioptions.PrintFlags
 }
 
-func newDiffCommand(streams genericiooptions.IOStreams) *cobra.Command {
-	o := &diffOptions{config: genericclioptions.NewConfigFlags(true)}
+func newDiffCommand(opts *options) *cobra.Command {
+	o := &diffOptions{options: opts, printFlags: newPrintFlags()}
+	*o.printFlags.OutputFormat = ""
 	cmd := &cobra.Command{
-		Use:   "diff -f FILENAME [-f FILENAME...]",
+		Use:   "diff (-f FILENAME | -k DIRECTORY)",
 		Short: "Show what changed TiledProfiles or TiledClusters would do to every TiledInstance",
 		Long: `Show, for TiledProfiles and TiledClusters changed in files, what would change on each TiledInstance
-they affect, against the live cluster. Nothing is stored:
+they affect, against the cluster of the current kubeconfig. Nothing is stored:
 
  1. each object of the files replaces the live one (or is created) in a server-side dry run: the
     API server's validation and the operator's webhooks run, and refuse it as they would;
@@ -52,30 +53,51 @@ they affect, against the live cluster. Nothing is stored:
     and compared with the live one.
 
 Each instance is listed with its changed fields (value and source before and after), "created" or
-"deleted". A field whose source changed but not its value (a profile's generation) is counted.`,
+"deleted". A field whose source changed but not its value (a profile's generation) is counted.
+Documents of other kinds are skipped with a note. With -o yaml, json or name, the instances that
+would be created or changed are printed instead, as they would be stored (as by expand -o), and
+those that would be deleted are named on standard error.
+
+Exit status, as kubectl diff's: 0 when no instance would change, 1 when some would, 2 (more than
+1) on an error, a refusal included.`,
 		Example: `  # What would bumping the facility profile's image do to the beamlines?
   kubectl tiled diff -f profiles/facility.yaml
 
   # And adding a beamline to the cluster?
-  kubectl tiled diff -f cluster.yaml -n nsls2`,
+  kubectl tiled diff -f cluster.yaml -n nsls2
+
+  # What a GitOps overlay would change
+  kubectl tiled diff -k overlays/production`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(o.input.filenames) == 0 {
-				return usageErrorf(cmd, "must specify one of -f and -R")
+			if err := o.input.validate(cmd); err != nil {
+				return err
 			}
-			return o.run(cmd.Context(), streams)
+			if *o.printFlags.OutputFormat != "" {
+				if _, err := o.printFlags.ToPrinter(); err != nil {
+					return usageErrorf(cmd, "%v", err)
+				}
+			}
+			changed, err := o.run(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if changed {
+				return &exitError{code: 1}
+			}
+			return nil
 		},
 	}
-	cmd.Flags().StringSliceVarP(&o.input.filenames, "filename", "f", nil,
-		"Files or directories holding the changed TiledProfiles and TiledClusters; - reads standard input.")
-	cmd.Flags().BoolVarP(&o.input.recursive, "recursive", "R", false, "Process the directories given with -f recursively.")
-	o.config.AddFlags(cmd.Flags())
+	o.input.addFlags(cmd, "the changed TiledProfiles and TiledClusters")
+	addPrintFlags(cmd, o.printFlags)
+	cmd.Flag("output").Usage = "Print the instances that would be created or changed instead of the changes. One of: (yaml, json, name)."
 	return cmd
 }
 
 // change is what a diff found for one instance.
 type change struct {
 	namespace, name, owner string
+	after                  *v1alpha1.TiledInstance // as it would be stored; nil when deleted
 	created, deleted       bool
 	fields                 []fieldChange
 	sourceOnly             int
@@ -87,54 +109,52 @@ type fieldChange struct {
 	sourceBefore, sourceAf string
 }
 
-func (o *diffOptions) run(ctx context.Context, streams genericiooptions.IOStreams) error {
+// run prints the changes and reports whether there are any.
+func (o *diffOptions) run(ctx context.Context) (bool, error) {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	namespace, _, err := o.config.ToRawKubeConfigLoader().Namespace()
+	namespace, explicit, err := namespaceOf(o.config)
 	if err != nil {
-		return err
+		return false, err
 	}
-	o.input.namespace = namespace
-	o.input.unchecked = true // the server-side dry run checks them
+	// The server-side dry run checks the schema.
+	objs, err := o.input.read(readOptions{in: o.streams.In, notes: o.streams.ErrOut, namespace: namespace, enforce: explicit, unchecked: true})
+	if err != nil {
+		return false, err
+	}
 	cfg, err := o.config.ToRESTConfig()
 	if err != nil {
-		return err
+		return false, err
 	}
 	scheme := runtime.NewScheme()
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		return err
+		return false, err
 	}
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
-		return err
+		return false, err
 	}
 
 	// 1. The changed objects, as the API server would store them.
 	var changedProfiles []*v1alpha1.TiledProfile
 	var changedClusters []*v1alpha1.TiledCluster
-	for _, name := range o.input.filenames {
-		objs, err := o.input.read(name, streams.In)
+	for _, obj := range objs {
+		stored, err := dryRunReplace(ctx, c, obj, namespace)
 		if err != nil {
-			return err
+			return false, err
 		}
-		for _, obj := range objs {
-			stored, err := dryRunReplace(ctx, c, obj, namespace)
-			if err != nil {
-				return err
-			}
-			switch s := stored.(type) {
-			case *v1alpha1.TiledProfile:
-				changedProfiles = append(changedProfiles, s)
-			case *v1alpha1.TiledCluster:
-				changedClusters = append(changedClusters, s)
-			default:
-				return fmt.Errorf("%s: diff takes TiledProfiles and TiledClusters, not %T", name, obj)
-			}
+		switch s := stored.(type) {
+		case *v1alpha1.TiledProfile:
+			changedProfiles = append(changedProfiles, s)
+		case *v1alpha1.TiledCluster:
+			changedClusters = append(changedClusters, s)
+		default:
+			return false, fmt.Errorf("%s %s/%s: diff takes TiledProfiles and TiledClusters", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetNamespace(), obj.GetName())
 		}
 	}
 	if len(changedProfiles)+len(changedClusters) == 0 {
-		return fmt.Errorf("no TiledProfile or TiledCluster in %s", strings.Join(o.input.filenames, ", "))
+		return false, fmt.Errorf("no TiledProfile or TiledCluster in %s", o.input.describe())
 	}
 
 	// 2. Expand what they affect, namespace by namespace.
@@ -149,11 +169,19 @@ func (o *diffOptions) run(ctx context.Context, streams genericiooptions.IOStream
 	for _, ns := range slices.Sorted(maps.Keys(namespaces)) {
 		cs, err := o.diffNamespace(ctx, c, ns, changedProfiles, changedClusters)
 		if err != nil {
-			return err
+			return false, err
 		}
 		changes = append(changes, cs...)
 	}
-	return printChanges(streams.Out, changes)
+	if err := o.print(changes); err != nil {
+		return false, err
+	}
+	for _, ch := range changes {
+		if ch.created || ch.deleted || len(ch.fields) > 0 || ch.sourceOnly > 0 {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 func (o *diffOptions) diffNamespace(ctx context.Context, c client.Client, ns string, changedProfiles []*v1alpha1.TiledProfile, changedClusters []*v1alpha1.TiledCluster) ([]change, error) {
@@ -323,10 +351,33 @@ func typedFrom(u *unstructured.Unstructured) (runtime.Object, error) {
 	return typed, nil
 }
 
+// print prints the changes: the report, or with -o the instances that would be created or changed.
+func (o *diffOptions) print(changes []change) error {
+	format := *o.printFlags.OutputFormat
+	if format == "" {
+		printChanges(o.streams.Out, changes)
+		return nil
+	}
+	printer, err := o.printFlags.ToPrinter()
+	if err != nil {
+		return err
+	}
+	var objs []*v1alpha1.TiledInstance
+	for _, ch := range changes {
+		switch {
+		case ch.deleted:
+			fmt.Fprintf(o.streams.ErrOut, "TiledInstance %s/%s (%s): deleted\n", ch.namespace, ch.name, ch.owner)
+		case ch.created || len(ch.fields) > 0 || ch.sourceOnly > 0:
+			objs = append(objs, ch.after)
+		}
+	}
+	return printInstances(o.streams.Out, printer, format, objs)
+}
+
 // compare lists the leaf fields of the spec that differ between the live instance (nil: none) and
 // the one that would be stored.
 func compare(live, after *v1alpha1.TiledInstance) change {
-	ch := change{namespace: after.Namespace, name: after.Name}
+	ch := change{namespace: after.Namespace, name: after.Name, after: after}
 	if live == nil {
 		ch.created = true
 		return ch
@@ -364,7 +415,7 @@ func compare(live, after *v1alpha1.TiledInstance) change {
 	return ch
 }
 
-func printChanges(w io.Writer, changes []change) error {
+func printChanges(w io.Writer, changes []change) {
 	for _, ch := range changes {
 		head := fmt.Sprintf("TiledInstance %s/%s (%s)", ch.namespace, ch.name, ch.owner)
 		switch {
@@ -397,5 +448,4 @@ func printChanges(w io.Writer, changes []change) error {
 			fmt.Fprintf(w, "  (%d more field(s) keep their value but change source)\n", ch.sourceOnly)
 		}
 	}
-	return nil
 }

@@ -62,16 +62,25 @@ func TestDiffAgainstTheAPIServer(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(env.Client.Create(ctx, expanded)).To(Succeed())
 
-	diff := func(file string) (int, string, string) {
-		return runCmd("", "diff", "--kubeconfig", env.Kubeconfig, "-n", ns, "-f", filepath.Join("testdata", "diff", file))
-	}
+	// Exit status as kubectl diff's: 0 no differences, 1 differences, 2 an error.
 	for _, tc := range []struct {
 		name, file string
+		args       []string // instead of -f testdata/diff/<file>
 		code       int
 		want       []string
 		notWant    []string
 	}{
-		{name: "changed profile", file: "changed-profile.yaml", want: []string{
+		{name: "unchanged GitOps base", args: []string{"-k", gitopsBase}, code: 0, want: []string{
+			"TiledInstance nsls2/nsls2-chx (cluster nsls2): no change\n",
+			"TiledInstance nsls2/nsls2-csx (cluster nsls2): no change\n",
+			`note: skipped Namespace "nsls2"`, `note: skipped Secret "tiled-chx-orcid"`,
+		}, notWant: []string{"field(s) changed"}},
+		{name: "GitOps overlay", args: []string{"-k", gitopsBump}, code: 1, want: []string{
+			"TiledInstance nsls2/nsls2-chx (cluster nsls2): 1 field(s) changed\n",
+			`  ~ spec.tiled.image: "ghcr.io/bluesky/tiled:0.2.20" -> "ghcr.io/bluesky/tiled:0.2.21"  (profile/facility@1 -> profile/facility@2)`,
+			"TiledInstance nsls2/demo (standalone): 1 field(s) changed\n",
+		}},
+		{name: "changed profile", file: "changed-profile.yaml", code: 1, want: []string{
 			"TiledInstance nsls2/nsls2-chx (cluster nsls2): 2 field(s) changed\n",
 			`  ~ spec.tiled.image: "ghcr.io/bluesky/tiled:0.2.20" -> "ghcr.io/bluesky/tiled:0.2.21"  (profile/facility@1 -> profile/facility@2)`,
 			`  ~ spec.storage.data.size: "50Gi" -> "100Gi"  (profile/facility@1 -> profile/facility@2)`,
@@ -81,18 +90,33 @@ func TestDiffAgainstTheAPIServer(t *testing.T) {
 			"TiledInstance nsls2/demo (standalone): 1 field(s) changed\n",
 			`  ~ spec.tiled.image: "ghcr.io/bluesky/tiled:0.2.20" -> "ghcr.io/bluesky/tiled:0.2.21"`,
 		}, notWant: []string{`"5Gi" ->`}},
-		{name: "changed cluster", file: "changed-cluster.yaml", want: []string{
+		{name: "changed profile, -o name", args: []string{"-f", filepath.Join("testdata", "diff", "changed-profile.yaml"), "-o", "name"}, code: 1, want: []string{
+			"tiledinstance.tiled.blueskyproject.io/nsls2-chx\ntiledinstance.tiled.blueskyproject.io/nsls2-csx\ntiledinstance.tiled.blueskyproject.io/demo\n",
+		}, notWant: []string{"field(s) changed"}},
+		{name: "changed cluster, -o yaml", args: []string{"-f", filepath.Join("testdata", "diff", "changed-cluster.yaml"), "-o", "yaml"}, code: 1, want: []string{
+			"  name: nsls2-iss\n", "spec.monitoring.interval: instance/chx/overrides\n",
+			"TiledInstance nsls2/nsls2-csx (cluster nsls2): deleted\n",
+		}, notWant: []string{"managedFields", "field(s) changed", "name: nsls2-csx"}},
+		{name: "changed cluster", file: "changed-cluster.yaml", code: 1, want: []string{
 			"TiledInstance nsls2/nsls2-chx (cluster nsls2): 1 field(s) changed\n",
 			`  ~ spec.monitoring.interval: "15s" -> "60s"  (profile/monitoring@1 -> instance/chx/overrides)`,
 			"TiledInstance nsls2/nsls2-iss (cluster nsls2): created\n",
 			"TiledInstance nsls2/nsls2-csx (cluster nsls2): deleted\n",
 		}, notWant: []string{"demo"}},
-		{name: "refused by the API server", file: "invalid-profile.yaml", code: 1, want: []string{
+		{name: "refused by the API server", file: "invalid-profile.yaml", code: 2, want: []string{
 			"TiledProfile nsls2/facility: server-side dry run", "spec.priority"}},
+		{name: "missing file", file: "nope.yaml", code: 2, want: []string{"does not exist"}},
+		{name: "other namespace", args: []string{"-n", "elsewhere", "-f", fleetProfile}, code: 2, want: []string{
+			`the namespace from the provided object "nsls2"`}},
+		{name: "no files", args: []string{}, code: 2, want: []string{"must specify one of -f and -k"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
-			code, out, errOut := diff(tc.file)
+			args := tc.args
+			if args == nil {
+				args = []string{"-f", filepath.Join("testdata", "diff", tc.file)}
+			}
+			code, out, errOut := runCmd("", append([]string{"diff", "--kubeconfig", env.Kubeconfig, "-n", ns}, args...)...)
 			g.Expect(code).To(Equal(tc.code), "stdout:\n%s\nstderr:\n%s", out, errOut)
 			for _, w := range tc.want {
 				g.Expect(out + errOut).To(ContainSubstring(w))

@@ -1,25 +1,40 @@
-// Command kubectl-tiled is a kubectl plugin for auditing tiled-operator fleets offline, with the
-// same expansion engine the operator runs (package expansion), so what it prints is what the
-// operator would write.
+// Command kubectl-tiled is a kubectl plugin for auditing tiled-operator fleets, with the same
+// expansion engine the operator runs (package expansion) and the same admission checks (the CRDs'
+// schemas and CEL rules, and the handlers of package webhooks), so what it prints is what the
+// operator would write and what it refuses is what the cluster would refuse.
 //
 // Installed on the PATH as kubectl-tiled, it runs as `kubectl tiled`:
 //
 //	kubectl tiled expand -f cluster.yaml -f profiles/
-//	    Prints, as YAML, the TiledInstance objects the operator would create for every TiledCluster
-//	    in the files (and the expansion of every standalone TiledInstance): metadata, the complete
-//	    spec and the provenance of every field. The bytes are those of expansion.Marshal.
+//	    Prints the TiledInstance objects the operator would create for every TiledCluster in the
+//	    input (and the expansion of every standalone TiledInstance): metadata, the complete spec
+//	    and the provenance of every field. -o yaml (the default) gives the bytes of
+//	    expansion.Marshal; -o json one List; -o name the names. Offline.
 //
 //	kubectl tiled why -f cluster.yaml -f profiles/ chx spec.storage.data.size
 //	    Prints the value and the source (default, profile/<name>@<generation>, cluster/template,
 //	    instance/<name>/overrides, instance, with " (expression)" when computed) of a field of one
-//	    instance, or of every field beneath it. The instance is named by its short name (chx) or by
-//	    its TiledInstance name (nsls2-chx).
+//	    instance, or of every field beneath it. Offline.
 //
-// -f takes files, directories (their .yaml, .yml and .json files; -R descends into
-// subdirectories) or "-" for standard input, each holding any number of YAML documents. Objects
-// without a namespace are put in the one of -n/--namespace ("default" unless given), as kubectl
-// apply would. No cluster is contacted.
+//	kubectl tiled diff -f profiles/facility.yaml
+//	    Shows what changed profiles and clusters would do to every TiledInstance of the current
+//	    kubeconfig's cluster, with server-side dry runs; exit status as kubectl diff's (0 no
+//	    differences, 1 differences, 2 an error).
 //
-// Errors follow kubectl's habits: "error: ..." on standard error and exit status 1; a usage error
-// adds a hint to run the command with -h.
+//	kubectl tiled import-helm values.yaml
+//	    Turns the Tiled Helm chart's values (or an umbrella chart's, --subchart) into a TiledProfile
+//	    and a TiledCluster, accounting for every key. Offline.
+//
+//	kubectl tiled completion bash|zsh|fish|powershell, kubectl tiled version
+//
+// Input is read as kubectl reads it (k8s.io/cli-runtime's resource.Builder): -f takes files,
+// directories (their .yaml, .yml and .json files; -R descends into subdirectories) or "-" for
+// standard input, -k a kustomization directory. Documents of other kinds and kustomization files
+// in directories are skipped with a note on standard error. Objects without a namespace are put in
+// the one of -n/--namespace, else the kubeconfig context's, else "default", in every command; with
+// -n, an object of another namespace is refused, as kubectl apply refuses it.
+//
+// Errors follow kubectl's habits: "error: ..." on standard error and exit status 1 (2 for diff);
+// a usage error adds a hint to run the command with -h; the webhooks' warnings are printed as
+// "Warning: ...".
 package main

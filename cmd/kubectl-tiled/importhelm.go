@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"reflect"
 	"regexp"
@@ -17,7 +18,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/cli-runtime/pkg/genericiooptions"
+
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
@@ -50,8 +51,11 @@ type helmImport struct {
 
 	tpl     v1alpha1.InstanceTemplate
 	env     map[string]map[string]any // extraEnvVars by name
-	envUsed map[string]bool
-	envWhy  map[string]disposition // what became of an extraEnvVars entry consumed by a mapping
+	envUsed map[string]string         // extraEnvVars consumed by a mapping: where their value went
+	envWhy  map[string]disposition    // what became of an extraEnvVars entry consumed by a mapping
+
+	prefix string        // the subchart's key and a dot, for the values of an umbrella chart
+	others []disposition // the other top-level keys of an umbrella chart's values (group: the key)
 }
 
 // leafPaths lists the leaf paths of a YAML value: a.b, a.list[0].c; empty maps and lists are leaves.
@@ -157,6 +161,31 @@ func (h *helmImport) mark(path, kind, note string) {
 	}
 }
 
+// markEach is mark, reporting each leaf on its own line rather than under path.
+func (h *helmImport) markEach(path, kind, note string) {
+	for _, l := range h.leaves {
+		if l == path || strings.HasPrefix(l, path+".") || strings.HasPrefix(l, path+"[") {
+			if _, done := h.got[l]; !done {
+				h.got[l] = disposition{kind, note, ""}
+			}
+		}
+	}
+}
+
+// dropped reports whether every leaf at or under path is already not carried.
+func (h *helmImport) dropped(path string) bool {
+	found := false
+	for _, l := range h.leaves {
+		if l == path || strings.HasPrefix(l, path+".") || strings.HasPrefix(l, path+"[") {
+			if h.got[l].kind != notCarried {
+				return false
+			}
+			found = true
+		}
+	}
+	return found
+}
+
 // decodeInto converts a YAML subtree into a typed value.
 func decodeInto(v any, into any) error {
 	b, err := json.Marshal(v)
@@ -190,7 +219,7 @@ var chartDefaults = map[string]any{
 // image.repository:image.tag running the image's command with config.yaml from .Values.config,
 // a Service on service.port, an optional Ingress, and extraEnvVars.
 func importHelm(values map[string]any) *helmImport {
-	h := &helmImport{values: values, got: map[string]disposition{}, env: map[string]map[string]any{}, envUsed: map[string]bool{}, envWhy: map[string]disposition{}}
+	h := &helmImport{values: values, got: map[string]disposition{}, env: map[string]map[string]any{}, envUsed: map[string]string{}, envWhy: map[string]disposition{}}
 	leafPaths("", values, &h.leaves)
 	for i, e := range h.listAt("extraEnvVars") {
 		if m, ok := e.(map[string]any); ok {
@@ -313,40 +342,90 @@ func (h *helmImport) pod() {
 			h.mark("imagePullSecrets", carried, "spec.tiled.imagePullSecrets")
 		}
 	}
-	// The uid and groups carry over (into the profile: an administrator's decision); the rest of the
-	// security contexts is the operator's, under the restricted Pod Security Standard.
-	ids := []struct {
-		key  string
-		into **int64
-	}{
-		{"podSecurityContext.runAsUser", &h.server().RunAsUser}, {"securityContext.runAsUser", &h.server().RunAsUser},
-		{"podSecurityContext.runAsGroup", &h.server().RunAsGroup}, {"securityContext.runAsGroup", &h.server().RunAsGroup},
-		{"podSecurityContext.fsGroup", &h.server().FSGroup},
-	}
-	for _, id := range ids {
-		if v, ok := h.get(id.key); ok {
-			if n, ok := v.(float64); ok && n >= 1 && n == float64(int64(n)) {
-				*id.into = ptr.To(int64(n))
-				h.mark(id.key, carried, "spec.tiled."+id.key[strings.Index(id.key, ".")+1:])
-			}
-		}
-	}
-	if v, ok := h.get("podSecurityContext.supplementalGroups"); ok {
-		var gids []int64
-		if err := decodeInto(v, &gids); err == nil {
-			h.server().SupplementalGroups = gids
-			h.mark("podSecurityContext.supplementalGroups", carried, "spec.tiled.supplementalGroups")
-		}
-	}
-	for _, k := range []string{"podSecurityContext", "securityContext"} {
-		h.mark(k, handled, "the operator runs Tiled under the restricted Pod Security Standard (non-root, read-only root, no capabilities, RuntimeDefault seccomp)")
-	}
+	h.securityContexts()
 	for _, probe := range []string{"livenessProbe", "readinessProbe"} {
 		want := map[string]any{"httpGet": map[string]any{"path": "/healthz", "port": "http"}}
 		if reflect.DeepEqual(normalize(h.mapAt(probe)), normalize(want)) {
 			h.mark(probe, handled, "the operator probes /healthz on the http port")
 		}
 	}
+}
+
+// restrictedSecurity are the security settings the operator gives the Tiled container, under the
+// restricted Pod Security Standard: a chart value equal to one of them is handled; any other value
+// of these keys is not carried.
+var restrictedSecurity = map[string]any{
+	"runAsNonRoot": true, "allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
+	"privileged": false, "capabilities.drop": []any{"ALL"}, "seccompProfile.type": "RuntimeDefault",
+}
+
+// securityContexts maps podSecurityContext and securityContext key by key: the uid and gids into
+// the pod identity fields of the profile (spec.tiled.runAsUser, runAsGroup, fsGroup,
+// supplementalGroups: an administrator's decision, so the profile is the place), values the
+// operator sets itself as handled, and everything else as not carried.
+func (h *helmImport) securityContexts() {
+	id := func(key string) (int64, bool) {
+		v, ok := h.get(key)
+		n, isNum := v.(float64)
+		return int64(n), ok && isNum && n >= 1 && n == float64(int64(n))
+	}
+	// The container's uid and gid win over the pod's, as in Kubernetes.
+	for _, f := range []struct {
+		name string
+		into **int64
+	}{{"runAsUser", &h.server().RunAsUser}, {"runAsGroup", &h.server().RunAsGroup}} {
+		pod, container := "podSecurityContext."+f.name, "securityContext."+f.name
+		cv, cok := id(container)
+		pv, pok := id(pod)
+		switch {
+		case cok:
+			*f.into = ptr.To(cv)
+			h.mark(container, carried, "spec.tiled."+f.name)
+			if pok && pv == cv {
+				h.mark(pod, carried, "spec.tiled."+f.name)
+			} else if _, set := h.get(pod); set {
+				h.mark(pod, notCarried, fmt.Sprintf("%s sets %d for the Tiled container, which the operator takes", container, cv))
+			}
+		case pok:
+			*f.into = ptr.To(pv)
+			h.mark(pod, carried, "spec.tiled."+f.name)
+		}
+		for _, k := range []string{pod, container} {
+			if _, set := h.get(k); set {
+				h.mark(k, notCarried, "not a valid uid or gid for the restricted Pod Security Standard (root, or not a number)")
+			}
+		}
+	}
+	if v, ok := id("podSecurityContext.fsGroup"); ok {
+		h.server().FSGroup = ptr.To(v)
+		h.mark("podSecurityContext.fsGroup", carried, "spec.tiled.fsGroup")
+	}
+	if v, ok := h.get("podSecurityContext.supplementalGroups"); ok {
+		var gids []int64
+		if err := decodeInto(v, &gids); err == nil && len(gids) > 0 && !slices.Contains(gids, 0) {
+			h.server().SupplementalGroups = gids
+			h.mark("podSecurityContext.supplementalGroups", carried, "spec.tiled.supplementalGroups")
+		}
+	}
+	for _, ctx := range []string{"podSecurityContext", "securityContext"} {
+		for key, want := range restrictedSecurity {
+			if v, ok := h.get(ctx + "." + key); ok {
+				if reflect.DeepEqual(normalize(v), normalize(want)) || key == "capabilities.drop" {
+					h.mark(ctx+"."+key, handled, "the operator sets it (restricted Pod Security Standard)")
+				} else {
+					h.mark(ctx+"."+key, notCarried, fmt.Sprintf("the operator sets %s to %s under the restricted Pod Security Standard", key, jsonOf(want)))
+				}
+			}
+		}
+		if h.nonEmpty(ctx) {
+			h.markEach(ctx, notCarried, "no equivalent: the operator sets the security context itself (restricted Pod Security Standard)")
+		}
+	}
+}
+
+func jsonOf(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
 }
 
 func (h *helmImport) service() {
@@ -429,7 +508,7 @@ func (h *helmImport) volumesAndTrees() {
 		h.mark(args+".uri", handled, "a SQLite catalog becomes the managed PostgreSQL database (the operator's default); existing catalog entries are not migrated")
 	case envRef(uri) != "":
 		name := envRef(uri)
-		if ref := h.secretEnv(name); ref != nil {
+		if ref := h.secretEnv(name, "spec.database.external.uriSecretRef"); ref != nil {
 			h.tpl.Database = &v1alpha1.DatabaseSpec{External: &v1alpha1.ExternalDatabase{URISecretRef: ref}}
 			h.mark(args+".uri", carried, "spec.database.external.uriSecretRef (from "+name+")")
 		}
@@ -544,7 +623,7 @@ func envRef(s string) string {
 }
 
 // secretEnv returns the Secret key an extraEnvVars entry takes its value from, and accounts for it.
-func (h *helmImport) secretEnv(name string) *v1alpha1.SecretKeyRef {
+func (h *helmImport) secretEnv(name, target string) *v1alpha1.SecretKeyRef {
 	e, ok := h.env[name]
 	if !ok {
 		return nil
@@ -556,7 +635,7 @@ func (h *helmImport) secretEnv(name string) *v1alpha1.SecretKeyRef {
 	if n == "" {
 		return nil
 	}
-	h.envUsed[name] = true
+	h.envUsed[name] = target
 	return &v1alpha1.SecretKeyRef{Name: n, Key: k}
 }
 
@@ -572,17 +651,17 @@ func (h *helmImport) authentication() {
 	if h.nonEmpty(a + ".secret_keys") {
 		const why = "the operator generates its own secret keys (kept in the instance's Secret); sessions and tokens signed with the old keys end"
 		for _, k := range h.listAt(a + ".secret_keys") {
-			if v, _ := k.(string); envRef(v) != "" && h.secretEnv(envRef(v)) != nil {
+			if v, _ := k.(string); envRef(v) != "" && h.secretEnv(envRef(v), "") != nil {
 				h.envWhy[envRef(v)] = disposition{kind: notCarried, note: "it only held " + a + ".secret_keys"}
 			}
 		}
 		h.mark(a+".secret_keys", notCarried, why)
 	}
-	if ref := h.secretEnv("TILED_SINGLE_USER_API_KEY"); ref != nil {
+	if ref := h.secretEnv("TILED_SINGLE_USER_API_KEY", "spec.auth.singleUserAPIKey.secretRef"); ref != nil {
 		auth.SingleUserAPIKey = &v1alpha1.SingleUserAPIKey{SecretRef: ref}
 	}
 	if key := envRef(h.str(a + ".single_user_api_key")); key != "" {
-		if ref := h.secretEnv(key); ref != nil {
+		if ref := h.secretEnv(key, "spec.auth.singleUserAPIKey.secretRef"); ref != nil {
 			auth.SingleUserAPIKey = &v1alpha1.SingleUserAPIKey{SecretRef: ref}
 			h.mark(a+".single_user_api_key", carried, "spec.auth.singleUserAPIKey.secretRef")
 		}
@@ -604,7 +683,7 @@ func (h *helmImport) authentication() {
 				h.mark(p+".args.audience", handled, "the operator sets the audience to the client ID")
 			}
 			if v := envRef(h.str(p + ".args.client_secret")); v != "" {
-				if ref := h.secretEnv(v); ref != nil {
+				if ref := h.secretEnv(v, "spec.auth.oidc.providers["+prov.Name+"].clientSecretRef"); ref != nil {
 					prov.ClientSecretRef = ref
 					h.mark(p+".args.client_secret", carried, "spec.auth.oidc.providers["+prov.Name+"].clientSecretRef (from "+v+")")
 				}
@@ -613,19 +692,47 @@ func (h *helmImport) authentication() {
 		}
 		for i := range h.listAt(a + ".tiled_admins") {
 			p := fmt.Sprintf("%s.tiled_admins[%d]", a, i)
-			oidc.Admins = append(oidc.Admins, h.str(p+".provider")+":"+h.str(p+".id"))
+			prov, id := h.str(p+".provider"), h.str(p+".id")
+			if !slices.ContainsFunc(oidc.Providers, func(o v1alpha1.OIDCProvider) bool { return o.Name == prov }) || id == "" {
+				h.mark(p, notCarried, fmt.Sprintf("names provider %q, which is not carried over", prov))
+				continue
+			}
+			oidc.Admins = append(oidc.Admins, prov+":"+id)
 			h.mark(p, carried, "spec.auth.oidc.admins")
 		}
 		if len(oidc.Providers) > 0 {
 			auth.OIDC, auth.SingleUserAPIKey = oidc, nil
-			if ref := h.secretEnv("TILED_SINGLE_USER_API_KEY"); ref != nil {
-				h.envUsed["TILED_SINGLE_USER_API_KEY"] = false // not used with OIDC: report it below
-			}
+			delete(h.envUsed, "TILED_SINGLE_USER_API_KEY") // not used with OIDC: reported below
 			h.authDatabase()
 		}
 	}
+	h.mark(a+".tiled_admins", notCarried, "admins need an OIDC provider that is carried over")
 	if auth.AllowAnonymousAccess != nil || auth.SingleUserAPIKey != nil || auth.OIDC != nil {
 		h.tpl.Auth = auth
+	}
+	h.accessControl()
+}
+
+// accessControl keeps config.access_control (into spec.config, with the rest of the config) only
+// when the provider it names is carried over: a policy naming a dropped provider would refer to
+// identities the instance cannot authenticate.
+func (h *helmImport) accessControl() {
+	const key = "config.access_control"
+	if !h.nonEmpty(key) {
+		return
+	}
+	prov := h.str(key + ".args.provider")
+	if prov == "" {
+		return
+	}
+	var carriedProviders []string
+	if h.tpl.Auth != nil && h.tpl.Auth.OIDC != nil {
+		for _, p := range h.tpl.Auth.OIDC.Providers {
+			carriedProviders = append(carriedProviders, p.Name)
+		}
+	}
+	if !slices.Contains(carriedProviders, prov) {
+		h.mark(key, notCarried, fmt.Sprintf("its policy names provider %q, which is not carried over", prov))
 	}
 }
 
@@ -642,7 +749,7 @@ func (h *helmImport) authDatabase() {
 		return
 	}
 	name := envRef(h.str("config.database.uri"))
-	ref := h.secretEnv(name)
+	ref := h.secretEnv(name, "")
 	catalog := db.External.URISecretRef.Name
 	if ref != nil && ref.Name == catalog && ref.Key == "auth-uri" {
 		h.mark("config.database.uri", handled, "the operator reads it from key auth-uri of Secret "+catalog)
@@ -664,8 +771,8 @@ func (h *helmImport) envVars() {
 			h.mark(key, d.kind, d.note)
 			continue
 		}
-		if h.envUsed[name] {
-			h.mark(key, carried, "used above ("+name+")")
+		if target := h.envUsed[name]; target != "" {
+			h.mark(key, carried, target+" (the value of "+name+")")
 			continue
 		}
 		ev := v1alpha1.EnvVar{Name: name}
@@ -702,6 +809,9 @@ func (h *helmImport) restOfConfig() {
 			continue
 		case "uvicorn":
 			h.mark("config.uvicorn", notCarried, "the operator runs Tiled on 0.0.0.0:8000")
+			continue
+		}
+		if h.dropped("config." + k) {
 			continue
 		}
 		if unknown := render.UnknownConfigKeys(map[string]any{k: v}); len(unknown) > 0 {
@@ -784,8 +894,127 @@ func (h *helmImport) objects(name, instance, namespace string) (*v1alpha1.TiledP
 	return profile, cluster
 }
 
+// chartKeys are the top-level keys of the Tiled chart's values.yaml.
+var chartKeys = []string{"config", "replicaCount", "image", "command", "args", "imagePullSecrets",
+	"nameOverride", "fullnameOverride", "serviceAccount", "podAnnotations", "podLabels",
+	"podSecurityContext", "securityContext", "service", "ingress", "resources", "livenessProbe",
+	"readinessProbe", "autoscaling", "volumes", "volumeMounts", "nodeSelector", "tolerations",
+	"affinity", "extraEnvVars"}
+
+// otherChart is the disposition of the values of an umbrella chart that are not the Tiled
+// subchart's: they are listed, and not read.
+const otherChart = "not Tiled's"
+
+// importValues imports the values of the Tiled chart, or those of the Tiled subchart of an umbrella
+// chart: the subchart named, or else "tiled" when the values hold a tiled: map and none of the Tiled
+// chart's own keys (the pattern Tiled's Helm docs recommend).
+func importValues(values map[string]any, subchart string) (*helmImport, error) {
+	if subchart == "" {
+		if _, ok := values["tiled"].(map[string]any); ok && !slices.ContainsFunc(chartKeys, func(k string) bool { _, has := values[k]; return has }) {
+			subchart = "tiled"
+		}
+	}
+	if subchart == "" {
+		return importHelm(values), nil
+	}
+	sub, ok := values[subchart].(map[string]any)
+	if !ok {
+		keys := slices.Sorted(maps.Keys(values))
+		return nil, fmt.Errorf("no values for subchart %q: the top-level keys are %s", subchart, strings.Join(keys, ", "))
+	}
+	h := importHelm(sub)
+	h.prefix = subchart + "."
+	for _, k := range slices.Sorted(maps.Keys(values)) {
+		if k == subchart {
+			continue
+		}
+		note := "the values of subchart " + k + ", not read"
+		if k == "global" {
+			note = "global values: the Tiled chart reads none"
+		}
+		h.others = append(h.others, disposition{kind: otherChart, note: note, group: k})
+	}
+	return h, nil
+}
+
+// carriedCount is the number of leaves carried over.
+func (h *helmImport) carriedCount() int {
+	n := 0
+	for _, d := range h.got {
+		if d.kind == carried {
+			n++
+		}
+	}
+	return n
+}
+
+// verify checks that every key reported carried is where the report says, in the profile: the
+// first word of its note is a path of the profile (spec.tiled.env[NAME], spec.auth.oidc.providers[NAME]
+// pick a list element by name). A key whose target is absent is reported not carried instead, so
+// that the report never claims more than the output holds; the paths are returned.
+func (h *helmImport) verify(profile *v1alpha1.TiledProfile) ([]string, error) {
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(profile)
+	if err != nil {
+		return nil, err
+	}
+	var wrong []string
+	for _, l := range h.leaves {
+		d := h.got[l]
+		if d.kind != carried {
+			continue
+		}
+		target := strings.Fields(d.note)
+		if len(target) == 0 || !holds(m, target[0]) {
+			h.got[l] = disposition{kind: notCarried, note: "the importer meant to carry it to " + d.note + ", which the output does not hold", group: d.group}
+			wrong = append(wrong, l)
+		}
+	}
+	return wrong, nil
+}
+
+var segment = regexp.MustCompile(`^([A-Za-z0-9_]+)(?:\[([^\]]+)\])?$`)
+
+// holds reports whether obj sets path (spec.a.b[name].c), to something other than an empty value.
+func holds(obj map[string]any, path string) bool {
+	var cur any = obj
+	for _, part := range strings.Split(path, ".") {
+		m := segment.FindStringSubmatch(part)
+		if m == nil {
+			return false
+		}
+		o, ok := cur.(map[string]any)
+		if !ok {
+			return false
+		}
+		if cur, ok = o[m[1]]; !ok {
+			return false
+		}
+		if m[2] == "" {
+			continue
+		}
+		list, _ := cur.([]any)
+		i := slices.IndexFunc(list, func(e any) bool { em, _ := e.(map[string]any); return em["name"] == m[2] })
+		if i < 0 {
+			return false
+		}
+		cur = list[i]
+	}
+	switch v := cur.(type) {
+	case nil:
+		return false
+	case string:
+		return v != ""
+	case map[string]any:
+		return len(v) > 0
+	case []any:
+		return len(v) > 0
+	}
+	return true
+}
+
 // report lists every key with what became of it, a key with several leaves once when they share
-// their fate; notCarried keys are also returned on their own.
+// their fate; notCarried keys are also returned on their own. Paths are those of the values file
+// (with the subchart's prefix).
 func (h *helmImport) report() (lines, missing []string) {
 	seen := map[string]bool{}
 	for _, l := range h.leaves {
@@ -797,16 +1026,36 @@ func (h *helmImport) report() (lines, missing []string) {
 			seen[d.group+"\x00"+d.kind+d.note] = true
 			l = d.group
 		}
-		line := fmt.Sprintf("%-14s %s", d.kind+":", l)
+		line := fmt.Sprintf("%-14s %s%s", d.kind+":", h.prefix, l)
 		if d.note != "" {
 			line += " -> " + d.note
 		}
 		lines = append(lines, line)
 		if d.kind == notCarried {
-			missing = append(missing, l+": "+d.note)
+			missing = append(missing, h.prefix+l+": "+d.note)
 		}
 	}
+	for _, d := range h.others {
+		lines = append(lines, fmt.Sprintf("%-14s %s -> %s", d.kind+":", d.group, d.note))
+	}
 	return lines, missing
+}
+
+// fates returns the fate of every leaf of the values file: its path (with the subchart's prefix)
+// and its disposition's kind; the leaves of other charts are otherChart.
+func (h *helmImport) fates(values map[string]any) map[string]string {
+	out := map[string]string{}
+	for _, l := range h.leaves {
+		out[h.prefix+l] = h.got[l].kind
+	}
+	for _, d := range h.others {
+		var leaves []string
+		leafPaths(d.group, values[d.group], &leaves)
+		for _, l := range leaves {
+			out[l] = otherChart
+		}
+	}
+	return out
 }
 
 func marshalObject(obj runtime.Object) ([]byte, error) {
@@ -821,8 +1070,9 @@ func marshalObject(obj runtime.Object) ([]byte, error) {
 	return yaml.Marshal(m)
 }
 
-func newImportHelmCommand(streams genericiooptions.IOStreams) *cobra.Command {
-	var name, instance, namespace string
+func newImportHelmCommand(o *options) *cobra.Command {
+	streams := o.streams
+	var name, instance, subchart string
 	var strict bool
 	cmd := &cobra.Command{
 		Use:   "import-helm VALUES.yaml",
@@ -831,10 +1081,19 @@ func newImportHelmCommand(streams genericiooptions.IOStreams) *cobra.Command {
 --all RELEASE" prints them) and print a TiledProfile holding its settings and a TiledCluster with
 one instance that selects it. Every key of the values is accounted for in the comment at the top
 of the output: carried over (and where to), handled by the operator itself, left at the chart's
-default, or not carried over. Keys not carried over are also printed on standard error; with
---strict they make the command fail.`,
+default, or not carried over. A key is reported carried only when the output holds it.
+
+The values of an umbrella chart that has Tiled as a subchart are read from its subchart's key:
+"tiled" when the values hold a tiled: map and none of the Tiled chart's own keys, or the key given
+with --subchart. The other top-level keys (other subcharts, global) are listed as not Tiled's.
+
+Keys not carried over are also printed on standard error; with --strict they make the command
+fail. Values from which nothing at all is carried over are an error.`,
 		Example: `  helm get values --all tiled -o yaml > values.yaml
   kubectl tiled import-helm values.yaml --name chx > chx.yaml
+
+  # The values of an umbrella chart whose Tiled subchart is called data-service
+  kubectl tiled import-helm umbrella-values.yaml --subchart data-service --strict
   kubectl tiled expand -f chx.yaml     # what the operator will create`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -855,8 +1114,23 @@ default, or not carried over. Keys not carried over are also printed on standard
 			if instance == "" {
 				instance = name
 			}
-			h := importHelm(values)
+			// -n names the namespace of the objects; without it they name none, so that kubectl
+			// apply puts them in its current one.
+			namespace := ""
+			if f := cmd.Flags().Lookup("namespace"); f != nil && f.Changed {
+				namespace = f.Value.String()
+			}
+			h, err := importValues(values, subchart)
+			if err != nil {
+				return fmt.Errorf("%s: %w", args[0], err)
+			}
+			if h.carriedCount() == 0 && len(h.leaves) > 0 {
+				return fmt.Errorf("%s: nothing was carried over: are these the values of the Tiled chart? For an umbrella chart's values, name the Tiled subchart with --subchart", args[0])
+			}
 			profile, cluster := h.objects(name, instance, namespace)
+			if _, err := h.verify(profile); err != nil {
+				return err
+			}
 			lines, missing := h.report()
 			var out bytes.Buffer
 			fmt.Fprintf(&out, "# Imported by kubectl tiled import-helm from %s.\n# Every key of the values, and what became of it:\n", args[0])
@@ -872,7 +1146,7 @@ default, or not carried over. Keys not carried over are also printed on standard
 				out.Write(b)
 			}
 			// The result must be something the operator accepts.
-			if _, err := expansion.DecodeAll("import-helm", bytes.NewReader(out.Bytes())); err != nil {
+			if _, err := expansion.DecodeAllChecked("import-helm", bytes.NewReader(out.Bytes())); err != nil {
 				return fmt.Errorf("the imported objects are invalid: %w", err)
 			}
 			if _, err := streams.Out.Write(out.Bytes()); err != nil {
@@ -892,7 +1166,7 @@ default, or not carried over. Keys not carried over are also printed on standard
 	}
 	cmd.Flags().StringVar(&name, "name", "tiled", "Name of the TiledProfile and the TiledCluster (the Helm release name is a good choice).")
 	cmd.Flags().StringVar(&instance, "instance", "", "Name of the cluster's instance, e.g. the beamline (default: --name).")
-	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "Namespace of the objects (default: none, so kubectl apply uses the current one).")
-	cmd.Flags().BoolVar(&strict, "strict", false, "Fail when a key of the values is not carried over.")
+	cmd.Flags().BoolVar(&strict, "strict", false, "Fail when a key of the Tiled chart's values is not carried over.")
+	cmd.Flags().StringVar(&subchart, "subchart", "", "Read the values of this subchart of an umbrella chart (default: tiled, when the values hold a tiled: key and none of the chart's own).")
 	return cmd
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -222,4 +224,164 @@ config:
 	code, _, stderr = runCmd("a: [", "import-helm", "-")
 	g.Expect(code).To(Equal(1))
 	g.Expect(bytes.Contains([]byte(stderr), []byte("error"))).To(BeTrue())
+}
+
+var update = flag.Bool("update", false, "rewrite the golden files of testdata/helm (*.fates)")
+
+// helmFiles are the values files of the tests: the upstream chart's defaults, a customised release,
+// and two facility-style files written for the tests (one an umbrella chart's).
+var helmFiles = []struct {
+	file string
+	args []string
+}{
+	{file: chartDefaultsFile},
+	{file: chxCustomFile, args: []string{"--name", "nsls2", "--instance", "chx"}},
+	{file: filepath.Join("testdata", "helm", "facility-umbrella.yaml")},
+	{file: filepath.Join("testdata", "helm", "facility-oidc.yaml")},
+}
+
+// TestImportHelmFates asserts the fate of every key of every values file exactly: the golden file
+// beside it (<name>.fates, "fate<TAB>key" per leaf, reviewed by hand; -update rewrites it) lists
+// each leaf with carried, handled, default, not carried or not Tiled's. The report says the same,
+// every carried key's target is in the output, and --strict fails exactly when a key is not carried.
+func TestImportHelmFates(t *testing.T) {
+	for _, tc := range helmFiles {
+		t.Run(filepath.Base(tc.file), func(t *testing.T) {
+			g := NewWithT(t)
+			data, err := os.ReadFile(tc.file)
+			g.Expect(err).NotTo(HaveOccurred())
+			var values map[string]any
+			g.Expect(yaml.Unmarshal(data, &values)).To(Succeed())
+			h, err := importValues(values, "")
+			g.Expect(err).NotTo(HaveOccurred())
+			profile, _ := h.objects("tiled", "tiled", "")
+			wrong, err := h.verify(profile)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(wrong).To(BeEmpty(), "keys reported carried that the output does not hold")
+
+			fates := h.fates(values)
+			var leaves []string
+			leafPaths("", values, &leaves)
+			g.Expect(fates).To(HaveLen(len(leaves)), "every leaf has a fate")
+			var golden strings.Builder
+			notCarriedKeys := 0
+			for _, l := range leaves {
+				fmt.Fprintf(&golden, "%s\t%s\n", fates[l], l)
+				if fates[l] == notCarried {
+					notCarriedKeys++
+				}
+			}
+			goldenFile := strings.TrimSuffix(tc.file, ".yaml") + ".fates"
+			if *update {
+				g.Expect(os.WriteFile(goldenFile, []byte(golden.String()), 0o600)).To(Succeed())
+			}
+			want, err := os.ReadFile(goldenFile)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(golden.String()).To(Equal(string(want)))
+
+			// The command: the report at the top of its output, and --strict.
+			code, out, stderr := runCmd("", append([]string{"import-helm", tc.file}, tc.args...)...)
+			g.Expect(code).To(Equal(0), stderr)
+			lines, missing := h.report()
+			for _, l := range lines {
+				g.Expect(out).To(ContainSubstring("#   " + l + "\n"))
+			}
+			code, _, stderr = runCmd("", append([]string{"import-helm", tc.file, "--strict"}, tc.args...)...)
+			if notCarriedKeys == 0 {
+				g.Expect(code).To(Equal(0), stderr)
+				g.Expect(missing).To(BeEmpty())
+			} else {
+				g.Expect(code).To(Equal(1))
+				g.Expect(stderr).To(ContainSubstring(fmt.Sprintf("error: %d keys not carried over (--strict)", len(missing))))
+			}
+		})
+	}
+}
+
+// The umbrella chart's values: the tiled: key is found without --subchart; the pod identity is
+// carried into the profile; the PAM provider, the admins and the access policy naming it are not;
+// the other subcharts are listed, not read.
+func TestImportHelmUmbrella(t *testing.T) {
+	g := NewWithT(t)
+	file := filepath.Join("testdata", "helm", "facility-umbrella.yaml")
+	ti, rendered, cfg, stderr := importAndExpand(t, file)
+	s := ti.Spec
+	g.Expect(s.Tiled.Image).To(Equal("registry.facility.example.org/bluesky/tiled:0.2.20"))
+	g.Expect(s.Tiled.RunAsUser).To(HaveValue(Equal(int64(52001))))
+	g.Expect(s.Tiled.RunAsGroup).To(HaveValue(Equal(int64(52000))))
+	g.Expect(s.Tiled.FSGroup).To(HaveValue(Equal(int64(52000))))
+	g.Expect(s.Tiled.SupplementalGroups).To(Equal([]int64{52100, 52101}))
+	g.Expect(s.Tiled.ImagePullSecrets).To(Equal([]v1alpha1.LocalObjectReference{{Name: "facility-registry"}}))
+	g.Expect(s.Database.External.URISecretRef).To(Equal(&v1alpha1.SecretKeyRef{Name: "tiled-postgres", Key: "uri"}))
+	pod := tiledPod(t, rendered)
+	g.Expect(pod.SecurityContext.RunAsUser).To(HaveValue(Equal(int64(52001))))
+	g.Expect(pod.SecurityContext.SupplementalGroups).To(Equal([]int64{52100, 52101}))
+	g.Expect(s.Auth.OIDC).To(BeNil())
+	g.Expect(cfg).NotTo(HaveKey("access_control"))
+
+	for _, key := range []string{"tiled.config.access_control: its policy names provider \"pam\"",
+		"tiled.config.authentication.tiled_admins[0]: names provider \"pam\"",
+		"tiled.config.authentication.providers[0]: only OIDC providers",
+		"tiled.podSecurityContext.fsGroupChangePolicy: no equivalent",
+		"tiled.securityContext.readOnlyRootFilesystem: the operator sets readOnlyRootFilesystem to true",
+		"tiled.ingress.hosts[1]: the operator serves one host per instance"} {
+		g.Expect(stderr).To(ContainSubstring("\n  "+key), key)
+	}
+	g.Expect(stderr).To(ContainSubstring("warning: 6 keys"))
+	g.Expect(stderr).NotTo(ContainSubstring("postgresql"), "another chart's values are not Tiled's to carry")
+
+	code, out, _ := runCmd("", "import-helm", file)
+	g.Expect(code).To(Equal(0))
+	g.Expect(out).To(ContainSubstring("#   not Tiled's:   postgresql -> the values of subchart postgresql, not read\n"))
+	g.Expect(out).To(ContainSubstring("#   not Tiled's:   global -> global values: the Tiled chart reads none\n"))
+
+	// --subchart names it explicitly; a wrong name, or values from which nothing is carried, fail.
+	code, out2, _ := runCmd("", "import-helm", file, "--subchart", "tiled")
+	g.Expect(code).To(Equal(0))
+	g.Expect(out2).To(Equal(out))
+	code, _, stderr = runCmd("", "import-helm", file, "--subchart", "data-service")
+	g.Expect(code).To(Equal(1))
+	g.Expect(stderr).To(ContainSubstring(`no values for subchart "data-service": the top-level keys are global, postgresql, tiled`))
+	code, _, stderr = runCmd("postgresql: {auth: {database: tiled}}\n", "import-helm", "-")
+	g.Expect(code).To(Equal(1))
+	g.Expect(stderr).To(ContainSubstring("nothing was carried over"))
+}
+
+// A facility's own release: the OIDC provider, its admin and its access policy carry over; the
+// toy provider and its admin do not; the container's uid wins over the pod's root uid.
+func TestImportHelmFacilityOIDC(t *testing.T) {
+	g := NewWithT(t)
+	ti, rendered, cfg, stderr := importAndExpand(t, filepath.Join("testdata", "helm", "facility-oidc.yaml"))
+	s := ti.Spec
+	g.Expect(s.Auth.OIDC.Providers).To(HaveLen(1))
+	g.Expect(s.Auth.OIDC.Providers[0].Name).To(Equal("keycloak"))
+	g.Expect(s.Auth.OIDC.Admins).To(Equal([]string{"keycloak:alice@facility.example.org"}))
+	g.Expect(cfg["access_control"]).To(HaveKeyWithValue("args", HaveKeyWithValue("provider", "keycloak")))
+	g.Expect(s.Tiled.RunAsUser).To(HaveValue(Equal(int64(41000))))
+	g.Expect(s.Tiled.RunAsGroup).To(HaveValue(Equal(int64(41000))))
+	g.Expect(ti.Provenance).To(HaveKeyWithValue("spec.tiled.fsGroup", "default"), "the values set no fsGroup")
+	g.Expect(s.Storage.Data.NFS).To(Equal(&v1alpha1.NFSVolumeSource{Server: "nfs.facility.example.org", Path: "/exports/tiled"}))
+	pod := tiledPod(t, rendered)
+	g.Expect(pod.SecurityContext.RunAsUser).To(HaveValue(Equal(int64(41000))))
+	g.Expect(*pod.SecurityContext.RunAsNonRoot).To(BeTrue())
+	for _, key := range []string{"command: ", "config.authentication.providers[1]: ",
+		"config.authentication.tiled_admins[1]: names provider \"toy\"",
+		"podSecurityContext.runAsNonRoot: ", "podSecurityContext.runAsUser: securityContext.runAsUser sets 41000",
+		"securityContext.capabilities.add[0]: "} {
+		g.Expect(stderr).To(ContainSubstring("\n  "+key), key)
+	}
+	g.Expect(stderr).To(ContainSubstring("warning: 6 keys"))
+}
+
+// verify turns a carried claim whose target the output lacks into "not carried".
+func TestImportHelmVerify(t *testing.T) {
+	g := NewWithT(t)
+	h := importHelm(map[string]any{"replicaCount": float64(2), "podLabels": map[string]any{"a": "b"}})
+	profile, _ := h.objects("tiled", "tiled", "")
+	profile.Spec.Tiled.PodLabels = nil // as if the mapping had lost it
+	wrong, err := h.verify(profile)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(wrong).To(Equal([]string{"podLabels.a"}))
+	g.Expect(h.got["podLabels.a"].kind).To(Equal(notCarried))
+	g.Expect(h.got["replicaCount"].kind).To(Equal(carried))
 }
