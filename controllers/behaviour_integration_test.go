@@ -453,3 +453,30 @@ func TestPausedAndRollout(t *testing.T) {
 	}
 	g.Eventually(func() status.Status { return kstatusOf(t, g, getCluster(t, g, ns)) }, time.Minute, 250*time.Millisecond).Should(Equal(status.CurrentStatus))
 }
+
+// TestUnpauseCatchesUp: while a cluster is paused its instances skip their reconciles, the
+// readiness of their pods included; unpausing makes each look again at once (found on a real node:
+// an instance stayed WaitingForPods forever after an unpause, its pods long Ready).
+func TestUnpauseCatchesUp(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t, g, "unpause")
+	op := startOperator(t, ns)
+	smallFleet(t, g, ns, names("a")...)
+	waitForStampOut(t, g, op, ns, "fleet", 1)
+	n := render.NamesFor(getInstance(t, g, ns, "fleet-a"))
+	markReady(t, g, ns, n.Postgres)
+	condition(t, g, ns, "fleet-a", controllers.ConditionReady, metav1.ConditionFalse, controllers.ReasonWaitingForPods, time.Minute)
+
+	c := getCluster(t, g, ns)
+	c.Spec.Paused = true
+	g.Expect(env.Client.Update(ctxT(t), c)).To(Succeed())
+	waitQuiet(t, op)
+	markReady(t, g, ns, n.Tiled) // the pods become ready while the cluster is paused
+	time.Sleep(2 * time.Second)
+	g.Expect(meta.IsStatusConditionTrue(getInstance(t, g, ns, "fleet-a").Status.Conditions, controllers.ConditionReady)).To(BeFalse(), "a paused instance wrote its status")
+
+	c = getCluster(t, g, ns)
+	c.Spec.Paused = false
+	g.Expect(env.Client.Update(ctxT(t), c)).To(Succeed())
+	condition(t, g, ns, "fleet-a", controllers.ConditionReady, metav1.ConditionTrue, controllers.ReasonReady, 30*time.Second)
+}

@@ -169,6 +169,9 @@ func (r *TiledInstanceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	b = b.Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podInstance), builder.WithPredicates(podStatusChanged))
+	// While its cluster is paused an instance skips its reconciles, pod events included; when the
+	// pause ends, each of the cluster's instances looks again at what it missed.
+	b = b.Watches(&tiledv1alpha1.TiledCluster{}, handler.EnqueueRequestsFromMapFunc(r.clusterInstances), builder.WithPredicates(unpaused))
 	if r.Resync != nil {
 		b = b.WatchesRawSource(source.Channel(r.Resync, &handler.EnqueueRequestForObject{}))
 	}
@@ -201,6 +204,33 @@ func podInstance(_ context.Context, o client.Object) []reconcile.Request {
 		return nil
 	}
 	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: n}}}
+}
+
+// unpaused passes a TiledCluster's change from paused to running.
+var unpaused = predicate.Funcs{
+	CreateFunc:  func(event.CreateEvent) bool { return false },
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, ok1 := e.ObjectOld.(*tiledv1alpha1.TiledCluster)
+		n, ok2 := e.ObjectNew.(*tiledv1alpha1.TiledCluster)
+		return ok1 && ok2 && o.Spec.Paused && !n.Spec.Paused
+	},
+}
+
+// clusterInstances maps a TiledCluster to its instances, from the cache.
+func (r *TiledInstanceReconciler) clusterInstances(ctx context.Context, o client.Object) []reconcile.Request {
+	var list tiledv1alpha1.TiledInstanceList
+	if err := r.Client.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingLabels{tiledv1alpha1.LabelCluster: o.GetName()}); err != nil {
+		return nil
+	}
+	out := make([]reconcile.Request, 0, len(list.Items))
+	for i := range list.Items {
+		if ref := metav1.GetControllerOf(&list.Items[i]); ref != nil && ref.UID == o.GetUID() {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+		}
+	}
+	return out
 }
 
 // pvInstance maps an NFS PersistentVolume to the instance of its claim.
