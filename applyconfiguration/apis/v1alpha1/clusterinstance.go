@@ -38,6 +38,7 @@ type ClusterInstanceApplyConfiguration struct {
 	// hold back to false (or removing it) applies the held change within the rollout budget
 	// (rollout.maxUnavailable), like any other change. Hold never stops the operator from repairing
 	// the instance's own objects (a deleted Service comes back); to stop every write, use paused.
+	// A standalone TiledInstance has no hold: it is not a member of a cluster.
 	Hold *bool `json:"hold,omitempty"`
 }
 
