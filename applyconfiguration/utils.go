@@ -40,6 +40,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apisv1alpha1.ExposeSpecApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ExternalDatabase"):
 		return &apisv1alpha1.ExternalDatabaseApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("HeldInstance"):
+		return &apisv1alpha1.HeldInstanceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("IDRange"):
 		return &apisv1alpha1.IDRangeApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("IngressSpec"):

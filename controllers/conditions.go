@@ -62,6 +62,9 @@ const (
 	ReasonHostWithoutEnabled = "HostWithoutEnabled"
 	// ReasonInstancesStalled: some of a cluster's instances are Stalled or refused by the API server.
 	ReasonInstancesStalled = "InstancesStalled"
+	// ReasonInstancesHeld: every instance of a cluster is ready, and some keep their current spec
+	// because spec.instances[].hold holds back a change (Ready=True: a hold is deliberate).
+	ReasonInstancesHeld = "InstancesHeld"
 	// ReasonDatabaseUnavailable: the managed PostgreSQL was ready and is not any more (an outage).
 	ReasonDatabaseUnavailable = "DatabaseUnavailable"
 	// Reasons from the pods' statuses (package podstatus): ImagePullBackOff, CrashLoopBackOff,

@@ -71,13 +71,27 @@ type memo struct {
 	err    error
 	// intents are the apply intents of result's instances and their expansion hashes, built once.
 	intents []intent
+	// changed remembers, by instance name, the fields a held change would change (ChangedFields is
+	// not free, and a reconcile caused by an instance's status would compute it again).
+	changed map[string]changedFields
 }
 
 // intent is the apply intent of one instance.
 type intent struct {
 	name string
-	obj  *unstructured.Unstructured
-	hash string
+	// instance is the instance's name in the cluster's spec.instances.
+	instance string
+	// typed is the expanded instance.
+	typed *tiledv1alpha1.TiledInstance
+	obj   *unstructured.Unstructured
+	hash  string
+}
+
+// changedFields are the fields in which a stored instance (identified by storedKey) differs from
+// its expansion.
+type changedFields struct {
+	storedKey string
+	fields    []string
 }
 
 // expansionKey identifies the inputs of an expansion: the cluster's generation, every profile of the
@@ -113,14 +127,14 @@ func (r *TiledClusterReconciler) expand(cluster *tiledv1alpha1.TiledCluster, can
 	done := r.Metrics.startExpansion()
 	result, err := expansion.Expand(cluster, candidates, r.Builtins)
 	done(err)
-	m := &memo{key: key, result: result, err: err}
+	m := &memo{key: key, result: result, err: err, changed: map[string]changedFields{}}
 	if err == nil {
 		for _, inst := range result.Instances {
 			obj, hash, ierr := instanceObject(cluster, inst.Object)
 			if ierr != nil {
 				return nil, ierr
 			}
-			m.intents = append(m.intents, intent{name: inst.Object.Name, obj: obj, hash: hash})
+			m.intents = append(m.intents, intent{name: inst.Object.Name, instance: inst.Name, typed: inst.Object, obj: obj, hash: hash})
 		}
 	}
 	r.expansions.Store(name, m)
@@ -253,35 +267,65 @@ func (r *TiledClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	}
 
 	// Desired objects, and which of them differ from what is there.
+	hold := map[string]bool{}
+	for _, ci := range cluster.Spec.Instances {
+		hold[ci.Name] = ci.Hold
+	}
 	type want struct {
-		obj  *unstructured.Unstructured
-		hash string
-		cur  *tiledv1alpha1.TiledInstance
+		obj      *unstructured.Unstructured
+		hash     string
+		cur      *tiledv1alpha1.TiledInstance
+		upToDate bool
+		// held: spec.instances[].hold keeps the instance as it is, and its expansion changed.
+		held bool
 	}
 	wants := make([]want, 0, len(expanded.intents))
 	desired := map[string]bool{}
+	var held []tiledv1alpha1.HeldInstance
 	for _, in := range expanded.intents {
 		desired[in.name] = true
 		// A copy: the applier writes the API server's answer into what it applies.
-		wants = append(wants, want{obj: in.obj.DeepCopy(), hash: in.hash, cur: byName[in.name]})
+		w := want{obj: in.obj.DeepCopy(), hash: in.hash, cur: byName[in.name]}
+		w.upToDate = w.cur != nil && w.cur.Annotations[AnnotationExpansionHash] == w.hash
+		// A hold protects an instance that exists; one that does not is created.
+		if hold[in.instance] && w.cur != nil && !w.upToDate {
+			fields, err := expanded.changedFields(w.cur, in)
+			if err != nil {
+				return ctrl.Result{}, fmt.Errorf("comparing the held instance %s with its expansion: %w", in.name, err)
+			}
+			// A change no field shows (only the expansion hash differs) restarts nothing: applied.
+			if len(fields) > 0 {
+				w.held = true
+				held = append(held, heldEntry(cluster.Status.Held, in.name, fields))
+			}
+		}
+		wants = append(wants, w)
 	}
+	sort.Slice(held, func(i, j int) bool { return held[i].Name < held[j].Name })
 
 	// Rollout: new instances and instances that are not ready anyway are applied at once; ready
 	// instances are changed at most maxUnavailable at a time, counting those already unavailable.
+	// Held instances are left as they are: they are neither unavailable nor take from the budget.
 	unavailable := 0
 	for _, w := range wants {
-		if w.cur != nil && !instanceReady(w.cur) {
+		if w.cur != nil && !w.held && !instanceReady(w.cur) {
 			unavailable++
 		}
 	}
 	budget := maxUnavailable(cluster) - unavailable
-	ready, held := 0, 0
+	ready, pending := 0, 0
 	var refused []string
 	for _, w := range wants {
-		upToDate := w.cur != nil && w.cur.Annotations[AnnotationExpansionHash] == w.hash
+		upToDate := w.upToDate
+		if w.held {
+			if instanceReady(w.cur) {
+				ready++ // serving, on the spec it had
+			}
+			continue
+		}
 		if w.cur != nil && !upToDate && instanceReady(w.cur) {
 			if budget <= 0 {
-				held++
+				pending++
 				continue
 			}
 			budget--
@@ -306,8 +350,12 @@ func (r *TiledClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		return ctrl.Result{}, err
 	}
 
-	status.UpdatedInstances = int32(len(wants) - held)
+	status.UpdatedInstances = int32(len(wants) - pending - len(held))
 	status.ReadyInstances = int32(ready)
+	status.PendingInstances = int32(pending)
+	status.HeldInstances = int32(len(held))
+	status.Held = held[:min(len(held), maxHeldListed)]
+	heldMsg := heldMessage(held)
 	removeCondition(&status.Conditions, ConditionStalled)
 	members := make([]*tiledv1alpha1.TiledInstance, 0, len(wants))
 	for _, w := range wants {
@@ -321,14 +369,25 @@ func (r *TiledClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		removeCondition(&status.Conditions, ConditionReconciling)
 		setCondition(&status.Conditions, cluster.Generation, ConditionStalled, metav1.ConditionTrue, ReasonInstancesStalled, stalled)
 		setCondition(&status.Conditions, cluster.Generation, ConditionReady, metav1.ConditionFalse, ReasonInstancesStalled, stalled)
-	case held > 0:
-		msg := fmt.Sprintf("rolling out: %d of %d instances updated, %d waiting (maxUnavailable %d)", int(status.UpdatedInstances), len(wants), held, maxUnavailable(cluster))
+	case pending > 0:
+		msg := fmt.Sprintf("rolling out: %d of %d instances updated, %d waiting (maxUnavailable %d)", int(status.UpdatedInstances), len(wants), pending, maxUnavailable(cluster))
+		if heldMsg != "" {
+			msg += "; " + heldMsg
+		}
 		setCondition(&status.Conditions, cluster.Generation, ConditionReconciling, metav1.ConditionTrue, ReasonRollingOut, msg)
 		setCondition(&status.Conditions, cluster.Generation, ConditionReady, metav1.ConditionFalse, ReasonRollingOut, msg)
 	case int(status.ReadyInstances) < len(wants):
 		msg := fmt.Sprintf("%d of %d instances ready", status.ReadyInstances, len(wants))
+		if heldMsg != "" {
+			msg = heldMsg + "; " + msg
+		}
 		setCondition(&status.Conditions, cluster.Generation, ConditionReconciling, metav1.ConditionTrue, ReasonWaitingForReady, msg)
 		setCondition(&status.Conditions, cluster.Generation, ConditionReady, metav1.ConditionFalse, ReasonWaitingForReady, msg)
+	case len(held) > 0:
+		// A hold is deliberate, not progress: the cluster is Ready, and says what it holds back.
+		removeCondition(&status.Conditions, ConditionReconciling)
+		setCondition(&status.Conditions, cluster.Generation, ConditionReady, metav1.ConditionTrue, ReasonInstancesHeld,
+			fmt.Sprintf("%s; %d of %d ready", heldMsg, status.ReadyInstances, len(wants)))
 	default:
 		removeCondition(&status.Conditions, ConditionReconciling)
 		setCondition(&status.Conditions, cluster.Generation, ConditionReady, metav1.ConditionTrue, ReasonAllReady,
@@ -346,9 +405,68 @@ func (r *TiledClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		r.Recorder.Eventf(cluster, nil, corev1.EventTypeNormal, ReasonResolved, "Expand", "%s; %d instances", c.Message, len(wants))
 	}
 	if c, changed := transitioned(cluster.Status.Conditions, status.Conditions, ConditionReady); changed && c.Status == metav1.ConditionTrue {
-		r.Recorder.Eventf(cluster, nil, corev1.EventTypeNormal, ReasonAllReady, "Reconcile", "%s", c.Message)
+		r.Recorder.Eventf(cluster, nil, corev1.EventTypeNormal, c.Reason, "Reconcile", "%s", c.Message)
 	}
 	return ctrl.Result{}, nil
+}
+
+// maxHeldListed and maxHeldFields bound status.held (heldInstances and fieldCount count them all).
+const (
+	maxHeldListed = 50
+	maxHeldFields = 10
+	// heldNamed is how many held instances the Ready condition names.
+	heldNamed = 5
+)
+
+// changedFields returns the fields in which the stored instance differs from its expansion, from
+// the memo when the stored instance has not changed since they were computed.
+func (m *memo) changedFields(cur *tiledv1alpha1.TiledInstance, in intent) ([]string, error) {
+	key := fmt.Sprintf("%s@%d|%s", cur.UID, cur.Generation, labelsString(cur.Labels))
+	if c, ok := m.changed[in.name]; ok && c.storedKey == key {
+		return c.fields, nil
+	}
+	fields, err := expansion.ChangedFields(cur, in.typed)
+	if err != nil {
+		return nil, err
+	}
+	m.changed[in.name] = changedFields{storedKey: key, fields: fields}
+	return fields, nil
+}
+
+// heldEntry is the status.held entry of a held instance: the fields that would change (the first
+// maxHeldFields) and since when, kept from the previous status.
+func heldEntry(previous []tiledv1alpha1.HeldInstance, name string, fields []string) tiledv1alpha1.HeldInstance {
+	e := tiledv1alpha1.HeldInstance{Name: name, Fields: fields[:min(len(fields), maxHeldFields)], FieldCount: int32(len(fields))}
+	for _, p := range previous {
+		if p.Name == name && p.Since != nil {
+			e.Since = p.Since.DeepCopy()
+		}
+	}
+	if e.Since == nil {
+		now := metav1.Now().Rfc3339Copy()
+		e.Since = &now
+	}
+	return e
+}
+
+// heldMessage names the held instances for the Ready condition, e.g. "2 instances held (beamtime):
+// nsls2-amx, nsls2-bmm"; "" when none is held. held is sorted by name.
+func heldMessage(held []tiledv1alpha1.HeldInstance) string {
+	if len(held) == 0 {
+		return ""
+	}
+	names := make([]string, 0, heldNamed)
+	for _, h := range held[:min(len(held), heldNamed)] {
+		names = append(names, h.Name)
+	}
+	list := strings.Join(names, ", ")
+	if len(held) > heldNamed {
+		list += fmt.Sprintf(" and %d more (status.held)", len(held)-heldNamed)
+	}
+	if len(held) == 1 {
+		return "1 instance held (beamtime): " + list
+	}
+	return fmt.Sprintf("%d instances held (beamtime): %s", len(held), list)
 }
 
 // writeStatus applies the status when it differs from the one in the cache (and from the last one

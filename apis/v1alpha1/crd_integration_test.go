@@ -231,7 +231,7 @@ func TestKubectlSeesTheKinds(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred(), stderr)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	g.Expect(lines).To(HaveLen(2))
-	g.Expect(strings.Fields(lines[0])).To(Equal([]string{"NAME", "PROFILES", "INSTANCES", "READY", "AGE"}))
+	g.Expect(strings.Fields(lines[0])).To(Equal([]string{"NAME", "PROFILES", "INSTANCES", "READY", "HELD", "PENDING", "AGE"}))
 	g.Expect(strings.Fields(lines[1])[:4]).To(Equal([]string{"nsls2", "nsls2-defaults,nsls2-mx", "5", "3"}))
 
 	out, stderr, err = env.Kubectl(ctx, "get", "tp", "-n", ns)

@@ -58,6 +58,22 @@ type ClusterInstance struct {
 	// Overrides are settings of this instance alone; they win over every other layer.
 	// +optional
 	Overrides *InstanceTemplate `json:"overrides,omitempty"`
+
+	// Hold keeps this instance as it is while its beamline is in user operation (beamtime): a change
+	// to a profile, the cluster's template or this instance's overrides that would change its
+	// TiledInstance (and so restart its pods) is not applied to it. The other instances of the
+	// cluster change as usual. The cluster's status lists the held instance in status.held with the
+	// fields that would change, counts it in status.heldInstances (the HELD column of
+	// `kubectl get tc`) and names it in the Ready condition; a held instance is not counted as
+	// unavailable and takes nothing from the rollout budget.
+	//
+	// Hold only protects an instance that exists: a new instance is created even when held. Setting
+	// hold back to false (or removing it) applies the held change within the rollout budget
+	// (rollout.maxUnavailable), like any other change. Hold never stops the operator from repairing
+	// the instance's own objects (a deleted Service comes back); to stop every write, use paused.
+	// A standalone TiledInstance has no hold: it is not a member of a cluster.
+	// +optional
+	Hold bool `json:"hold,omitempty"`
 }
 
 // RolloutSpec limits how a change reaches the instances of a cluster.
@@ -116,9 +132,52 @@ type TiledClusterStatus struct {
 	// +optional
 	UpdatedInstances int32 `json:"updatedInstances,omitempty"`
 
+	// HeldInstances is the number of instances whose change is held back by spec.instances[].hold:
+	// their TiledInstance differs from what the cluster's current expansion would make it.
+	// Always written, so that the HELD column of `kubectl get tc` shows 0 rather than <none>.
+	// +optional
+	HeldInstances int32 `json:"heldInstances"`
+
+	// PendingInstances is the number of instances whose change waits for the rollout budget
+	// (rollout.maxUnavailable): they are applied as instances being updated become ready.
+	// Always written, like heldInstances.
+	// +optional
+	PendingInstances int32 `json:"pendingInstances"`
+
+	// Held lists the instances whose change is held back, by name, with the fields that would change;
+	// at most 50 entries (heldInstances counts them all).
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=50
+	Held []HeldInstance `json:"held,omitempty"`
+
 	// InstanceSelector selects the cluster's TiledInstances: `kubectl get ti -l <instanceSelector>`.
 	// +optional
 	InstanceSelector string `json:"instanceSelector,omitempty"`
+}
+
+// HeldInstance is an instance whose change is held back by spec.instances[].hold.
+type HeldInstance struct {
+	// Name of the TiledInstance.
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// Fields are the paths of the fields that releasing the hold would change, in the provenance
+	// format (e.g. spec.tiled.podAnnotations["team"]), sorted; at most 10 (fieldCount counts them
+	// all). "provenance" stands for a change in where values come from that changes no value.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=10
+	Fields []string `json:"fields,omitempty"`
+
+	// FieldCount is the number of fields that releasing the hold would change.
+	// +optional
+	FieldCount int32 `json:"fieldCount,omitempty"`
+
+	// Since is when the operator first held back a change of this instance.
+	// +optional
+	Since *metav1.Time `json:"since,omitempty"`
 }
 
 // +kubebuilder:object:root=true
@@ -127,6 +186,8 @@ type TiledClusterStatus struct {
 // +kubebuilder:printcolumn:name="Profiles",type=string,JSONPath=`.status.profileNames`
 // +kubebuilder:printcolumn:name="Instances",type=integer,JSONPath=`.status.instances`
 // +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.readyInstances`
+// +kubebuilder:printcolumn:name="Held",type=integer,JSONPath=`.status.heldInstances`
+// +kubebuilder:printcolumn:name="Pending",type=integer,JSONPath=`.status.pendingInstances`
 // +kubebuilder:printcolumn:name="Status",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be lower-case letters, digits and '-', starting with a letter: it begins the names of the instances' Services"

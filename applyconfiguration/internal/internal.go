@@ -56,6 +56,9 @@ var schemaYAML = typed.YAMLObject(`types:
 - name: com.github.bluesky.tiled-operator.apis.v1alpha1.ClusterInstance
   map:
     fields:
+    - name: hold
+      type:
+        scalar: boolean
     - name: labels
       type:
         map:
@@ -139,6 +142,24 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: uriSecretRef
       type:
         namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.SecretKeyRef
+- name: com.github.bluesky.tiled-operator.apis.v1alpha1.HeldInstance
+  map:
+    fields:
+    - name: fieldCount
+      type:
+        scalar: numeric
+    - name: fields
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: atomic
+    - name: name
+      type:
+        scalar: string
+    - name: since
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
 - name: com.github.bluesky.tiled-operator.apis.v1alpha1.IDRange
   map:
     fields:
@@ -431,6 +452,17 @@ var schemaYAML = typed.YAMLObject(`types:
           elementRelationship: associative
           keys:
           - type
+    - name: held
+      type:
+        list:
+          elementType:
+            namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.HeldInstance
+          elementRelationship: associative
+          keys:
+          - name
+    - name: heldInstances
+      type:
+        scalar: numeric
     - name: instanceSelector
       type:
         scalar: string
@@ -438,6 +470,9 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         scalar: numeric
     - name: observedGeneration
+      type:
+        scalar: numeric
+    - name: pendingInstances
       type:
         scalar: numeric
     - name: profileNames

@@ -26,6 +26,20 @@ type ClusterInstanceApplyConfiguration struct {
 	ProfileSelector *v1.LabelSelectorApplyConfiguration `json:"profileSelector,omitempty"`
 	// Overrides are settings of this instance alone; they win over every other layer.
 	Overrides *InstanceTemplateApplyConfiguration `json:"overrides,omitempty"`
+	// Hold keeps this instance as it is while its beamline is in user operation (beamtime): a change
+	// to a profile, the cluster's template or this instance's overrides that would change its
+	// TiledInstance (and so restart its pods) is not applied to it. The other instances of the
+	// cluster change as usual. The cluster's status lists the held instance in status.held with the
+	// fields that would change, counts it in status.heldInstances (the HELD column of
+	// `kubectl get tc`) and names it in the Ready condition; a held instance is not counted as
+	// unavailable and takes nothing from the rollout budget.
+	//
+	// Hold only protects an instance that exists: a new instance is created even when held. Setting
+	// hold back to false (or removing it) applies the held change within the rollout budget
+	// (rollout.maxUnavailable), like any other change. Hold never stops the operator from repairing
+	// the instance's own objects (a deleted Service comes back); to stop every write, use paused.
+	// A standalone TiledInstance has no hold: it is not a member of a cluster.
+	Hold *bool `json:"hold,omitempty"`
 }
 
 // ClusterInstanceApplyConfiguration constructs a declarative configuration of the ClusterInstance type for use with
@@ -69,5 +83,13 @@ func (b *ClusterInstanceApplyConfiguration) WithProfileSelector(value *v1.LabelS
 // If called multiple times, the Overrides field is set to the value of the last call.
 func (b *ClusterInstanceApplyConfiguration) WithOverrides(value *InstanceTemplateApplyConfiguration) *ClusterInstanceApplyConfiguration {
 	b.Overrides = value
+	return b
+}
+
+// WithHold sets the Hold field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Hold field is set to the value of the last call.
+func (b *ClusterInstanceApplyConfiguration) WithHold(value bool) *ClusterInstanceApplyConfiguration {
+	b.Hold = &value
 	return b
 }

@@ -31,6 +31,17 @@ type TiledClusterStatusApplyConfiguration struct {
 	ReadyInstances *int32 `json:"readyInstances,omitempty"`
 	// UpdatedInstances is the number of instances whose spec matches the current expansion.
 	UpdatedInstances *int32 `json:"updatedInstances,omitempty"`
+	// HeldInstances is the number of instances whose change is held back by spec.instances[].hold:
+	// their TiledInstance differs from what the cluster's current expansion would make it.
+	// Always written, so that the HELD column of `kubectl get tc` shows 0 rather than <none>.
+	HeldInstances *int32 `json:"heldInstances,omitempty"`
+	// PendingInstances is the number of instances whose change waits for the rollout budget
+	// (rollout.maxUnavailable): they are applied as instances being updated become ready.
+	// Always written, like heldInstances.
+	PendingInstances *int32 `json:"pendingInstances,omitempty"`
+	// Held lists the instances whose change is held back, by name, with the fields that would change;
+	// at most 50 entries (heldInstances counts them all).
+	Held []HeldInstanceApplyConfiguration `json:"held,omitempty"`
 	// InstanceSelector selects the cluster's TiledInstances: `kubectl get ti -l <instanceSelector>`.
 	InstanceSelector *string `json:"instanceSelector,omitempty"`
 }
@@ -104,6 +115,35 @@ func (b *TiledClusterStatusApplyConfiguration) WithReadyInstances(value int32) *
 // If called multiple times, the UpdatedInstances field is set to the value of the last call.
 func (b *TiledClusterStatusApplyConfiguration) WithUpdatedInstances(value int32) *TiledClusterStatusApplyConfiguration {
 	b.UpdatedInstances = &value
+	return b
+}
+
+// WithHeldInstances sets the HeldInstances field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the HeldInstances field is set to the value of the last call.
+func (b *TiledClusterStatusApplyConfiguration) WithHeldInstances(value int32) *TiledClusterStatusApplyConfiguration {
+	b.HeldInstances = &value
+	return b
+}
+
+// WithPendingInstances sets the PendingInstances field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the PendingInstances field is set to the value of the last call.
+func (b *TiledClusterStatusApplyConfiguration) WithPendingInstances(value int32) *TiledClusterStatusApplyConfiguration {
+	b.PendingInstances = &value
+	return b
+}
+
+// WithHeld adds the given value to the Held field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the Held field.
+func (b *TiledClusterStatusApplyConfiguration) WithHeld(values ...*HeldInstanceApplyConfiguration) *TiledClusterStatusApplyConfiguration {
+	for i := range values {
+		if values[i] == nil {
+			panic("nil value passed to WithHeld")
+		}
+		b.Held = append(b.Held, *values[i])
+	}
 	return b
 }
 

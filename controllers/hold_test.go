@@ -1,0 +1,59 @@
+package controllers
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
+)
+
+// TestHeldMessage: the Ready condition names the first few held instances and counts the rest.
+func TestHeldMessage(t *testing.T) {
+	held := func(n int) []tiledv1alpha1.HeldInstance {
+		out := make([]tiledv1alpha1.HeldInstance, n)
+		for i := range out {
+			out[i].Name = fmt.Sprintf("nsls2-b%02d", i)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		n    int
+		want string
+	}{
+		{0, ""},
+		{1, "1 instance held (beamtime): nsls2-b00"},
+		{2, "2 instances held (beamtime): nsls2-b00, nsls2-b01"},
+		{7, "7 instances held (beamtime): nsls2-b00, nsls2-b01, nsls2-b02, nsls2-b03, nsls2-b04 and 2 more (status.held)"},
+	} {
+		t.Run(fmt.Sprint(tc.n), func(t *testing.T) {
+			NewWithT(t).Expect(heldMessage(held(tc.n))).To(Equal(tc.want))
+		})
+	}
+}
+
+// TestHeldEntry: status.held keeps at most maxHeldFields fields with the full count, and keeps the
+// time a change was first held back.
+func TestHeldEntry(t *testing.T) {
+	g := NewWithT(t)
+	fields := make([]string, 12)
+	for i := range fields {
+		fields[i] = fmt.Sprintf("spec.tiled.podAnnotations.a%02d", i)
+	}
+	e := heldEntry(nil, "nsls2-amx", fields)
+	g.Expect(e.Name).To(Equal("nsls2-amx"))
+	g.Expect(e.Fields).To(Equal(fields[:maxHeldFields]))
+	g.Expect(e.FieldCount).To(Equal(int32(12)))
+	g.Expect(e.Since).NotTo(BeNil())
+	g.Expect(e.Since.Nanosecond()).To(BeZero(), "since is stored to the second; a finer time would differ from the cache and rewrite the status")
+
+	then := metav1.NewTime(time.Date(2025, 6, 2, 9, 14, 3, 0, time.UTC))
+	previous := []tiledv1alpha1.HeldInstance{{Name: "nsls2-bmm", Since: &metav1.Time{}}, {Name: "nsls2-amx", Since: &then}}
+	e = heldEntry(previous, "nsls2-amx", fields[:1])
+	g.Expect(e.Fields).To(Equal(fields[:1]))
+	g.Expect(e.FieldCount).To(Equal(int32(1)))
+	g.Expect(e.Since.Time).To(Equal(then.Time))
+}
