@@ -159,7 +159,7 @@ func TestRetention(t *testing.T) {
 			"instance keep":        !exists(t, &tiledv1alpha1.TiledInstance{}, ns, "fleet-keep"),
 			"instance del":         !exists(t, &tiledv1alpha1.TiledInstance{}, ns, "fleet-del"),
 			"keep's StatefulSet":   !exists(t, &appsv1.StatefulSet{}, ns, keep.Tiled),
-			"keep's Secret":        !exists(t, &corev1.Secret{}, ns, keep.Secret),
+			"del's Secret":         !exists(t, &corev1.Secret{}, ns, delNames.Secret),
 			"del's data claim":     !exists(t, &corev1.PersistentVolumeClaim{}, ns, delNames.DataClaim),
 			"del's database claim": !exists(t, &corev1.PersistentVolumeClaim{}, ns, delNames.DatabaseClaim),
 		} {
@@ -178,6 +178,11 @@ func TestRetention(t *testing.T) {
 		g.Expect(pvc.Labels).To(HaveKeyWithValue(controllers.LabelReleased, "true"))
 		g.Expect(pvc.Labels).To(HaveKeyWithValue(tiledv1alpha1.LabelInstance, "keep"))
 	}
+	// The Secret stays with the data: the retained database opens only with its password.
+	sec := &corev1.Secret{}
+	g.Expect(exists(t, sec, ns, keep.Secret)).To(BeTrue(), "the Secret of a retained beamline was deleted")
+	g.Expect(sec.Labels).To(HaveKeyWithValue(controllers.LabelReleased, "true"))
+	g.Expect(sec.OwnerReferences).To(BeEmpty())
 	g.Eventually(func() []string { return eventReasons(t, g, ns) }, 10*time.Second).Should(ContainElement("InstanceRemoved"))
 
 	// Delete the cluster: everything goes but the retained data.

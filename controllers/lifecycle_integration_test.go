@@ -165,6 +165,8 @@ func TestReaddedBeamlineFindsItsData(t *testing.T) {
 		g.Expect(exists(t, pvc, ns, name)).To(BeTrue())
 		uids[name] = pvc.UID
 	}
+	secret := &corev1.Secret{}
+	g.Expect(exists(t, secret, ns, n.Secret)).To(BeTrue())
 	pv := n.ReadOnlyVolumeName(ns, "proposals")
 	g.Expect(exists(t, &corev1.PersistentVolume{}, "", pv)).To(BeTrue())
 
@@ -193,5 +195,10 @@ func TestReaddedBeamlineFindsItsData(t *testing.T) {
 			g.Expect(pvc.Labels).NotTo(HaveKey(controllers.LabelReleased), "claim %s in use again", name)
 			g.Expect(pvc.Labels).To(HaveKeyWithValue(tiledv1alpha1.LabelInstance, "x"), "the operator's own labels stay")
 		}
+		s := &corev1.Secret{}
+		g.Expect(exists(t, s, ns, n.Secret)).To(BeTrue())
+		g.Expect(s.UID).To(Equal(secret.UID), "the same Secret")
+		g.Expect(s.Data).To(Equal(secret.Data), "the same passwords and API key")
+		g.Expect(s.Labels).NotTo(HaveKey(controllers.LabelReleased))
 	}, time.Minute, 100*time.Millisecond).Should(Succeed())
 }

@@ -502,64 +502,96 @@ func (r *TiledClusterReconciler) prune(ctx context.Context, cluster *tiledv1alph
 		r.Applier.Forget(applier.Key{APIVersion: tiledv1alpha1.GroupVersion.String(), Kind: "TiledInstance", Namespace: ti.Namespace, Name: ti.Name})
 		msg := ti.Labels[tiledv1alpha1.LabelInstance]
 		if len(released) > 0 {
-			msg += " (retained claims: " + strings.Join(released, ", ") + ")"
+			msg += " (retained: " + strings.Join(released, ", ") + ")"
 		}
 		pruned = append(pruned, msg)
 	}
 	sort.Strings(pruned)
-	return pruned, nil
+	return pruned, r.releaseVolumes(ctx, cluster, desired)
 }
 
-// LabelReleased marks a data or database claim kept by the Retain policy after its instance was
-// removed: `kubectl get pvc -l tiled.blueskyproject.io/released=true` lists them.
+// releaseVolumes deletes the NFS PersistentVolumes of this cluster's instances that are gone. They
+// are cluster-scoped, so no owner reference can take them with their instance; they point at the
+// export and hold no data (reclaim policy Retain: deleting one never touches the files). A volume
+// goes only once its instance is gone from the cache: while the instance controller can still see
+// the instance, it would put a deleted volume back.
+func (r *TiledClusterReconciler) releaseVolumes(ctx context.Context, cluster *tiledv1alpha1.TiledCluster, desired map[string]bool) error {
+	var pvs corev1.PersistentVolumeList
+	if err := r.Client.List(ctx, &pvs, client.MatchingLabels{tiledv1alpha1.LabelCluster: cluster.Name, tiledv1alpha1.LabelManagedBy: tiledv1alpha1.ManagedByValue}); err != nil {
+		return err
+	}
+	for i := range pvs.Items {
+		pv := &pvs.Items[i]
+		instance := pv.Labels["app.kubernetes.io/instance"]
+		if pv.Spec.ClaimRef == nil || pv.Spec.ClaimRef.Namespace != cluster.Namespace || pv.Spec.NFS == nil || instance == "" ||
+			desired[instance] || !pv.DeletionTimestamp.IsZero() {
+			continue
+		}
+		err := r.Client.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: instance}, &tiledv1alpha1.TiledInstance{})
+		if !apierrors.IsNotFound(err) {
+			continue // still there (or unknown): the next reconcile, when it goes, looks again
+		}
+		uid := pv.UID
+		if err := r.Client.Delete(ctx, pv, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return fmt.Errorf("deleting the NFS PersistentVolume %s of the removed instance %s/%s: %w", pv.Name, cluster.Namespace, instance, err)
+		}
+	}
+	return nil
+}
+
+// LabelReleased marks a data or database claim, or the Secret, kept by the Retain policy after its
+// instance was removed: `kubectl get pvc,secret -l tiled.blueskyproject.io/released=true` lists them.
 const LabelReleased = "tiled.blueskyproject.io/released"
 
 // releaseFieldOwner labels released claims. It is not FieldOwner: an apply of the label alone under
 // the instance controller's field owner would drop every other field that owner set.
 const releaseFieldOwner = "tiled-operator-retention"
 
-// release labels the claims an instance leaves behind under the Retain policy (they have no owner
-// reference, so the garbage collector keeps them) and returns their names.
+// release labels the claims and the Secret an instance leaves behind under the Retain policy (they
+// have no owner reference, so the garbage collector keeps them) and returns their names.
 func (r *TiledClusterReconciler) release(ctx context.Context, ti *tiledv1alpha1.TiledInstance) ([]string, error) {
 	var claims corev1.PersistentVolumeClaimList
 	if err := r.Client.List(ctx, &claims, client.InNamespace(ti.Namespace),
 		client.MatchingLabels{"app.kubernetes.io/instance": ti.Name, tiledv1alpha1.LabelManagedBy: tiledv1alpha1.ManagedByValue}); err != nil {
 		return nil, err
 	}
-	var names []string
-	for _, c := range claims.Items {
-		if metav1.GetControllerOf(&c) != nil {
-			continue // owned: goes with the instance (Delete policy, or an NFS claim)
-		}
-		if c.Labels[LabelReleased] != "true" {
-			u := &unstructured.Unstructured{Object: map[string]any{
-				"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-				"metadata": map[string]any{"name": c.Name, "namespace": c.Namespace, "labels": map[string]any{LabelReleased: "true"}},
-			}}
-			if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(releaseFieldOwner), client.ForceOwnership); err != nil {
-				return nil, fmt.Errorf("labelling the retained claim %s/%s: %w", c.Namespace, c.Name, err)
-			}
-		}
-		names = append(names, c.Name)
-	}
-	sort.Strings(names)
-	// The instance's NFS PersistentVolumes are cluster-scoped, so no owner reference can take them
-	// with it; they point at the export and hold no data (reclaim policy Retain: deleting one never
-	// touches the files), so they go with the instance.
-	var pvs corev1.PersistentVolumeList
-	if err := r.Client.List(ctx, &pvs, client.MatchingLabels{"app.kubernetes.io/instance": ti.Name, tiledv1alpha1.LabelManagedBy: tiledv1alpha1.ManagedByValue}); err != nil {
+	var secrets corev1.SecretList
+	if err := r.Client.List(ctx, &secrets, client.InNamespace(ti.Namespace),
+		client.MatchingLabels{"app.kubernetes.io/instance": ti.Name, tiledv1alpha1.LabelManagedBy: tiledv1alpha1.ManagedByValue}); err != nil {
 		return nil, err
 	}
-	for i := range pvs.Items {
-		pv := &pvs.Items[i]
-		if pv.Spec.ClaimRef == nil || pv.Spec.ClaimRef.Namespace != ti.Namespace || pv.Spec.NFS == nil {
-			continue
+	retained := make([]client.Object, 0, len(claims.Items)+len(secrets.Items))
+	for i := range claims.Items {
+		retained = append(retained, &claims.Items[i])
+	}
+	for i := range secrets.Items {
+		retained = append(retained, &secrets.Items[i])
+	}
+	var names []string
+	for _, o := range retained {
+		if metav1.GetControllerOf(o) != nil {
+			continue // owned: goes with the instance (Delete policy, or an NFS claim)
 		}
-		uid := pv.UID
-		if err := r.Client.Delete(ctx, pv, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			return nil, fmt.Errorf("deleting the NFS PersistentVolume %s of a removed instance: %w", pv.Name, err)
+		kind := "PersistentVolumeClaim"
+		if _, ok := o.(*corev1.Secret); ok {
+			kind = "Secret"
+		}
+		if o.GetLabels()[LabelReleased] != "true" {
+			u := &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "v1", "kind": kind,
+				"metadata": map[string]any{"name": o.GetName(), "namespace": o.GetNamespace(), "labels": map[string]any{LabelReleased: "true"}},
+			}}
+			if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(releaseFieldOwner), client.ForceOwnership); err != nil {
+				return nil, fmt.Errorf("labelling the retained %s %s/%s: %w", kind, o.GetNamespace(), o.GetName(), err)
+			}
+		}
+		if kind == "PersistentVolumeClaim" {
+			names = append(names, o.GetName())
+		} else {
+			names = append(names, "Secret "+o.GetName())
 		}
 	}
+	sort.Strings(names)
 	return names, nil
 }
 

@@ -158,6 +158,11 @@ func (r *TiledInstanceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		b = b.Owns(obj, builder.WithPredicates(notCreated, r.forgetDeleted(gvk)))
 	}
+	// Retained claims and the Secret under the Retain policy have no owner reference, so the watches
+	// above do not map their deletion to the instance; their instance label does.
+	for _, obj := range []client.Object{&corev1.Secret{}, &corev1.PersistentVolumeClaim{}} {
+		b = b.Watches(obj, handler.EnqueueRequestsFromMapFunc(labelledInstance), builder.WithPredicates(unownedDeleted))
+	}
 	// The instances' pods (cached trimmed to their status, see podstatus.Trim): their failures are
 	// named on the instance. They belong to the StatefulSets, so they map to the instance by label.
 	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Pod{}, podInstanceIndex, func(o client.Object) []string {
@@ -168,7 +173,7 @@ func (r *TiledInstanceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}); err != nil {
 		return err
 	}
-	b = b.Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podInstance), builder.WithPredicates(podStatusChanged))
+	b = b.Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(labelledInstance), builder.WithPredicates(podStatusChanged))
 	// While its cluster is paused an instance skips its reconciles, pod events included; when the
 	// pause ends, each of the cluster's instances looks again at what it missed.
 	b = b.Watches(&tiledv1alpha1.TiledCluster{}, handler.EnqueueRequestsFromMapFunc(r.clusterInstances), builder.WithPredicates(unpaused))
@@ -197,8 +202,18 @@ func (r *TiledInstanceReconciler) concurrency() int {
 	return 4
 }
 
-// podInstance maps a pod to the instance named by its app.kubernetes.io/instance label.
-func podInstance(_ context.Context, o client.Object) []reconcile.Request {
+
+// unownedDeleted passes the deletion of an object without a controller reference.
+var unownedDeleted = predicate.Funcs{
+	CreateFunc:  func(event.CreateEvent) bool { return false },
+	UpdateFunc:  func(event.UpdateEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+	DeleteFunc:  func(e event.DeleteEvent) bool { return metav1.GetControllerOf(e.Object) == nil },
+}
+
+// labelledInstance maps an object (a pod, a retained claim or Secret) to the instance named by its
+// app.kubernetes.io/instance label.
+func labelledInstance(_ context.Context, o client.Object) []reconcile.Request {
 	n := o.GetLabels()[labelInstanceName]
 	if n == "" {
 		return nil
@@ -631,20 +646,28 @@ func (r *TiledInstanceReconciler) applyAll(ctx context.Context, ti *tiledv1alpha
 	return applied, nil
 }
 
-// unrelease removes the released label from a retained claim the instance uses again (a beamline
-// removed and re-added under the same name), with the field owner that set it: an apply of nothing
-// under that owner drops the label and touches no other field.
+// unrelease removes the released label from a retained claim or Secret the instance uses again (a
+// beamline removed and re-added under the same name), with the field owner that set it: an apply of
+// nothing under that owner drops the label and touches no other field.
 func (r *TiledInstanceReconciler) unrelease(ctx context.Context, current client.Object) error {
-	pvc, ok := current.(*corev1.PersistentVolumeClaim)
-	if !ok || pvc.Labels[LabelReleased] == "" {
+	var kind string
+	switch current.(type) {
+	case *corev1.PersistentVolumeClaim:
+		kind = "PersistentVolumeClaim"
+	case *corev1.Secret:
+		kind = "Secret"
+	default:
+		return nil
+	}
+	if current.GetLabels()[LabelReleased] == "" {
 		return nil
 	}
 	u := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-		"metadata": map[string]any{"name": pvc.Name, "namespace": pvc.Namespace},
+		"apiVersion": "v1", "kind": kind,
+		"metadata": map[string]any{"name": current.GetName(), "namespace": current.GetNamespace()},
 	}}
 	if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(releaseFieldOwner), client.ForceOwnership); err != nil {
-		return fmt.Errorf("removing the label %s from the claim %s/%s, in use again: %w", LabelReleased, pvc.Namespace, pvc.Name, err)
+		return fmt.Errorf("removing the label %s from the %s %s/%s, in use again: %w", LabelReleased, kind, current.GetNamespace(), current.GetName(), err)
 	}
 	return nil
 }
@@ -689,8 +712,8 @@ func refusal(err error) string {
 }
 
 // InstanceObjects returns the objects the controller applies for an instance, in order: the rendered
-// objects, each controller-owned by the instance except the data and database claims under the
-// Retain policy, which outlive it.
+// objects, each controller-owned by the instance except, under the Retain policy, the data and
+// database claims and the Secret (the database's password, the API key), which outlive it.
 func InstanceObjects(ti *tiledv1alpha1.TiledInstance, objs *render.Objects) ([]*unstructured.Unstructured, error) {
 	owner := map[string]any{
 		"apiVersion": tiledv1alpha1.GroupVersion.String(), "kind": "TiledInstance",
@@ -700,6 +723,11 @@ func InstanceObjects(ti *tiledv1alpha1.TiledInstance, objs *render.Objects) ([]*
 	if render.Retained(ti) {
 		for _, c := range objs.Claims {
 			retained[c] = true
+		}
+		// The Secret goes with the data: the database on a retained claim only opens with the
+		// password in it, and clients keep their API key when the beamline comes back.
+		if objs.Secret != nil {
+			retained[objs.Secret] = true
 		}
 	}
 	all := objs.All()
