@@ -136,6 +136,11 @@ func TestProfileStatusReported(t *testing.T) {
 	g.Expect(lines).To(ContainElement(MatchRegexp(`^site\s+True\s+2\s+1\s`)))
 	g.Expect(lines).To(ContainElement(MatchRegexp(`^mx\s+10\s+True\s+1\s+0\s`)))
 	g.Expect(lines).To(ContainElement(MatchRegexp(`^other\s+True\s+0\s+0\s`)))
+	out, stderr, err = env.Kubectl(ctxT(t), "get", "tiledprofiles", "-n", ns, "-o", "wide")
+	g.Expect(err).NotTo(HaveOccurred(), stderr)
+	lines = strings.Split(strings.TrimSpace(out), "\n")
+	g.Expect(strings.Fields(lines[0])).To(Equal([]string{"NAME", "PRIORITY", "VALID", "CLUSTERS", "INSTANCES", "REASON", "AGE"}))
+	g.Expect(lines).To(ContainElement(MatchRegexp(`^site\s+True\s+2\s+1\s+Valid\s`)))
 
 	// A full resync writes no profile status (nor anything else).
 	before := op.Traffic.Snapshot()
