@@ -179,7 +179,7 @@ func (r *TiledProfileReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if !p.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, nil
 	}
-	v, err := r.validity(p)
+	v, err := r.check(p)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -210,8 +210,8 @@ func (r *TiledProfileReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	return ctrl.Result{}, nil
 }
 
-// validity returns the verdict on the profile's current generation, checking it only once.
-func (r *TiledProfileReconciler) validity(p *tiledv1alpha1.TiledProfile) (validity, error) {
+// check returns the verdict on the profile's current generation, checking it only once.
+func (r *TiledProfileReconciler) check(p *tiledv1alpha1.TiledProfile) (validity, error) {
 	key := client.ObjectKeyFromObject(p)
 	if m, ok := r.verdicts.Load(key); ok {
 		if v := m.(*verdict); v.uid == p.UID && v.generation == p.Generation {
