@@ -76,11 +76,11 @@ type Operator struct {
 	// Webhooks are the admission webhooks and their certificates (nil when they are off).
 	Webhooks *webhooks.Webhooks
 
-	clusterResync, instanceResync chan event.GenericEvent
+	clusterResync, instanceResync, profileResync chan event.GenericEvent
 }
 
-// ResyncAll reconciles every TiledCluster and TiledInstance in the cache again, as a periodic resync
-// would: with nothing changed, it must cost no write.
+// ResyncAll reconciles every TiledCluster, TiledInstance and TiledProfile in the cache again, as a
+// periodic resync would: with nothing changed, it must cost no write.
 func (o *Operator) ResyncAll(ctx context.Context) error {
 	var clusters tiledv1alpha1.TiledClusterList
 	if err := o.GetClient().List(ctx, &clusters); err != nil {
@@ -95,6 +95,13 @@ func (o *Operator) ResyncAll(ctx context.Context) error {
 	}
 	for i := range instances.Items {
 		o.instanceResync <- event.GenericEvent{Object: &instances.Items[i]}
+	}
+	var profileList tiledv1alpha1.TiledProfileList
+	if err := o.GetClient().List(ctx, &profileList); err != nil {
+		return err
+	}
+	for i := range profileList.Items {
+		o.profileResync <- event.GenericEvent{Object: &profileList.Items[i]}
 	}
 	return nil
 }
@@ -161,6 +168,7 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (*Operator, error) {
 
 		clusterResync:  make(chan event.GenericEvent, 64),
 		instanceResync: make(chan event.GenericEvent, 64),
+		profileResync:  make(chan event.GenericEvent, 64),
 	}
 	builtins := expansion.DefaultBuiltins()
 	recorder := mgr.GetEventRecorder(FieldOwner)
@@ -169,6 +177,11 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (*Operator, error) {
 		Metrics: NewMetrics(crmetrics.Registry), Resync: op.clusterResync,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the TiledCluster controller: %w", err)
+	}
+	if err := (&TiledProfileReconciler{
+		Client: mgr.GetClient(), Applier: op.Applier, Recorder: recorder, Resync: op.profileResync,
+	}).SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the TiledProfile controller: %w", err)
 	}
 	_, smErr := mgr.GetRESTMapper().RESTMapping(schema.GroupKind{Group: "monitoring.coreos.com", Kind: "ServiceMonitor"})
 	if err := (&TiledInstanceReconciler{

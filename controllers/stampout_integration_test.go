@@ -97,7 +97,8 @@ func TestStampOutTraffic(t *testing.T) {
 	g.Expect(objects["Secret"]).To(Equal(30))
 	g.Expect(stamp.Reads()).To(BeZero(), "GET or LIST through the API server after the caches synced:\n%s", stamp)
 	g.Expect(float64(objectWrites)).To(BeNumerically("<=", 1.05*float64(created)), "object writes per object created")
-	g.Expect(statusWrites).To(BeNumerically("<=", int64(len(names)+2)), "one status write per instance, and the cluster's")
+	g.Expect(statusWrites).To(BeNumerically("<=", int64(len(names)+2+len(profiles))),
+		"one status write per instance, the cluster's, and each profile's (now selected by the cluster)")
 	g.Expect(eventWrites).To(BeNumerically("<=", 2))
 
 	// The children of one instance, as stored, match the golden files.
@@ -152,14 +153,15 @@ func TestStampOutTraffic(t *testing.T) {
 	g.Expect(change.Reads()).To(BeZero())
 	for k := range change {
 		if k.IsWrite() {
-			g.Expect(k.Resource).To(BeElementOf("tiledinstances", "tiledinstances/status", "statefulsets", "tiledclusters/status"),
+			g.Expect(k.Resource).To(BeElementOf("tiledinstances", "tiledinstances/status", "statefulsets", "tiledclusters/status", "tiledprofiles/status"),
 				"a profile change that only touches pod annotations wrote %s", k.Resource)
 		}
 	}
 	g.Expect(change[traffic.Key{Verb: traffic.VerbApply, Resource: "statefulsets"}]).To(Equal(int64(30)))
 	g.Expect(change[traffic.Key{Verb: traffic.VerbApply, Resource: "tiledinstances"}]).To(Equal(int64(30)))
-	g.Expect(change.Writes()).To(BeNumerically("<=", int64(len(touched)+len(names)+1)),
-		"writes beyond the objects changed (and one status per instance)")
+	g.Expect(change[traffic.Key{Verb: traffic.VerbApply, Resource: "tiledprofiles/status"}]).To(Equal(int64(1)), "the changed profile's observedGeneration")
+	g.Expect(change.Writes()).To(BeNumerically("<=", int64(len(touched)+len(names)+2)),
+		"writes beyond the objects changed (and one status per instance, and the profile's)")
 
 	// One override on one instance changes that instance's objects only.
 	rvBefore = resourceVersions(t, g, ns)

@@ -80,3 +80,43 @@ func sortNames(ns []types.NamespacedName) []types.NamespacedName {
 	})
 	return slices.Compact(ns)
 }
+
+// SelectedBy counts who selects a profile: the TiledClusters of its namespace whose
+// spec.profileSelector, or the profileSelector of one of whose instances, matches the profile's
+// labels (a cluster counts once), and the standalone TiledInstances of its namespace (those with
+// spec.profileSelector) whose selector matches them. Unlike Affected, a selector that is missing or
+// does not parse selects nothing, and a cluster whose own spec.profileSelector is missing or does
+// not parse counts for no profile (it cannot be expanded): the counts say who takes the profile,
+// not who must report an error. Objects of other namespaces are ignored.
+func SelectedBy(p *v1alpha1.TiledProfile, clusters []v1alpha1.TiledCluster, instances []v1alpha1.TiledInstance) (byClusters, byInstances int) {
+	set := labels.Set(p.Labels)
+	matches := func(sel *metav1.LabelSelector) bool {
+		if sel == nil {
+			return false
+		}
+		s, err := metav1.LabelSelectorAsSelector(sel)
+		return err == nil && s.Matches(set)
+	}
+	for i := range clusters {
+		c := &clusters[i]
+		if c.Namespace != p.Namespace {
+			continue
+		}
+		if _, err := ParseSelector(c.Spec.ProfileSelector, "", ""); err != nil {
+			continue // the cluster cannot be expanded at all
+		}
+		hit := matches(c.Spec.ProfileSelector)
+		for j := 0; !hit && j < len(c.Spec.Instances); j++ {
+			hit = matches(c.Spec.Instances[j].ProfileSelector)
+		}
+		if hit {
+			byClusters++
+		}
+	}
+	for i := range instances {
+		if in := &instances[i]; in.Namespace == p.Namespace && matches(in.Spec.ProfileSelector) {
+			byInstances++
+		}
+	}
+	return byClusters, byInstances
+}

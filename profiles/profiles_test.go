@@ -205,3 +205,60 @@ func TestAffected(t *testing.T) {
 		})
 	}
 }
+
+func TestSelectedBy(t *testing.T) {
+	mkCluster := func(name, ns string, selector *metav1.LabelSelector, instanceSels ...*metav1.LabelSelector) v1alpha1.TiledCluster {
+		c := v1alpha1.TiledCluster{}
+		c.Name, c.Namespace, c.Spec.ProfileSelector = name, ns, selector
+		for i, s := range instanceSels {
+			c.Spec.Instances = append(c.Spec.Instances, v1alpha1.ClusterInstance{Name: string(rune('a' + i)), ProfileSelector: s})
+		}
+		return c
+	}
+	mkInstance := func(name, ns string, selector *metav1.LabelSelector) v1alpha1.TiledInstance {
+		in := v1alpha1.TiledInstance{}
+		in.Name, in.Namespace, in.Spec.ProfileSelector = name, ns, selector
+		return in
+	}
+	mx := sel(map[string]string{"family": "mx"})
+	badOp := sel(nil, metav1.LabelSelectorRequirement{Key: "family", Operator: "Near"})
+	clusters := []v1alpha1.TiledCluster{
+		mkCluster("facility", "nsls2", sel(map[string]string{"facility": "nsls2"})),
+		// Selected by the cluster and by two instances: counts once.
+		mkCluster("twice", "nsls2", mx, mx, mx),
+		// Selected through one instance only.
+		mkCluster("per-instance", "nsls2", sel(map[string]string{"team": "x"}), nil, mx),
+		mkCluster("all", "nsls2", &metav1.LabelSelector{}),
+		// A cluster without a selector cannot be expanded: it selects nothing, even per instance.
+		mkCluster("no-selector", "nsls2", nil, mx),
+		mkCluster("bad-selector", "nsls2", badOp),
+		// A bad instance selector matches nothing; the cluster's own still counts.
+		mkCluster("bad-instance", "nsls2", sel(map[string]string{"team": "x"}), badOp),
+		mkCluster("elsewhere", "diamond", &metav1.LabelSelector{}),
+	}
+	instances := []v1alpha1.TiledInstance{
+		mkInstance("standalone-mx", "nsls2", mx),
+		mkInstance("standalone-all", "nsls2", &metav1.LabelSelector{}),
+		mkInstance("stamped-out", "nsls2", nil), // a cluster's child carries no selector
+		mkInstance("bad", "nsls2", badOp),
+		mkInstance("elsewhere", "diamond", mx),
+	}
+	cases := []struct {
+		name                string
+		labels              map[string]string
+		clusters, instances int
+	}{
+		{name: "mx", labels: map[string]string{"family": "mx", "facility": "nsls2"}, clusters: 4, instances: 2},
+		{name: "facility only", labels: map[string]string{"facility": "nsls2"}, clusters: 2, instances: 1},
+		{name: "unlabelled", labels: nil, clusters: 1, instances: 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			p := prof("p", "nsls2", 0, tc.labels)
+			c, i := SelectedBy(&p, clusters, instances)
+			g.Expect(c).To(Equal(tc.clusters), "clusters")
+			g.Expect(i).To(Equal(tc.instances), "instances")
+		})
+	}
+}

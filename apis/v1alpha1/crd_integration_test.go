@@ -236,7 +236,11 @@ func TestKubectlSeesTheKinds(t *testing.T) {
 
 	out, stderr, err = env.Kubectl(ctx, "get", "tp", "-n", ns)
 	g.Expect(err).NotTo(HaveOccurred(), stderr)
-	g.Expect(strings.Fields(strings.Split(out, "\n")[0])).To(Equal([]string{"NAME", "PRIORITY", "AGE"}))
+	g.Expect(strings.Fields(strings.Split(out, "\n")[0])).To(Equal([]string{"NAME", "PRIORITY", "VALID", "CLUSTERS", "INSTANCES", "AGE"}))
+	out, stderr, err = env.Kubectl(ctx, "explain", "tiledprofile.status")
+	g.Expect(err).NotTo(HaveOccurred(), stderr)
+	g.Expect(out).To(ContainSubstring("SelectedByClusters is the number of TiledClusters"))
+	g.Expect(out).To(ContainSubstring("SelectedByInstances is the number of standalone TiledInstances"))
 
 	_, stderr, err = env.Kubectl(ctx, "get", "ti", "-n", ns)
 	g.Expect(err).NotTo(HaveOccurred(), stderr)

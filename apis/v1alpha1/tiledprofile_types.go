@@ -82,21 +82,50 @@ type IDRange struct {
 
 // TiledProfileStatus is the observed state of a TiledProfile.
 type TiledProfileStatus struct {
-	// ObservedGeneration is the generation of the profile last examined by the operator.
+	// ObservedGeneration is the generation of the profile that the operator last checked: when it
+	// equals metadata.generation, the Valid condition is about the spec as it is now.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
-	// Conditions of the profile, e.g. Valid.
+	// Conditions of the profile. Valid is True when every CEL expression of the profile compiles
+	// and type-checks against the field it computes and every value it sets is one the schema and
+	// the API server accept (reason Valid); False names the first field in error and why (reason
+	// ExpressionInvalid for an expression, SchemaInvalid for an unknown field or a refused value).
+	// The admission webhook refuses such profiles; Valid=False shows one stored while the webhook
+	// was not running, or from before an upgrade of the operator. The clusters and standalone
+	// instances that select an invalid profile stall until it is fixed. A Warning Event is sent when
+	// the profile becomes invalid.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// SelectedByClusters is the number of TiledClusters in the profile's namespace that select this
+	// profile, through their spec.profileSelector or the profileSelector of any of their
+	// spec.instances[]; a cluster counts once however many of its selectors match. A cluster whose
+	// selector is missing or does not parse selects nothing. 0 means that no cluster uses the
+	// profile: a change to it changes no cluster's instances.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	SelectedByClusters int32 `json:"selectedByClusters"`
+
+	// SelectedByInstances is the number of standalone TiledInstances (those with their own
+	// spec.profileSelector) in the profile's namespace whose selector selects this profile. The
+	// instances that TiledClusters stamp out are not counted here: they take their profiles
+	// through their cluster, counted in selectedByClusters.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	SelectedByInstances int32 `json:"selectedByInstances"`
 }
 
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=tp;tprof,categories=tiled
 // +kubebuilder:printcolumn:name="Priority",type=integer,JSONPath=`.spec.priority`
+// +kubebuilder:printcolumn:name="Valid",type=string,JSONPath=`.status.conditions[?(@.type=="Valid")].status`
+// +kubebuilder:printcolumn:name="Clusters",type=integer,JSONPath=`.status.selectedByClusters`
+// +kubebuilder:printcolumn:name="Instances",type=integer,JSONPath=`.status.selectedByInstances`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Valid")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 
 // TiledProfile holds defaults for Tiled deployments, defined once and selected by label from

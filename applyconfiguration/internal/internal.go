@@ -663,6 +663,12 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: observedGeneration
       type:
         scalar: numeric
+    - name: selectedByClusters
+      type:
+        scalar: numeric
+    - name: selectedByInstances
+      type:
+        scalar: numeric
 - name: com.github.bluesky.tiled-operator.apis.v1alpha1.TiledServerSpec
   map:
     fields:

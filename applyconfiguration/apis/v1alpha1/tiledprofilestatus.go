@@ -17,10 +17,29 @@ import (
 //
 // TiledProfileStatus is the observed state of a TiledProfile.
 type TiledProfileStatusApplyConfiguration struct {
-	// ObservedGeneration is the generation of the profile last examined by the operator.
+	// ObservedGeneration is the generation of the profile that the operator last checked: when it
+	// equals metadata.generation, the Valid condition is about the spec as it is now.
 	ObservedGeneration *int64 `json:"observedGeneration,omitempty"`
-	// Conditions of the profile, e.g. Valid.
+	// Conditions of the profile. Valid is True when every CEL expression of the profile compiles
+	// and type-checks against the field it computes and every value it sets is one the schema and
+	// the API server accept (reason Valid); False names the first field in error and why (reason
+	// ExpressionInvalid for an expression, SchemaInvalid for an unknown field or a refused value).
+	// The admission webhook refuses such profiles; Valid=False shows one stored while the webhook
+	// was not running, or from before an upgrade of the operator. The clusters and standalone
+	// instances that select an invalid profile stall until it is fixed. A Warning Event is sent when
+	// the profile becomes invalid.
 	Conditions []v1.ConditionApplyConfiguration `json:"conditions,omitempty"`
+	// SelectedByClusters is the number of TiledClusters in the profile's namespace that select this
+	// profile, through their spec.profileSelector or the profileSelector of any of their
+	// spec.instances[]; a cluster counts once however many of its selectors match. A cluster whose
+	// selector is missing or does not parse selects nothing. 0 means that no cluster uses the
+	// profile: a change to it changes no cluster's instances.
+	SelectedByClusters *int32 `json:"selectedByClusters,omitempty"`
+	// SelectedByInstances is the number of standalone TiledInstances (those with their own
+	// spec.profileSelector) in the profile's namespace whose selector selects this profile. The
+	// instances that TiledClusters stamp out are not counted here: they take their profiles
+	// through their cluster, counted in selectedByClusters.
+	SelectedByInstances *int32 `json:"selectedByInstances,omitempty"`
 }
 
 // TiledProfileStatusApplyConfiguration constructs a declarative configuration of the TiledProfileStatus type for use with
@@ -47,5 +66,21 @@ func (b *TiledProfileStatusApplyConfiguration) WithConditions(values ...*v1.Cond
 		}
 		b.Conditions = append(b.Conditions, *values[i])
 	}
+	return b
+}
+
+// WithSelectedByClusters sets the SelectedByClusters field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the SelectedByClusters field is set to the value of the last call.
+func (b *TiledProfileStatusApplyConfiguration) WithSelectedByClusters(value int32) *TiledProfileStatusApplyConfiguration {
+	b.SelectedByClusters = &value
+	return b
+}
+
+// WithSelectedByInstances sets the SelectedByInstances field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the SelectedByInstances field is set to the value of the last call.
+func (b *TiledProfileStatusApplyConfiguration) WithSelectedByInstances(value int32) *TiledProfileStatusApplyConfiguration {
+	b.SelectedByInstances = &value
 	return b
 }
