@@ -377,9 +377,12 @@ func (s *unreadySampler) finish() (int, []int) {
 
 // rolledTo reports how many instances' specs carry the rollout variable value, and whether every
 // instance's Tiled StatefulSet runs that value on all replicas, Ready.
-func rolledTo(t *testing.T, value string) (specs int, done bool, why string) {
+func rolledTo(t *testing.T, value, except string) (specs int, done bool, why string) {
 	done = true
 	for _, b := range beamlines {
+		if b == except {
+			continue
+		}
 		ti := getInstance(t, instanceName(b))
 		has := false
 		if ti.Spec.Tiled != nil {
@@ -417,29 +420,61 @@ func rolledTo(t *testing.T, value string) (specs int, done bool, why string) {
 func testRollingChange(t *testing.T) {
 	s := startSampler(t, beamlines)
 	start := time.Now()
+	// amx is in beamtime: held, it must stay on its template while the others roll.
+	const heldBeamline = "amx"
+	mustKubectl(t, nil, "-n", tenantNS, "patch", "tc", clusterName, "--type=json", "-p", `[{"op":"add","path":"/spec/instances/0/hold","value":true}]`)
+	heldSTS := render.NamesFor(getInstance(t, instanceName(heldBeamline))).Tiled
+	var before appsv1.StatefulSet
+	if err := cl.Get(context.Background(), types.NamespacedName{Namespace: tenantNS, Name: heldSTS}, &before); err != nil {
+		t.Fatal(err)
+	}
 	mustKubectl(t, []byte(profileYAML("2")), "apply", "--server-side", "-f", "-")
 	// Pause as soon as the first instance carries the change.
 	eventually(t, 2*time.Minute, 200*time.Millisecond, "rollout started", func() (bool, string) {
-		n, _, why := rolledTo(t, "2")
+		n, _, why := rolledTo(t, "2", heldBeamline)
 		return n >= 1, why
 	})
 	mustKubectl(t, nil, "-n", tenantNS, "patch", "tc", clusterName, "--type=merge", "-p", `{"spec":{"paused":true}}`)
-	frozen, _, _ := rolledTo(t, "2")
+	frozen, _, _ := rolledTo(t, "2", heldBeamline)
 	pauseEnd := time.Now().Add(25 * time.Second)
 	for time.Now().Before(pauseEnd) {
-		n, _, _ := rolledTo(t, "2")
+		n, _, _ := rolledTo(t, "2", heldBeamline)
 		if n > frozen {
 			t.Errorf("paused cluster went on rolling: %d instances changed, %d when paused", n, frozen)
 			break
 		}
 		time.Sleep(time.Second)
 	}
-	if frozen == len(beamlines) {
+	if frozen == len(beamlines)-1 {
 		t.Errorf("every instance had changed before pause took effect; the pause was not exercised")
 	}
 	mustKubectl(t, nil, "-n", tenantNS, "patch", "tc", clusterName, "--type=merge", "-p", `{"spec":{"paused":false}}`)
+	eventually(t, 8*time.Minute, time.Second, "rollout finished but for the held beamline", func() (bool, string) {
+		_, done, why := rolledTo(t, "2", heldBeamline)
+		return done, why
+	})
+	// The held beamline kept its pod template; the cluster says so.
+	var after appsv1.StatefulSet
+	if err := cl.Get(context.Background(), types.NamespacedName{Namespace: tenantNS, Name: heldSTS}, &after); err != nil {
+		t.Fatal(err)
+	}
+	if after.Generation != before.Generation || after.Status.CurrentRevision != before.Status.CurrentRevision {
+		t.Errorf("the held beamline's StatefulSet changed: generation %d -> %d, revision %s -> %s",
+			before.Generation, after.Generation, before.Status.CurrentRevision, after.Status.CurrentRevision)
+	}
+	eventually(t, time.Minute, time.Second, "the cluster lists the held beamline", func() (bool, string) {
+		var tc v1alpha1.TiledCluster
+		if err := cl.Get(context.Background(), types.NamespacedName{Namespace: tenantNS, Name: clusterName}, &tc); err != nil {
+			return false, err.Error()
+		}
+		return tc.Status.HeldInstances == 1 && len(tc.Status.Held) == 1 && tc.Status.Held[0].Name == instanceName(heldBeamline),
+			fmt.Sprintf("heldInstances %d, held %+v", tc.Status.HeldInstances, tc.Status.Held)
+	})
+	fig.HeldKeptTemplate = true
+	// Beamtime over: releasing the hold rolls it within the budget.
+	mustKubectl(t, nil, "-n", tenantNS, "patch", "tc", clusterName, "--type=json", "-p", `[{"op":"remove","path":"/spec/instances/0/hold"}]`)
 	eventually(t, 8*time.Minute, time.Second, "rollout finished", func() (bool, string) {
-		_, done, why := rolledTo(t, "2")
+		_, done, why := rolledTo(t, "2", "")
 		return done, why
 	})
 	mustKubectl(t, nil, "-n", tenantNS, "wait", "--for=condition=Ready", "tc/"+clusterName, "--timeout=3m")
@@ -468,13 +503,13 @@ func testOperatorKilledMidRollout(t *testing.T) {
 	start := time.Now()
 	mustKubectl(t, []byte(profileYAML("3")), "apply", "--server-side", "-f", "-")
 	eventually(t, 2*time.Minute, 200*time.Millisecond, "rollout started", func() (bool, string) {
-		n, _, why := rolledTo(t, "3")
+		n, _, why := rolledTo(t, "3", "")
 		return n >= 1, why
 	})
 	leader := leaderPod(t)
 	mustKubectl(t, nil, "-n", operatorNS, "delete", "pod", leader, "--grace-period=0", "--force")
 	eventually(t, 8*time.Minute, time.Second, "rollout finished after the operator was killed", func() (bool, string) {
-		_, done, why := rolledTo(t, "3")
+		_, done, why := rolledTo(t, "3", "")
 		return done, why
 	})
 	mustKubectl(t, nil, "-n", operatorNS, "rollout", "status", "deploy/"+operatorDep, "--timeout=3m")

@@ -15,6 +15,7 @@ type Figures struct {
 	RolloutMaxUnready             int                `json:"rolloutMaxUnready"`
 	RolloutSeconds                float64            `json:"rolloutSeconds"`
 	RolloutUnreadySamples         []int              `json:"rolloutUnreadySamples,omitempty"`
+	HeldKeptTemplate              bool               `json:"heldKeptTemplate"`
 	KillRolloutMaxUnready         int                `json:"killRolloutMaxUnready"`
 	KillRolloutSeconds            float64            `json:"killRolloutSeconds"`
 	KillRolloutRequests           map[string]int     `json:"killRolloutRequestsByVerb"`
