@@ -60,6 +60,9 @@ const (
 	ReasonChildRefused       = "ChildRefused"
 	// ReasonHostWithoutEnabled: spec.expose.ingress has a host, but enabled is not set.
 	ReasonHostWithoutEnabled = "HostWithoutEnabled"
+	// ReasonNotAMember: a TiledInstance wears the operator's managed-by label without a TiledCluster
+	// controlling it.
+	ReasonNotAMember = "NotAMember"
 	// ReasonInstancesStalled: some of a cluster's instances are Stalled or refused by the API server.
 	ReasonInstancesStalled = "InstancesStalled"
 	// ReasonInstancesHeld: every instance of a cluster is ready, and some keep their current spec

@@ -7,6 +7,8 @@ import (
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -201,4 +203,35 @@ func TestReaddedBeamlineFindsItsData(t *testing.T) {
 		g.Expect(s.Data).To(Equal(secret.Data), "the same passwords and API key")
 		g.Expect(s.Labels).NotTo(HaveKey(controllers.LabelReleased))
 	}, time.Minute, 100*time.Millisecond).Should(Succeed())
+}
+
+// TestMembershipIsTheControllerReference: a cluster never adopts a TiledInstance of a name it wants
+// that someone else made (it stalls naming both), and an instance wearing the operator's labels
+// without a controlling cluster is refused by the instance controller and counted by no cluster.
+func TestMembershipIsTheControllerReference(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t, g, "members")
+	op := startOperator(t, ns)
+	byHand := &tiledv1alpha1.TiledInstance{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "fleet-b"}}
+	impostor := &tiledv1alpha1.TiledInstance{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "fleet-z", Labels: map[string]string{
+		tiledv1alpha1.LabelManagedBy: tiledv1alpha1.ManagedByValue, tiledv1alpha1.LabelCluster: "fleet", tiledv1alpha1.LabelInstance: "z",
+	}}}
+	createAll(t, g, byHand, impostor)
+	smallFleet(t, g, ns, names("a", "b")...)
+
+	g.Eventually(func(g Gomega) {
+		c := getCluster(t, g, ns)
+		st := meta.FindStatusCondition(c.Status.Conditions, controllers.ConditionStalled)
+		g.Expect(st).NotTo(BeNil())
+		g.Expect(st.Message).To(ContainSubstring("fleet-b (NameTaken: a TiledInstance of that name exists and has no controller (made by hand)"))
+		g.Expect(c.Status.ReadyInstances + c.Status.UpdatedInstances).To(BeNumerically("<=", 2), "the impostor is not counted")
+	}, time.Minute, 100*time.Millisecond).Should(Succeed())
+	g.Expect(exists(t, &tiledv1alpha1.TiledInstance{}, ns, "fleet-a")).To(BeTrue(), "the other beamline goes on")
+	b := getInstance(t, g, ns, "fleet-b")
+	g.Expect(b.OwnerReferences).To(BeEmpty(), "the hand-made instance was adopted")
+
+	condition(t, g, ns, "fleet-z", controllers.ConditionStalled, metav1.ConditionTrue, controllers.ReasonNotAMember, time.Minute,
+		"no TiledCluster controls it")
+	g.Expect(exists(t, &appsv1.StatefulSet{}, ns, render.NamesFor(impostor).Tiled)).To(BeFalse(), "something was rendered for the impostor")
+	waitQuiet(t, op)
 }

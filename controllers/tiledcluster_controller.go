@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -261,9 +262,15 @@ func (r *TiledClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	setCondition(&status.Conditions, cluster.Generation, ConditionProfilesResolved, metav1.ConditionTrue, ReasonResolved,
 		fmt.Sprintf("%d profiles selected: %s", len(names), status.ProfileNames))
 
+	// Every TiledInstance of the namespace by name, members or not: a name this cluster wants that
+	// another owner holds (another cluster, a person) is never adopted nor shared.
+	var inNamespace tiledv1alpha1.TiledInstanceList
+	if err := r.Client.List(ctx, &inNamespace, client.InNamespace(cluster.Namespace)); err != nil {
+		return ctrl.Result{}, err
+	}
 	byName := map[string]*tiledv1alpha1.TiledInstance{}
-	for i := range existing.Items {
-		byName[existing.Items[i].Name] = &existing.Items[i]
+	for i := range inNamespace.Items {
+		byName[inNamespace.Items[i].Name] = &inNamespace.Items[i]
 	}
 
 	// Desired objects, and which of them differ from what is there.
@@ -278,6 +285,8 @@ func (r *TiledClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		upToDate bool
 		// held: spec.instances[].hold keeps the instance as it is, and its expansion changed.
 		held bool
+		// foreign: a TiledInstance of that name exists and this cluster does not control it.
+		foreign string
 	}
 	wants := make([]want, 0, len(expanded.intents))
 	desired := map[string]bool{}
@@ -286,6 +295,12 @@ func (r *TiledClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		desired[in.name] = true
 		// A copy: the applier writes the API server's answer into what it applies.
 		w := want{obj: in.obj.DeepCopy(), hash: in.hash, cur: byName[in.name]}
+		if w.cur != nil {
+			if ref := metav1.GetControllerOf(w.cur); ref == nil || ref.UID != cluster.UID {
+				w.foreign = foreignOwner(ref)
+				w.cur = nil
+			}
+		}
 		w.upToDate = w.cur != nil && w.cur.Annotations[AnnotationExpansionHash] == w.hash
 		// A hold protects an instance that exists; one that does not is created.
 		if hold[in.instance] && w.cur != nil && !w.upToDate {
@@ -317,6 +332,10 @@ func (r *TiledClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	var refused []string
 	for _, w := range wants {
 		upToDate := w.upToDate
+		if w.foreign != "" {
+			refused = append(refused, fmt.Sprintf("%s (NameTaken: a TiledInstance of that name exists and %s; it is not adopted — rename the beamline or remove that object)", w.obj.GetName(), w.foreign))
+			continue
+		}
 		if w.held {
 			if instanceReady(w.cur) {
 				ready++ // serving, on the spec it had
@@ -397,9 +416,20 @@ func (r *TiledClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		r.Recorder.Eventf(cluster, nil, corev1.EventTypeNormal, "InstanceRemoved", "Prune",
 			"instance %s is no longer listed and was deleted", p)
 	}
+	// A name another owner holds is not a change of this cluster's objects: look again now and then
+	// (once a minute, not a hot loop) in case it has gone.
+	var again ctrl.Result
+	for _, w := range wants {
+		if w.foreign != "" {
+			again.RequeueAfter = time.Minute
+		}
+	}
 	sent, err := r.writeStatus(ctx, cluster, status)
 	if err != nil || !sent {
-		return ctrl.Result{}, err
+		return again, err
+	}
+	if c, changed := transitioned(cluster.Status.Conditions, status.Conditions, ConditionStalled); changed && c.Status == metav1.ConditionTrue {
+		r.Recorder.Eventf(cluster, nil, corev1.EventTypeWarning, c.Reason, "Reconcile", "%s", c.Message)
 	}
 	if c, changed := transitioned(cluster.Status.Conditions, status.Conditions, ConditionProfilesResolved); changed && c.Status == metav1.ConditionTrue {
 		r.Recorder.Eventf(cluster, nil, corev1.EventTypeNormal, ReasonResolved, "Expand", "%s; %d instances", c.Message, len(wants))
@@ -407,7 +437,7 @@ func (r *TiledClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if c, changed := transitioned(cluster.Status.Conditions, status.Conditions, ConditionReady); changed && c.Status == metav1.ConditionTrue {
 		r.Recorder.Eventf(cluster, nil, corev1.EventTypeNormal, c.Reason, "Reconcile", "%s", c.Message)
 	}
-	return ctrl.Result{}, nil
+	return again, nil
 }
 
 // maxHeldListed and maxHeldFields bound status.held (heldInstances and fieldCount count them all).
@@ -690,6 +720,14 @@ func instanceObject(cluster *tiledv1alpha1.TiledCluster, ti *tiledv1alpha1.Tiled
 }
 
 // instanceReady reports whether an instance is Ready at its current generation.
+// foreignOwner says who holds an instance this cluster does not control.
+func foreignOwner(ref *metav1.OwnerReference) string {
+	if ref == nil {
+		return "has no controller (made by hand)"
+	}
+	return fmt.Sprintf("is controlled by %s %s", ref.Kind, ref.Name)
+}
+
 // stalledMembers describes the cluster's members that need a person: instances the API server
 // refused, and instances whose own status is Stalled (with their reasons), the first few by name;
 // "" when there are none.

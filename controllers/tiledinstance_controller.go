@@ -312,6 +312,15 @@ func (r *TiledInstanceReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	}
 	status := ti.Status.DeepCopy()
 	status.ObservedGeneration = ti.Generation
+	if ti.Labels[tiledv1alpha1.LabelManagedBy] == tiledv1alpha1.ManagedByValue && metav1.GetControllerOf(ti) == nil {
+		// Only the cluster controller makes instances with this label; the admission webhooks skip
+		// them (their objectSelector), so one made by hand with it was never checked. Nothing is
+		// rendered for it and no cluster counts it.
+		return ctrl.Result{}, r.stalled(ctx, ti, status, ReasonNotAMember, fmt.Sprintf(
+			"TiledInstance %s/%s carries the label %s=%s, which only instances a TiledCluster makes carry, but no TiledCluster controls it: "+
+				"nothing is created for it; remove the label to make it a standalone instance (checked at admission)",
+			ti.Namespace, ti.Name, tiledv1alpha1.LabelManagedBy, tiledv1alpha1.ManagedByValue))
+	}
 
 	spec, err := r.expanded(ctx, ti)
 	if err != nil {
