@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/controllers"
+	"github.com/bluesky/tiled-operator/controllers/traffic"
 	"github.com/bluesky/tiled-operator/hack/fleet"
 	"github.com/bluesky/tiled-operator/render"
 	"github.com/bluesky/tiled-operator/webhooks"
@@ -38,6 +40,9 @@ func TestFaults(t *testing.T) {
 	trial(t, "DatabaseSecretDisappears", testDatabaseSecret)
 	trial(t, "RetentionBeamlinesRemoved", testRetentionBeamlines)
 	trial(t, "RetentionClusterDeleted", testRetentionCluster)
+	trial(t, "RestartWritesNothing", testRestartWritesNothing)
+	trial(t, "ChildrenDeleted", testChildrenDeleted)
+	trial(t, "BeamlineRemovedAndReadded", testBeamlineReadded)
 	trial(t, "WebhookServerDownThenUp", testWebhookDown)
 }
 
@@ -506,4 +511,110 @@ func freePort(g Gomega) int {
 	g.Expect(err).NotTo(HaveOccurred())
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port
+}
+
+// The fleet is stamped out, the manager stops and a new one starts (a crash, a change of leader):
+// the new one sends no write at all, a full resync included.
+func testRestartWritesNothing(t *testing.T, g Gomega) {
+	ns, c := newFleet(t, g, "faults-restart", defaultCluster(fleetN))
+	op := startOperator(t, g, ns, nil)
+	waitStampedOut(t, g, op, ns, fleetN)
+	objs := checkFleet(t, g, c)
+	rvs := fleet.ResourceVersions(objs)
+	op.stop()
+	op2 := startOperator(t, g, ns, nil)
+	g.Expect(op2.ResyncAll(ctxT(t))).To(Succeed())
+	time.Sleep(3 * time.Second)
+	g.Expect(fleet.WaitQuiet(ctxT(t), op2.Traffic, 2*time.Second, time.Minute)).To(Succeed())
+	all := op2.Traffic.Snapshot()
+	t.Logf("a new manager over %d objects: %d writes, %d requests in all", len(objs), all.Writes(), all.Total())
+	g.Expect(all.Writes()).To(BeZero(), "writes by a new manager over a fleet already in place:\n%s", all)
+	objs, err := fleet.Objects(ctxT(t), env.Client, ns)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(fleet.Changed(rvs, fleet.ResourceVersions(objs))).To(BeEmpty())
+}
+
+// Children of random instances (seeded) are deleted, some right after the operator created them
+// and some once all is quiet: each comes back, and the fleet is exactly as expected again.
+func testChildrenDeleted(t *testing.T, g Gomega) {
+	rng := rand.New(rand.NewPCG(uint64(seed), 0x2545f491))
+	ns, _ := newFleet(t, g, "faults-children", nil)
+	c := defaultCluster(fleetN)(ns)
+	op := startOperator(t, g, ns, nil)
+	g.Expect(env.Client.Create(ctxT(t), c)).To(Succeed())
+	deleteSome := func(when string) int {
+		objs, err := fleet.Objects(ctxT(t), env.Client, ns)
+		g.Expect(err).NotTo(HaveOccurred())
+		n := 0
+		for k, o := range objs {
+			if strings.HasPrefix(k, "TiledInstance/") || rng.IntN(4) != 0 {
+				continue
+			}
+			// Claims and volumes carry protection finalizers; kube-controller-manager (running here)
+			// lifts them, as no pod uses them.
+			if err := env.Client.Delete(ctxT(t), o); err == nil {
+				n++
+			}
+		}
+		t.Logf("deleted %d children %s", n, when)
+		return n
+	}
+	// Early: as soon as about a third of the stamp-out is written.
+	g.Expect(fleet.Poll(ctxT(t), 2*time.Millisecond, 5*time.Minute, "a third of the stamp-out", func(context.Context) (bool, error) {
+		return op.Traffic.Snapshot().Writes() >= int64(len(expectedKeys(g, c))/3), nil
+	})).To(Succeed())
+	deleteSome("during the stamp-out")
+	waitStampedOut(t, g, op, ns, fleetN)
+	g.Eventually(func(g Gomega) { checkFleet(t, g, c) }).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
+	// Late: when all is quiet.
+	before := op.Traffic.Snapshot()
+	n := deleteSome("when quiet")
+	g.Eventually(func(g Gomega) { checkFleet(t, g, c) }).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
+	g.Expect(fleet.WaitQuiet(ctxT(t), op.Traffic, 2*time.Second, time.Minute)).To(Succeed())
+	d := op.Traffic.Snapshot().Sub(before)
+	objectWrites := d.Sum(func(k traffic.Key) bool { return k.IsWrite() && !strings.HasSuffix(k.Resource, "/status") && k.Resource != "events" })
+	t.Logf("%d children deleted when quiet came back with %d object writes", n, objectWrites)
+	g.Expect(objectWrites).To(BeNumerically("==", n), "one write per deleted child:\n%s", d)
+}
+
+// A Retain beamline is removed and added again under the same name: the same claims and Secret
+// (same UIDs, same data), the released label gone, and the fleet exactly as expected.
+func testBeamlineReadded(t *testing.T, g Gomega) {
+	ns, c := newFleet(t, g, "faults-readd", defaultCluster(fleetN))
+	op := startOperator(t, g, ns, nil)
+	waitStampedOut(t, g, op, ns, fleetN)
+	gone := c.Spec.Instances[1].Name
+	claims := dataClaims(t, g, ns, []string{gone})
+	names := render.NamesFor(&tiledv1alpha1.TiledInstance{ObjectMeta: metav1.ObjectMeta{Name: "nsls2-" + gone, Namespace: ns}})
+	secret := &corev1.Secret{}
+	g.Expect(env.Client.Get(ctxT(t), client.ObjectKey{Namespace: ns, Name: names.Secret}, secret)).To(Succeed())
+
+	cl := getCluster(t, g, ns)
+	all := cl.Spec.Instances
+	cl.Spec.Instances = append(append([]tiledv1alpha1.ClusterInstance{}, all[:1]...), all[2:]...)
+	g.Expect(env.Client.Update(ctxT(t), cl)).To(Succeed())
+	g.Eventually(func() bool {
+		err := env.Client.Get(ctxT(t), client.ObjectKey{Namespace: ns, Name: "nsls2-" + gone}, &tiledv1alpha1.TiledInstance{})
+		return apierrors.IsNotFound(err)
+	}).WithTimeout(2*time.Minute).WithPolling(time.Second).Should(BeTrue())
+	checkClaims(t, g, ns, claims, nil)
+
+	cl = getCluster(t, g, ns)
+	cl.Spec.Instances = all
+	g.Expect(env.Client.Update(ctxT(t), cl)).To(Succeed())
+	waitStampedOut(t, g, op, ns, fleetN)
+	g.Eventually(func(g Gomega) {
+		checkFleet(t, g, c)
+		for name, uid := range claims[gone] {
+			pvc := &corev1.PersistentVolumeClaim{}
+			g.Expect(env.Client.Get(ctxT(t), client.ObjectKey{Namespace: ns, Name: name}, pvc)).To(Succeed())
+			g.Expect(string(pvc.UID)).To(Equal(uid), "claim %s is not the same", name)
+			g.Expect(pvc.Labels).NotTo(HaveKey(controllers.LabelReleased), "claim %s in use again", name)
+		}
+		s := &corev1.Secret{}
+		g.Expect(env.Client.Get(ctxT(t), client.ObjectKey{Namespace: ns, Name: names.Secret}, s)).To(Succeed())
+		g.Expect(s.UID).To(Equal(secret.UID))
+		g.Expect(s.Data).To(Equal(secret.Data), "the Secret was regenerated")
+		g.Expect(s.Labels).NotTo(HaveKey(controllers.LabelReleased))
+	}).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
 }

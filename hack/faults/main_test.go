@@ -212,7 +212,7 @@ func kindName(o any) (string, string) {
 
 // checkFleet asserts the stamped-out state: exactly the expected objects (none missing, no
 // duplicate, nothing extra), each owned as the design says (TiledInstances by the cluster, children
-// by an existing instance, retained claims and PersistentVolumes by no one), no orphan.
+// by an existing instance, retained claims, their Secrets and PersistentVolumes by no one), no orphan.
 // Objects of the beamlines listed in removed (no longer in the cluster) are left out: what they leave
 // behind is the retention policy's business.
 func checkFleet(t *testing.T, g Gomega, c *tiledv1alpha1.TiledCluster, removed ...string) map[string]client.Object {
@@ -261,7 +261,9 @@ func checkFleet(t *testing.T, g Gomega, c *tiledv1alpha1.TiledCluster, removed .
 		ref := metav1.GetControllerOf(o)
 		if ref == nil {
 			retained := strings.HasPrefix(k, "PersistentVolume/") ||
-				(strings.HasPrefix(k, "PersistentVolumeClaim/") && o.GetAnnotations()[render.AnnotationRetention] == string(tiledv1alpha1.RetentionRetain))
+				(strings.HasPrefix(k, "PersistentVolumeClaim/") && o.GetAnnotations()[render.AnnotationRetention] == string(tiledv1alpha1.RetentionRetain)) ||
+				// The Secret goes with retained data (the database's password is in it).
+				strings.HasPrefix(k, "Secret/")
 			g.Expect(retained).To(BeTrue(), "%s has no controller and is not retained data", k)
 			continue
 		}
