@@ -224,7 +224,7 @@ func TestMembershipIsTheControllerReference(t *testing.T) {
 		st := meta.FindStatusCondition(c.Status.Conditions, controllers.ConditionStalled)
 		g.Expect(st).NotTo(BeNil())
 		g.Expect(st.Message).To(ContainSubstring("fleet-b (NameTaken: a TiledInstance of that name exists and has no controller (made by hand)"))
-		g.Expect(c.Status.ReadyInstances + c.Status.UpdatedInstances).To(BeNumerically("<=", 2), "the impostor is not counted")
+		g.Expect(c.Status.ReadyInstances+c.Status.UpdatedInstances).To(BeNumerically("<=", 2), "the impostor is not counted")
 	}, time.Minute, 100*time.Millisecond).Should(Succeed())
 	g.Expect(exists(t, &tiledv1alpha1.TiledInstance{}, ns, "fleet-a")).To(BeTrue(), "the other beamline goes on")
 	b := getInstance(t, g, ns, "fleet-b")

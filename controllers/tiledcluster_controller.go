@@ -9,8 +9,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"time"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"

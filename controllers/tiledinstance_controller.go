@@ -41,7 +41,6 @@ import (
 	"github.com/bluesky/tiled-operator/controllers/podstatus"
 	"github.com/bluesky/tiled-operator/expansion"
 	"github.com/bluesky/tiled-operator/render"
-	"github.com/bluesky/tiled-operator/webhooks"
 )
 
 // The children: read from the cache (list, watch; never a get), written with server-side apply
@@ -201,7 +200,6 @@ func (r *TiledInstanceReconciler) concurrency() int {
 	}
 	return 4
 }
-
 
 // unownedDeleted passes the deletion of an object without a controller reference.
 var unownedDeleted = predicate.Funcs{
@@ -533,7 +531,7 @@ func setDatabaseCondition(status *tiledv1alpha1.TiledInstanceStatus, generation 
 
 // expanded returns the instance with a complete spec: as stored when a cluster stamped it out;
 // for a standalone instance, expanded again here from its own fields and its profiles as they are
-// now (the mutating webhook's Reexpand), so that it follows profile changes and works without the
+// now (expansion.Reexpand, as the mutating webhook does), so that it follows profile changes and works without the
 // webhook. The result is not written back.
 func (r *TiledInstanceReconciler) expanded(ctx context.Context, ti *tiledv1alpha1.TiledInstance) (*tiledv1alpha1.TiledInstance, error) {
 	if metav1.GetControllerOf(ti) != nil {
@@ -543,7 +541,7 @@ func (r *TiledInstanceReconciler) expanded(ctx context.Context, ti *tiledv1alpha
 	if err := r.Client.List(ctx, &list, client.InNamespace(ti.Namespace)); err != nil {
 		return nil, err
 	}
-	return webhooks.Reexpand(ti, nil, list.Items, r.Builtins)
+	return expansion.Reexpand(ti, nil, list.Items, r.Builtins)
 }
 
 // clusterPaused reports whether the instance's TiledCluster is paused: then nothing is written.

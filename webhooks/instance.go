@@ -137,7 +137,7 @@ type infraError struct{ err error }
 
 func (e *infraError) Error() string { return e.err.Error() }
 
-// Expand returns obj expanded with Reexpand, over the profiles of its namespace in the cache (and,
+// Expand returns obj expanded with expansion.Reexpand, over the profiles of its namespace in the cache (and,
 // when the cache has none the selector matches, or none that allows what the instance sets, those
 // the API server lists).
 func (h *InstanceDefaulter) Expand(ctx context.Context, obj, old *v1alpha1.TiledInstance) (*v1alpha1.TiledInstance, error) {
@@ -145,80 +145,16 @@ func (h *InstanceDefaulter) Expand(ctx context.Context, obj, old *v1alpha1.Tiled
 	if err != nil {
 		return nil, err
 	}
-	out, err := Reexpand(obj, old, candidates, h.Builtins)
+	out, err := expansion.Reexpand(obj, old, candidates, h.Builtins)
 	var none *profiles.NoProfilesError
 	var notAllowed *expansion.NotAllowedError
 	if (errors.As(err, &none) || errors.As(err, &notAllowed)) && h.APIReader != nil {
 		if candidates, err = h.profiles(ctx, h.APIReader, obj.Namespace); err != nil {
 			return nil, err
 		}
-		out, err = Reexpand(obj, old, candidates, h.Builtins)
+		out, err = expansion.Reexpand(obj, old, candidates, h.Builtins)
 	}
 	return out, err
-}
-
-// Reexpand expands a standalone TiledInstance over candidates (the TiledProfiles of its
-// namespace), as the mutating webhook does; old is the stored object on an update, or nil. An
-// instance already expanded (with provenance) is expanded again from the fields it sets itself, so
-// that admitting it again changes nothing:
-//
-//   - leaves whose provenance is "instance" (or "instance (expression)");
-//   - leaves without provenance (added since it was expanded);
-//   - on an update, leaves whose value differs from old (edited since).
-//
-// A value that the instance's own expression computed is dropped when the expression is in the
-// object again (kubectl apply of the terse file merges the two): the expression computes it anew.
-// Every other leaf came from the built-in defaults or a profile and is taken from them again, so
-// that it follows them. The engine's idempotence (expanding an expansion gives the same spec) makes
-// the result equal to obj when nothing changed; a value computed by the instance's own expression
-// keeps its " (expression)" mark. kubectl-tiled diff uses it to show what a profile change does to
-// standalone instances.
-func Reexpand(obj, old *v1alpha1.TiledInstance, candidates []v1alpha1.TiledProfile, builtins expansion.Builtins) (*v1alpha1.TiledInstance, error) {
-	own := obj.DeepCopy()
-	edited := map[string]bool{}
-	if len(obj.Provenance) > 0 {
-		oldValues := map[string]string{}
-		if old != nil {
-			if fields, err := expansion.Why(old, "spec"); err == nil {
-				for _, f := range fields {
-					oldValues[f.Path] = f.Value
-				}
-			}
-		}
-		leaves := map[string]bool{}
-		if fields, err := expansion.Why(obj, "spec"); err == nil {
-			for _, f := range fields {
-				leaves[f.Path] = true
-			}
-		}
-		spec, err := expansion.Restrict(obj, func(f expansion.FieldSource) bool {
-			if f.Source == expansion.SourceInstance+expansion.ExpressionSuffix && leaves[f.Path+"Expression"] {
-				return false
-			}
-			changed := old != nil && oldValues[f.Path] != f.Value
-			if changed {
-				edited[f.Path] = true
-			}
-			return changed || f.Source == "" || f.Source == expansion.SourceInstance ||
-				f.Source == expansion.SourceInstance+expansion.ExpressionSuffix
-		})
-		if err != nil {
-			return nil, err
-		}
-		own.Spec = *spec
-		own.Spec.ProfileSelector = obj.Spec.ProfileSelector
-		own.Provenance = nil
-	}
-	out, err := expansion.ExpandInstance(own, candidates, builtins)
-	if err != nil {
-		return nil, err
-	}
-	for path, src := range out.Provenance {
-		if src == expansion.SourceInstance && obj.Provenance[path] == expansion.SourceInstance+expansion.ExpressionSuffix && !edited[path] {
-			out.Provenance[path] = obj.Provenance[path]
-		}
-	}
-	return out, nil
 }
 
 func (h *InstanceDefaulter) profiles(ctx context.Context, r client.Reader, namespace string) ([]v1alpha1.TiledProfile, error) {
@@ -313,7 +249,7 @@ func (h *InstanceValidator) checkExpanded(ctx context.Context, req admission.Req
 		if err := r.List(ctx, &list, client.InNamespace(obj.Namespace)); err != nil {
 			return nil, &infraError{err}
 		}
-		return Reexpand(obj, old, list.Items, h.Builtins)
+		return expansion.Reexpand(obj, old, list.Items, h.Builtins)
 	}
 	expanded, err := expand(h.Reader)
 	if err != nil && instancesFault(err) && h.APIReader != nil {

@@ -80,4 +80,3 @@ func prefixed(prefix string, ws []string) []string {
 	}
 	return out
 }
-

@@ -19,7 +19,6 @@ import (
 	"github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/expansion"
 	"github.com/bluesky/tiled-operator/profiles"
-	"github.com/bluesky/tiled-operator/webhooks"
 )
 
 // Field managers of the dry runs: the operator's own for the instances (as its controller applies
@@ -265,7 +264,7 @@ func (o *diffOptions) diffNamespace(ctx context.Context, c client.Client, ns str
 	for _, key := range slices.SortedFunc(maps.Keys(affectedInstances), func(a, b types.NamespacedName) int { return strings.Compare(a.Name, b.Name) }) {
 		i := slices.IndexFunc(liveInstances.Items, func(q v1alpha1.TiledInstance) bool { return q.Name == key.Name })
 		live := &liveInstances.Items[i]
-		desired, err := webhooks.Reexpand(live, nil, candidates, expansion.DefaultBuiltins())
+		desired, err := expansion.Reexpand(live, nil, candidates, expansion.DefaultBuiltins())
 		if err != nil {
 			return nil, fmt.Errorf("TiledInstance %s/%s would not expand: %w", ns, live.Name, err)
 		}

@@ -572,7 +572,9 @@ func testChildrenDeleted(t *testing.T, g Gomega) {
 	g.Eventually(func(g Gomega) { checkFleet(t, g, c) }).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
 	g.Expect(fleet.WaitQuiet(ctxT(t), op.Traffic, 2*time.Second, time.Minute)).To(Succeed())
 	d := op.Traffic.Snapshot().Sub(before)
-	objectWrites := d.Sum(func(k traffic.Key) bool { return k.IsWrite() && !strings.HasSuffix(k.Resource, "/status") && k.Resource != "events" })
+	objectWrites := d.Sum(func(k traffic.Key) bool {
+		return k.IsWrite() && !strings.HasSuffix(k.Resource, "/status") && k.Resource != "events"
+	})
 	t.Logf("%d children deleted when quiet came back with %d object writes", n, objectWrites)
 	g.Expect(objectWrites).To(BeNumerically("==", n), "one write per deleted child:\n%s", d)
 }
@@ -596,7 +598,7 @@ func testBeamlineReadded(t *testing.T, g Gomega) {
 	g.Eventually(func() bool {
 		err := env.Client.Get(ctxT(t), client.ObjectKey{Namespace: ns, Name: "nsls2-" + gone}, &tiledv1alpha1.TiledInstance{})
 		return apierrors.IsNotFound(err)
-	}).WithTimeout(2*time.Minute).WithPolling(time.Second).Should(BeTrue())
+	}).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(BeTrue())
 	checkClaims(t, g, ns, claims, nil)
 
 	cl = getCluster(t, g, ns)
