@@ -36,7 +36,8 @@ type TiledInstanceStatus struct {
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 
 	// Conditions: Ready, Reconciling and Stalled (read by kstatus, ArgoCD and Flux); DatabaseReady
-	// for a managed database; ExternalEdits while another writer manages fields of a child object.
+	// for a managed database; ExternalEdits while another writer manages fields of a child object;
+	// IngressEnabled=False while the ingress has a host but enabled is not set (no Ingress is created).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
