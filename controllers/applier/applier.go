@@ -154,7 +154,7 @@ func (a *Applier) token(managed []metav1.ManagedFieldsEntry) string {
 		case mf.Subresource != "":
 		case mf.Manager == a.owner:
 			if mf.FieldsV1 != nil {
-				b.Write(Fingerprint(mf.FieldsV1.Raw))
+				b.Write(Fingerprint(mf.FieldsV1.GetRawBytes()))
 			}
 			b.WriteString("@" + mf.APIVersion)
 		case !a.trusted[mf.Manager] && !systemManagers[mf.Manager]:
@@ -200,7 +200,7 @@ func SlimManagedFields(owner string) func(any) (any, error) {
 					continue
 				}
 				if mf[i].Manager == owner && mf[i].Subresource == "" {
-					mf[i].FieldsV1 = &metav1.FieldsV1{Raw: Fingerprint(mf[i].FieldsV1.Raw)}
+					mf[i].FieldsV1 = metav1.NewFieldsV1(string(Fingerprint(mf[i].FieldsV1.GetRawBytes())))
 				} else {
 					mf[i].FieldsV1 = nil
 				}

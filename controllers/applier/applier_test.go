@@ -40,7 +40,7 @@ func (s *server) Apply(_ context.Context, ac runtime.ApplyConfiguration, opts ..
 	o.SetResourceVersion(fmt.Sprint(s.rv))
 	o.SetManagedFields([]metav1.ManagedFieldsEntry{{
 		Manager: "tiled-operator", Operation: metav1.ManagedFieldsOperationApply, APIVersion: "v1",
-		FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":` + string(fields) + `}`)},
+		FieldsV1: metav1.NewFieldsV1(`{"f:spec":` + string(fields) + `}`),
 	}})
 	s.objects[o.GetName()] = o
 	u.SetUnstructuredContent(o.DeepCopy().Object)
@@ -127,7 +127,7 @@ func TestApplyDecisions(t *testing.T) {
 			{value: "1", current: func(s *server) client.Object {
 				return edited(s.cached("a"), "kubectl-edit", func(u *unstructured.Unstructured) {
 					mf := u.GetManagedFields()
-					mf[0].FieldsV1 = &metav1.FieldsV1{Raw: []byte(`{"f:spec":{}}`)}
+					mf[0].FieldsV1 = metav1.NewFieldsV1(`{"f:spec":{}}`)
 					u.SetManagedFields(mf)
 				})
 			}, sent: true},
