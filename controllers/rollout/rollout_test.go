@@ -46,31 +46,31 @@ func TestMake(t *testing.T) {
 			name:    "ready instances that need a change: maxUnavailable at a time, in order",
 			desired: []Instance{stale, stale, stale, stale}, max: 2,
 			actions: []Action{Apply, Apply, Wait, Wait}, ready: []bool{false, false, false, false},
-			counts:  [4]int{0, 2, 0, 0},
+			counts: [4]int{0, 2, 0, 0},
 		},
 		{
 			name:    "instances already unavailable spend the budget and are applied anyway",
 			desired: []Instance{down, stale, stale}, max: 1,
 			actions: []Action{Apply, Wait, Wait}, ready: []bool{false, false, false},
-			counts:  [4]int{1, 2, 0, 0},
+			counts: [4]int{1, 2, 0, 0},
 		},
 		{
 			name:    "an up-to-date instance not ready yet counts as unavailable",
 			desired: []Instance{downNew, stale, stale}, max: 2,
 			actions: []Action{Apply, Apply, Wait}, ready: []bool{false, false, false},
-			counts:  [4]int{1, 1, 0, 0},
+			counts: [4]int{1, 1, 0, 0},
 		},
 		{
 			name:    "more unavailable than the budget: ready instances all wait",
 			desired: []Instance{down, down, stale}, max: 1,
 			actions: []Action{Apply, Apply, Wait}, ready: []bool{false, false, false},
-			counts:  [4]int{2, 1, 0, 0},
+			counts: [4]int{2, 1, 0, 0},
 		},
 		{
 			name:    "held instances are left, neither unavailable nor spending the budget",
 			desired: []Instance{heldDown, heldUp, stale}, max: 1,
 			actions: []Action{Hold, Hold, Apply}, ready: []bool{false, true, false},
-			counts:  [4]int{0, 0, 2, 0},
+			counts: [4]int{0, 0, 2, 0},
 		},
 		{
 			name:    "a hold protects only an instance that exists and differs",
@@ -81,13 +81,13 @@ func TestMake(t *testing.T) {
 			name:    "a name another owner holds is refused, not counted, not a member",
 			desired: []Instance{foreign, stale}, max: 1,
 			actions: []Action{Refuse, Apply}, ready: []bool{false, false},
-			counts:  [4]int{0, 0, 0, 1},
+			counts: [4]int{0, 0, 0, 1},
 		},
 		{
 			name:    "a foreign instance that is not ready takes nothing from the budget",
 			desired: []Instance{{Exists: true, Foreign: "is controlled by TiledCluster other"}, stale}, max: 1,
 			actions: []Action{Refuse, Apply}, ready: []bool{false, false},
-			counts:  [4]int{0, 0, 0, 1},
+			counts: [4]int{0, 0, 0, 1},
 		},
 	}
 	for _, tc := range cases {
