@@ -241,9 +241,8 @@ func (r *TiledClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		reason := expansionReason(err)
 		logger.Info("expansion failed; instances left as they were", "reason", reason, "error", err.Error())
 		setCondition(&status.Conditions, cluster.Generation, ConditionProfilesResolved, metav1.ConditionFalse, reason, err.Error())
-		setCondition(&status.Conditions, cluster.Generation, ConditionStalled, metav1.ConditionTrue, reason, err.Error())
+		setStalled(&status.Conditions, cluster.Generation, reason, err.Error())
 		setCondition(&status.Conditions, cluster.Generation, ConditionReady, metav1.ConditionFalse, reason, "the cluster cannot be expanded: "+err.Error())
-		removeCondition(&status.Conditions, ConditionReconciling)
 		sent, werr := r.writeStatus(ctx, cluster, status)
 		// Events mark transitions only: sent once, when the status that records them is written.
 		if c, changed := transitioned(cluster.Status.Conditions, status.Conditions, ConditionProfilesResolved); changed && sent {
@@ -365,32 +364,24 @@ func (r *TiledClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	stalled := stalledMembers(cluster.Name, total, members, refused)
 	switch {
 	case stalled != "":
-		removeCondition(&status.Conditions, ConditionReconciling)
-		setCondition(&status.Conditions, cluster.Generation, ConditionStalled, metav1.ConditionTrue, ReasonInstancesStalled, stalled)
-		setCondition(&status.Conditions, cluster.Generation, ConditionReady, metav1.ConditionFalse, ReasonInstancesStalled, stalled)
+		setStalled(&status.Conditions, cluster.Generation, ReasonInstancesStalled, stalled)
 	case pending > 0:
 		msg := fmt.Sprintf("rolling out: %d of %d instances updated, %d waiting (maxUnavailable %d)", int(status.UpdatedInstances), total, pending, plan.MaxUnavailable)
 		if heldMsg != "" {
 			msg += "; " + heldMsg
 		}
-		setCondition(&status.Conditions, cluster.Generation, ConditionReconciling, metav1.ConditionTrue, ReasonRollingOut, msg)
-		setCondition(&status.Conditions, cluster.Generation, ConditionReady, metav1.ConditionFalse, ReasonRollingOut, msg)
+		setReconciling(&status.Conditions, cluster.Generation, ReasonRollingOut, msg)
 	case int(status.ReadyInstances) < total:
 		msg := fmt.Sprintf("%d of %d instances ready", status.ReadyInstances, total)
 		if heldMsg != "" {
 			msg = heldMsg + "; " + msg
 		}
-		setCondition(&status.Conditions, cluster.Generation, ConditionReconciling, metav1.ConditionTrue, ReasonWaitingForReady, msg)
-		setCondition(&status.Conditions, cluster.Generation, ConditionReady, metav1.ConditionFalse, ReasonWaitingForReady, msg)
+		setReconciling(&status.Conditions, cluster.Generation, ReasonWaitingForReady, msg)
 	case len(held) > 0:
 		// A hold is deliberate, not progress: the cluster is Ready, and says what it holds back.
-		removeCondition(&status.Conditions, ConditionReconciling)
-		setCondition(&status.Conditions, cluster.Generation, ConditionReady, metav1.ConditionTrue, ReasonInstancesHeld,
-			fmt.Sprintf("%s; %d of %d ready", heldMsg, status.ReadyInstances, total))
+		setReady(&status.Conditions, cluster.Generation, ReasonInstancesHeld, fmt.Sprintf("%s; %d of %d ready", heldMsg, status.ReadyInstances, total))
 	default:
-		removeCondition(&status.Conditions, ConditionReconciling)
-		setCondition(&status.Conditions, cluster.Generation, ConditionReady, metav1.ConditionTrue, ReasonAllReady,
-			fmt.Sprintf("all %d instances ready", total))
+		setReady(&status.Conditions, cluster.Generation, ReasonAllReady, fmt.Sprintf("all %d instances ready", total))
 	}
 	for _, p := range pruned {
 		r.Recorder.Eventf(cluster, nil, corev1.EventTypeNormal, "InstanceRemoved", "Prune",
