@@ -688,7 +688,6 @@ func instanceObject(cluster *tiledv1alpha1.TiledCluster, ti *tiledv1alpha1.Tiled
 	return &unstructured.Unstructured{Object: obj}, hash, nil
 }
 
-// instanceReady reports whether an instance is Ready at its current generation.
 // foreignOwner says who holds an instance this cluster does not control.
 func foreignOwner(ref *metav1.OwnerReference) string {
 	if ref == nil {
@@ -729,6 +728,7 @@ func trimMessage(s string, n int) string {
 	return s[:n] + "…"
 }
 
+// instanceReady reports whether an instance is Ready at its current generation.
 func instanceReady(ti *tiledv1alpha1.TiledInstance) bool {
 	c := meta.FindStatusCondition(ti.Status.Conditions, ConditionReady)
 	return c != nil && c.Status == metav1.ConditionTrue && ti.Status.ObservedGeneration == ti.Generation
