@@ -20,7 +20,8 @@ type TiledInstanceStatusApplyConfiguration struct {
 	// ObservedGeneration is the generation of the instance this status describes.
 	ObservedGeneration *int64 `json:"observedGeneration,omitempty"`
 	// Conditions: Ready, Reconciling and Stalled (read by kstatus, ArgoCD and Flux); DatabaseReady
-	// for a managed database; ExternalEdits while another writer manages fields of a child object.
+	// for a managed database; ExternalEdits while another writer manages fields of a child object;
+	// IngressEnabled=False while the ingress has a host but enabled is not set (no Ingress is created).
 	Conditions []v1.ConditionApplyConfiguration `json:"conditions,omitempty"`
 	// URL at which Tiled is served inside the cluster.
 	URL *string `json:"url,omitempty"`
