@@ -273,17 +273,67 @@ func (r *TiledClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		byName[inNamespace.Items[i].Name] = &inNamespace.Items[i]
 	}
 
-	// What is there for each desired instance, and what the rollout does with it.
+	// What is there for each desired instance, what the rollout does with it, and doing it.
+	observed, current, held, err := expanded.observe(cluster, byName)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	plan := rollout.Make(observed, rollout.MaxUnavailable(rolloutMaxUnavailable(cluster), len(cluster.Spec.Instances)))
+	ready, refused, err := r.carryOut(ctx, req, plan, expanded.intents, current)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+
+	// Prune instances no longer listed: only ours (controller UID checked), with a UID precondition.
+	desired := make(map[string]bool, len(expanded.intents))
+	for _, in := range expanded.intents {
+		desired[in.name] = true
+	}
+	pruned, err := r.prune(ctx, cluster, existing.Items, desired)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+
+	total := len(plan.Decisions)
+	setRolloutStatus(status, cluster, plan, held, ready, current, refused)
+	for _, p := range pruned {
+		r.Recorder.Eventf(cluster, nil, corev1.EventTypeNormal, "InstanceRemoved", "Prune",
+			"instance %s is no longer listed and was deleted", p)
+	}
+	// A name another owner holds is not a change of this cluster's objects: look again now and then
+	// (once a minute, not a hot loop) in case it has gone.
+	var again ctrl.Result
+	if plan.Refused > 0 {
+		again.RequeueAfter = time.Minute
+	}
+	sent, err := r.writeStatus(ctx, cluster, status)
+	if err != nil || !sent {
+		return again, err
+	}
+	if c, changed := transitioned(cluster.Status.Conditions, status.Conditions, ConditionStalled); changed && c.Status == metav1.ConditionTrue {
+		r.Recorder.Eventf(cluster, nil, corev1.EventTypeWarning, c.Reason, "Reconcile", "%s", c.Message)
+	}
+	if c, changed := transitioned(cluster.Status.Conditions, status.Conditions, ConditionProfilesResolved); changed && c.Status == metav1.ConditionTrue {
+		r.Recorder.Eventf(cluster, nil, corev1.EventTypeNormal, ReasonResolved, "Expand", "%s; %d instances", c.Message, total)
+	}
+	if c, changed := transitioned(cluster.Status.Conditions, status.Conditions, ConditionReady); changed && c.Status == metav1.ConditionTrue {
+		r.Recorder.Eventf(cluster, nil, corev1.EventTypeNormal, c.Reason, "Reconcile", "%s", c.Message)
+	}
+	return again, nil
+}
+
+// observe returns, for each intent (in order), what is there: the rollout's view of it, the
+// instance when this cluster controls it, and the status.held entries of held instances (sorted).
+func (m *memo) observe(cluster *tiledv1alpha1.TiledCluster, byName map[string]*tiledv1alpha1.TiledInstance) (
+	[]rollout.Instance, []*tiledv1alpha1.TiledInstance, []tiledv1alpha1.HeldInstance, error) {
 	hold := map[string]bool{}
 	for _, ci := range cluster.Spec.Instances {
 		hold[ci.Name] = ci.Hold
 	}
-	desired := map[string]bool{}
-	observed := make([]rollout.Instance, len(expanded.intents))
-	current := make([]*tiledv1alpha1.TiledInstance, len(expanded.intents))
+	observed := make([]rollout.Instance, len(m.intents))
+	current := make([]*tiledv1alpha1.TiledInstance, len(m.intents))
 	var held []tiledv1alpha1.HeldInstance
-	for i, in := range expanded.intents {
-		desired[in.name] = true
+	for i, in := range m.intents {
 		o := rollout.Instance{Name: in.name}
 		if cur := byName[in.name]; cur != nil {
 			o.Exists = true
@@ -297,9 +347,9 @@ func (r *TiledClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		}
 		// A hold protects an instance that exists; one that does not is created.
 		if hold[in.instance] && current[i] != nil && !o.UpToDate {
-			fields, err := expanded.changedFields(current[i], in)
+			fields, err := m.changedFields(current[i], in)
 			if err != nil {
-				return ctrl.Result{}, fmt.Errorf("comparing the held instance %s with its expansion: %w", in.name, err)
+				return nil, nil, nil, fmt.Errorf("comparing the held instance %s with its expansion: %w", in.name, err)
 			}
 			// A change no field shows (only the expansion hash differs) restarts nothing: applied.
 			if len(fields) > 0 {
@@ -310,8 +360,13 @@ func (r *TiledClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		observed[i] = o
 	}
 	sort.Slice(held, func(i, j int) bool { return held[i].Name < held[j].Name })
+	return observed, current, held, nil
+}
 
-	plan := rollout.Make(observed, rollout.MaxUnavailable(rolloutMaxUnavailable(cluster), len(cluster.Spec.Instances)))
+// carryOut applies the instances the plan says to apply, and returns how many instances count as
+// ready and the ones refused (a name taken, or the API server refusing the object).
+func (r *TiledClusterReconciler) carryOut(ctx context.Context, req ctrl.Request, plan rollout.Plan, intents []intent,
+	current []*tiledv1alpha1.TiledInstance) (int, []string, error) {
 	ready := 0
 	var refused []string
 	for i, d := range plan.Decisions {
@@ -326,7 +381,7 @@ func (r *TiledClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 			continue
 		}
 		// A copy: the applier writes the API server's answer into what it applies.
-		obj := expanded.intents[i].obj.DeepCopy()
+		obj := intents[i].obj.DeepCopy()
 		if _, err := r.Applier.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), curOrNil(current[i]), applier.Group(req.String())); err != nil {
 			if reason := refusal(err); reason != "" {
 				// One beamline the API server refuses (e.g. a value an expression computed that the
@@ -334,19 +389,19 @@ func (r *TiledClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 				refused = append(refused, fmt.Sprintf("%s (%s: %v)", d.Name, reason, trimError(err)))
 				continue
 			}
-			return ctrl.Result{}, err
+			return 0, nil, err
 		}
 		if d.CountsReady {
 			ready++
 		}
 	}
+	return ready, refused, nil
+}
 
-	// Prune instances no longer listed: only ours (controller UID checked), with a UID precondition.
-	pruned, err := r.prune(ctx, cluster, existing.Items, desired)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-
+// setRolloutStatus sets the instance counts, status.held and the Ready, Reconciling and Stalled
+// conditions of a cluster that expanded, from the rollout plan and what carrying it out gave.
+func setRolloutStatus(status *tiledv1alpha1.TiledClusterStatus, cluster *tiledv1alpha1.TiledCluster, plan rollout.Plan,
+	held []tiledv1alpha1.HeldInstance, ready int, current []*tiledv1alpha1.TiledInstance, refused []string) {
 	total, pending := len(plan.Decisions), plan.Pending
 	status.UpdatedInstances = int32(total - pending - plan.Held)
 	status.ReadyInstances = int32(ready)
@@ -383,30 +438,6 @@ func (r *TiledClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	default:
 		setReady(&status.Conditions, cluster.Generation, ReasonAllReady, fmt.Sprintf("all %d instances ready", total))
 	}
-	for _, p := range pruned {
-		r.Recorder.Eventf(cluster, nil, corev1.EventTypeNormal, "InstanceRemoved", "Prune",
-			"instance %s is no longer listed and was deleted", p)
-	}
-	// A name another owner holds is not a change of this cluster's objects: look again now and then
-	// (once a minute, not a hot loop) in case it has gone.
-	var again ctrl.Result
-	if plan.Refused > 0 {
-		again.RequeueAfter = time.Minute
-	}
-	sent, err := r.writeStatus(ctx, cluster, status)
-	if err != nil || !sent {
-		return again, err
-	}
-	if c, changed := transitioned(cluster.Status.Conditions, status.Conditions, ConditionStalled); changed && c.Status == metav1.ConditionTrue {
-		r.Recorder.Eventf(cluster, nil, corev1.EventTypeWarning, c.Reason, "Reconcile", "%s", c.Message)
-	}
-	if c, changed := transitioned(cluster.Status.Conditions, status.Conditions, ConditionProfilesResolved); changed && c.Status == metav1.ConditionTrue {
-		r.Recorder.Eventf(cluster, nil, corev1.EventTypeNormal, ReasonResolved, "Expand", "%s; %d instances", c.Message, total)
-	}
-	if c, changed := transitioned(cluster.Status.Conditions, status.Conditions, ConditionReady); changed && c.Status == metav1.ConditionTrue {
-		r.Recorder.Eventf(cluster, nil, corev1.EventTypeNormal, c.Reason, "Reconcile", "%s", c.Message)
-	}
-	return again, nil
 }
 
 // maxHeldListed and maxHeldFields bound status.held (heldInstances and fieldCount count them all).

@@ -369,43 +369,9 @@ func (r *TiledInstanceReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 
 	// Status from what the cache shows: the StatefulSets' readiness, the pods' statuses, and fields
 	// other writers manage.
-	obs := observedInstance{
-		Generation: ti.Generation, Namespace: ti.Namespace, TiledName: names.Tiled, Replicas: 1,
-		TiledApplied: applied[stsKey(ti.Namespace, names.Tiled)],
-		External:     mode == "External",
-		PostgresPod:  names.Postgres + "-0", PostgresApplied: applied[stsKey(ti.Namespace, names.Postgres)],
-		IngressHostWithoutEnabled: expansion.IngressHostWithoutEnabled(&spec.Spec.InstanceTemplate),
-		ExternalEdits:             r.externalEdits(ctx, applied),
-	}
-	if t := spec.Spec.Tiled; t != nil {
-		obs.Image = &t.Image
-		if t.Replicas != nil {
-			obs.Replicas = *t.Replicas
-		}
-	}
-	if sts := (&appsv1.StatefulSet{}); r.Client.Get(ctx, client.ObjectKey{Namespace: ti.Namespace, Name: names.Tiled}, sts) == nil {
-		obs.Tiled = sts
-	}
-	serverPods, dbPods, err := r.pods(ctx, ti)
+	obs, recheck, err := r.observe(ctx, ti, spec, mode == "External", applied)
 	if err != nil {
 		return ctrl.Result{}, err
-	}
-	grace := r.ProbeGrace
-	if grace == 0 {
-		grace = DefaultProbeGrace
-	}
-	now := time.Now()
-	var recheck time.Duration
-	obs.ServerProblem, recheck = podstatus.Diagnose(serverPods, now, grace)
-	if !obs.External {
-		if pg := (&appsv1.StatefulSet{}); r.Client.Get(ctx, client.ObjectKey{Namespace: ti.Namespace, Name: names.Postgres}, pg) == nil {
-			obs.Postgres = pg
-		}
-		var dbRecheck time.Duration
-		obs.DatabaseProblem, dbRecheck = podstatus.Diagnose(dbPods, now, grace)
-		if dbRecheck > 0 && (recheck == 0 || dbRecheck < recheck) {
-			recheck = dbRecheck
-		}
 	}
 	status = instanceStatus(&ti.Status, obs)
 	logger.V(1).Info("reconciled", "applied", len(applied), "ready", status.ReadyReplicas)
@@ -442,6 +408,54 @@ func (r *TiledInstanceReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 			"%s; operator-owned fields are restored at the next change, other fields are left alone", c.Message)
 	}
 	return result, nil
+}
+
+// observe gathers what the instance's status is computed from (instanceStatus): the StatefulSets
+// from the cache, the generations the applier produced, what the pods' statuses say and the fields
+// other writers manage; and when to look again (a container not ready yet reaches the probe grace
+// period then, with no pod update to say so).
+func (r *TiledInstanceReconciler) observe(ctx context.Context, ti, spec *tiledv1alpha1.TiledInstance, external bool,
+	applied map[applier.Key]int64) (observedInstance, time.Duration, error) {
+	names := render.NamesFor(spec)
+	obs := observedInstance{
+		Generation: ti.Generation, Namespace: ti.Namespace, TiledName: names.Tiled, Replicas: 1,
+		TiledApplied: applied[stsKey(ti.Namespace, names.Tiled)],
+		External:     external,
+		PostgresPod:  names.Postgres + "-0", PostgresApplied: applied[stsKey(ti.Namespace, names.Postgres)],
+		IngressHostWithoutEnabled: expansion.IngressHostWithoutEnabled(&spec.Spec.InstanceTemplate),
+		ExternalEdits:             r.externalEdits(ctx, applied),
+	}
+	if t := spec.Spec.Tiled; t != nil {
+		obs.Image = &t.Image
+		if t.Replicas != nil {
+			obs.Replicas = *t.Replicas
+		}
+	}
+	if sts := (&appsv1.StatefulSet{}); r.Client.Get(ctx, client.ObjectKey{Namespace: ti.Namespace, Name: names.Tiled}, sts) == nil {
+		obs.Tiled = sts
+	}
+	serverPods, dbPods, err := r.pods(ctx, ti)
+	if err != nil {
+		return obs, 0, err
+	}
+	grace := r.ProbeGrace
+	if grace == 0 {
+		grace = DefaultProbeGrace
+	}
+	now := time.Now()
+	var recheck time.Duration
+	obs.ServerProblem, recheck = podstatus.Diagnose(serverPods, now, grace)
+	if !obs.External {
+		if pg := (&appsv1.StatefulSet{}); r.Client.Get(ctx, client.ObjectKey{Namespace: ti.Namespace, Name: names.Postgres}, pg) == nil {
+			obs.Postgres = pg
+		}
+		var dbRecheck time.Duration
+		obs.DatabaseProblem, dbRecheck = podstatus.Diagnose(dbPods, now, grace)
+		if dbRecheck > 0 && (recheck == 0 || dbRecheck < recheck) {
+			recheck = dbRecheck
+		}
+	}
+	return obs, recheck, nil
 }
 
 // pods returns the instance's Tiled pods and database pods from the cache.
