@@ -44,7 +44,6 @@ const (
 	ReasonUnknownField       = "UnknownField"
 	ReasonInvalidField       = "InvalidField"
 	ReasonExpansionFailed    = "ExpansionFailed"
-	ReasonProgressing        = "Progressing"
 	ReasonRollingOut         = "RollingOut"
 	ReasonWaitingForReady    = "WaitingForInstances"
 	ReasonAllReady           = "AllInstancesReady"
@@ -53,9 +52,7 @@ const (
 	ReasonWaitingForDatabase = "WaitingForDatabase"
 	ReasonDatabaseSecret     = "DatabaseSecretInvalid"
 	ReasonRenderFailed       = "RenderFailed"
-	ReasonNoEdits            = "NoExternalEdits"
 	ReasonFieldsManaged      = "FieldsManagedElsewhere"
-	ReasonPaused             = "Paused"
 	ReasonProfileDeleted     = "ProfileDeleted"
 	ReasonChildRefused       = "ChildRefused"
 	// ReasonHostWithoutEnabled: spec.expose.ingress has a host, but enabled is not set.

@@ -33,6 +33,7 @@ import (
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/controllers/applier"
+	"github.com/bluesky/tiled-operator/controllers/rollout"
 	"github.com/bluesky/tiled-operator/expansion"
 	"github.com/bluesky/tiled-operator/profiles"
 )
@@ -240,9 +241,8 @@ func (r *TiledClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		reason := expansionReason(err)
 		logger.Info("expansion failed; instances left as they were", "reason", reason, "error", err.Error())
 		setCondition(&status.Conditions, cluster.Generation, ConditionProfilesResolved, metav1.ConditionFalse, reason, err.Error())
-		setCondition(&status.Conditions, cluster.Generation, ConditionStalled, metav1.ConditionTrue, reason, err.Error())
+		setStalled(&status.Conditions, cluster.Generation, reason, err.Error())
 		setCondition(&status.Conditions, cluster.Generation, ConditionReady, metav1.ConditionFalse, reason, "the cluster cannot be expanded: "+err.Error())
-		removeCondition(&status.Conditions, ConditionReconciling)
 		sent, werr := r.writeStatus(ctx, cluster, status)
 		// Events mark transitions only: sent once, when the status that records them is written.
 		if c, changed := transitioned(cluster.Status.Conditions, status.Conditions, ConditionProfilesResolved); changed && sent {
@@ -273,145 +273,29 @@ func (r *TiledClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		byName[inNamespace.Items[i].Name] = &inNamespace.Items[i]
 	}
 
-	// Desired objects, and which of them differ from what is there.
-	hold := map[string]bool{}
-	for _, ci := range cluster.Spec.Instances {
-		hold[ci.Name] = ci.Hold
+	// What is there for each desired instance, what the rollout does with it, and doing it.
+	observed, current, held, err := expanded.observe(cluster, byName)
+	if err != nil {
+		return ctrl.Result{}, err
 	}
-	type want struct {
-		obj      *unstructured.Unstructured
-		hash     string
-		cur      *tiledv1alpha1.TiledInstance
-		upToDate bool
-		// held: spec.instances[].hold keeps the instance as it is, and its expansion changed.
-		held bool
-		// foreign: a TiledInstance of that name exists and this cluster does not control it.
-		foreign string
-	}
-	wants := make([]want, 0, len(expanded.intents))
-	desired := map[string]bool{}
-	var held []tiledv1alpha1.HeldInstance
-	for _, in := range expanded.intents {
-		desired[in.name] = true
-		// A copy: the applier writes the API server's answer into what it applies.
-		w := want{obj: in.obj.DeepCopy(), hash: in.hash, cur: byName[in.name]}
-		if w.cur != nil {
-			if ref := metav1.GetControllerOf(w.cur); ref == nil || ref.UID != cluster.UID {
-				w.foreign = foreignOwner(ref)
-				w.cur = nil
-			}
-		}
-		w.upToDate = w.cur != nil && w.cur.Annotations[AnnotationExpansionHash] == w.hash
-		// A hold protects an instance that exists; one that does not is created.
-		if hold[in.instance] && w.cur != nil && !w.upToDate {
-			fields, err := expanded.changedFields(w.cur, in)
-			if err != nil {
-				return ctrl.Result{}, fmt.Errorf("comparing the held instance %s with its expansion: %w", in.name, err)
-			}
-			// A change no field shows (only the expansion hash differs) restarts nothing: applied.
-			if len(fields) > 0 {
-				w.held = true
-				held = append(held, heldEntry(cluster.Status.Held, in.name, fields))
-			}
-		}
-		wants = append(wants, w)
-	}
-	sort.Slice(held, func(i, j int) bool { return held[i].Name < held[j].Name })
-
-	// Rollout: new instances and instances that are not ready anyway are applied at once; ready
-	// instances are changed at most maxUnavailable at a time, counting those already unavailable.
-	// Held instances are left as they are: they are neither unavailable nor take from the budget.
-	unavailable := 0
-	for _, w := range wants {
-		if w.cur != nil && !w.held && !instanceReady(w.cur) {
-			unavailable++
-		}
-	}
-	budget := maxUnavailable(cluster) - unavailable
-	ready, pending := 0, 0
-	var refused []string
-	for _, w := range wants {
-		upToDate := w.upToDate
-		if w.foreign != "" {
-			refused = append(refused, fmt.Sprintf("%s (NameTaken: a TiledInstance of that name exists and %s; it is not adopted — rename the beamline or remove that object)", w.obj.GetName(), w.foreign))
-			continue
-		}
-		if w.held {
-			if instanceReady(w.cur) {
-				ready++ // serving, on the spec it had
-			}
-			continue
-		}
-		if w.cur != nil && !upToDate && instanceReady(w.cur) {
-			if budget <= 0 {
-				pending++
-				continue
-			}
-			budget--
-		}
-		if _, err := r.Applier.Apply(ctx, client.ApplyConfigurationFromUnstructured(w.obj), curOrNil(w.cur), applier.Group(req.String())); err != nil {
-			if reason := refusal(err); reason != "" {
-				// One beamline the API server refuses (e.g. a value an expression computed that the
-				// schema rejects) stalls the cluster, naming it; the other beamlines go on.
-				refused = append(refused, fmt.Sprintf("%s (%s: %v)", w.obj.GetName(), reason, trimError(err)))
-				continue
-			}
-			return ctrl.Result{}, err
-		}
-		if upToDate && instanceReady(w.cur) {
-			ready++
-		}
+	plan := rollout.Make(observed, rollout.MaxUnavailable(rolloutMaxUnavailable(cluster), len(cluster.Spec.Instances)))
+	ready, refused, err := r.carryOut(ctx, req, plan, expanded.intents, current)
+	if err != nil {
+		return ctrl.Result{}, err
 	}
 
 	// Prune instances no longer listed: only ours (controller UID checked), with a UID precondition.
+	desired := make(map[string]bool, len(expanded.intents))
+	for _, in := range expanded.intents {
+		desired[in.name] = true
+	}
 	pruned, err := r.prune(ctx, cluster, existing.Items, desired)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 
-	status.UpdatedInstances = int32(len(wants) - pending - len(held))
-	status.ReadyInstances = int32(ready)
-	status.PendingInstances = int32(pending)
-	status.HeldInstances = int32(len(held))
-	status.Held = held[:min(len(held), maxHeldListed)]
-	heldMsg := heldMessage(held)
-	removeCondition(&status.Conditions, ConditionStalled)
-	members := make([]*tiledv1alpha1.TiledInstance, 0, len(wants))
-	for _, w := range wants {
-		if w.cur != nil {
-			members = append(members, w.cur)
-		}
-	}
-	stalled := stalledMembers(cluster.Name, len(wants), members, refused)
-	switch {
-	case stalled != "":
-		removeCondition(&status.Conditions, ConditionReconciling)
-		setCondition(&status.Conditions, cluster.Generation, ConditionStalled, metav1.ConditionTrue, ReasonInstancesStalled, stalled)
-		setCondition(&status.Conditions, cluster.Generation, ConditionReady, metav1.ConditionFalse, ReasonInstancesStalled, stalled)
-	case pending > 0:
-		msg := fmt.Sprintf("rolling out: %d of %d instances updated, %d waiting (maxUnavailable %d)", int(status.UpdatedInstances), len(wants), pending, maxUnavailable(cluster))
-		if heldMsg != "" {
-			msg += "; " + heldMsg
-		}
-		setCondition(&status.Conditions, cluster.Generation, ConditionReconciling, metav1.ConditionTrue, ReasonRollingOut, msg)
-		setCondition(&status.Conditions, cluster.Generation, ConditionReady, metav1.ConditionFalse, ReasonRollingOut, msg)
-	case int(status.ReadyInstances) < len(wants):
-		msg := fmt.Sprintf("%d of %d instances ready", status.ReadyInstances, len(wants))
-		if heldMsg != "" {
-			msg = heldMsg + "; " + msg
-		}
-		setCondition(&status.Conditions, cluster.Generation, ConditionReconciling, metav1.ConditionTrue, ReasonWaitingForReady, msg)
-		setCondition(&status.Conditions, cluster.Generation, ConditionReady, metav1.ConditionFalse, ReasonWaitingForReady, msg)
-	case len(held) > 0:
-		// A hold is deliberate, not progress: the cluster is Ready, and says what it holds back.
-		removeCondition(&status.Conditions, ConditionReconciling)
-		setCondition(&status.Conditions, cluster.Generation, ConditionReady, metav1.ConditionTrue, ReasonInstancesHeld,
-			fmt.Sprintf("%s; %d of %d ready", heldMsg, status.ReadyInstances, len(wants)))
-	default:
-		removeCondition(&status.Conditions, ConditionReconciling)
-		setCondition(&status.Conditions, cluster.Generation, ConditionReady, metav1.ConditionTrue, ReasonAllReady,
-			fmt.Sprintf("all %d instances ready", len(wants)))
-	}
+	total := len(plan.Decisions)
+	setRolloutStatus(status, cluster, plan, held, ready, current, refused)
 	for _, p := range pruned {
 		r.Recorder.Eventf(cluster, nil, corev1.EventTypeNormal, "InstanceRemoved", "Prune",
 			"instance %s is no longer listed and was deleted", p)
@@ -419,10 +303,8 @@ func (r *TiledClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	// A name another owner holds is not a change of this cluster's objects: look again now and then
 	// (once a minute, not a hot loop) in case it has gone.
 	var again ctrl.Result
-	for _, w := range wants {
-		if w.foreign != "" {
-			again.RequeueAfter = time.Minute
-		}
+	if plan.Refused > 0 {
+		again.RequeueAfter = time.Minute
 	}
 	sent, err := r.writeStatus(ctx, cluster, status)
 	if err != nil || !sent {
@@ -432,12 +314,130 @@ func (r *TiledClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		r.Recorder.Eventf(cluster, nil, corev1.EventTypeWarning, c.Reason, "Reconcile", "%s", c.Message)
 	}
 	if c, changed := transitioned(cluster.Status.Conditions, status.Conditions, ConditionProfilesResolved); changed && c.Status == metav1.ConditionTrue {
-		r.Recorder.Eventf(cluster, nil, corev1.EventTypeNormal, ReasonResolved, "Expand", "%s; %d instances", c.Message, len(wants))
+		r.Recorder.Eventf(cluster, nil, corev1.EventTypeNormal, ReasonResolved, "Expand", "%s; %d instances", c.Message, total)
 	}
 	if c, changed := transitioned(cluster.Status.Conditions, status.Conditions, ConditionReady); changed && c.Status == metav1.ConditionTrue {
 		r.Recorder.Eventf(cluster, nil, corev1.EventTypeNormal, c.Reason, "Reconcile", "%s", c.Message)
 	}
 	return again, nil
+}
+
+// observe returns, for each intent (in order), what is there: the rollout's view of it, the
+// instance when this cluster controls it, and the status.held entries of held instances (sorted).
+func (m *memo) observe(cluster *tiledv1alpha1.TiledCluster, byName map[string]*tiledv1alpha1.TiledInstance) (
+	[]rollout.Instance, []*tiledv1alpha1.TiledInstance, []tiledv1alpha1.HeldInstance, error) {
+	hold := map[string]bool{}
+	for _, ci := range cluster.Spec.Instances {
+		hold[ci.Name] = ci.Hold
+	}
+	observed := make([]rollout.Instance, len(m.intents))
+	current := make([]*tiledv1alpha1.TiledInstance, len(m.intents))
+	var held []tiledv1alpha1.HeldInstance
+	for i, in := range m.intents {
+		o := rollout.Instance{Name: in.name}
+		if cur := byName[in.name]; cur != nil {
+			o.Exists = true
+			if ref := metav1.GetControllerOf(cur); ref == nil || ref.UID != cluster.UID {
+				o.Foreign = foreignOwner(ref)
+			} else {
+				current[i] = cur
+				o.UpToDate = cur.Annotations[AnnotationExpansionHash] == in.hash
+				o.Ready = instanceReady(cur)
+			}
+		}
+		// A hold protects an instance that exists; one that does not is created.
+		if hold[in.instance] && current[i] != nil && !o.UpToDate {
+			fields, err := m.changedFields(current[i], in)
+			if err != nil {
+				return nil, nil, nil, fmt.Errorf("comparing the held instance %s with its expansion: %w", in.name, err)
+			}
+			// A change no field shows (only the expansion hash differs) restarts nothing: applied.
+			if len(fields) > 0 {
+				o.Held = true
+				held = append(held, heldEntry(cluster.Status.Held, in.name, fields))
+			}
+		}
+		observed[i] = o
+	}
+	sort.Slice(held, func(i, j int) bool { return held[i].Name < held[j].Name })
+	return observed, current, held, nil
+}
+
+// carryOut applies the instances the plan says to apply, and returns how many instances count as
+// ready and the ones refused (a name taken, or the API server refusing the object).
+func (r *TiledClusterReconciler) carryOut(ctx context.Context, req ctrl.Request, plan rollout.Plan, intents []intent,
+	current []*tiledv1alpha1.TiledInstance) (int, []string, error) {
+	ready := 0
+	var refused []string
+	for i, d := range plan.Decisions {
+		switch d.Action {
+		case rollout.Refuse:
+			refused = append(refused, fmt.Sprintf("%s (NameTaken: a TiledInstance of that name exists and %s; it is not adopted — rename the beamline or remove that object)", d.Name, d.Foreign))
+			continue
+		case rollout.Hold, rollout.Wait:
+			if d.CountsReady {
+				ready++ // held: serving, on the spec it had
+			}
+			continue
+		}
+		// A copy: the applier writes the API server's answer into what it applies.
+		obj := intents[i].obj.DeepCopy()
+		if _, err := r.Applier.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), curOrNil(current[i]), applier.Group(req.String())); err != nil {
+			if reason := refusal(err); reason != "" {
+				// One beamline the API server refuses (e.g. a value an expression computed that the
+				// schema rejects) stalls the cluster, naming it; the other beamlines go on.
+				refused = append(refused, fmt.Sprintf("%s (%s: %v)", d.Name, reason, trimError(err)))
+				continue
+			}
+			return 0, nil, err
+		}
+		if d.CountsReady {
+			ready++
+		}
+	}
+	return ready, refused, nil
+}
+
+// setRolloutStatus sets the instance counts, status.held and the Ready, Reconciling and Stalled
+// conditions of a cluster that expanded, from the rollout plan and what carrying it out gave.
+func setRolloutStatus(status *tiledv1alpha1.TiledClusterStatus, cluster *tiledv1alpha1.TiledCluster, plan rollout.Plan,
+	held []tiledv1alpha1.HeldInstance, ready int, current []*tiledv1alpha1.TiledInstance, refused []string) {
+	total, pending := len(plan.Decisions), plan.Pending
+	status.UpdatedInstances = int32(total - pending - plan.Held)
+	status.ReadyInstances = int32(ready)
+	status.PendingInstances = int32(pending)
+	status.HeldInstances = int32(len(held))
+	status.Held = held[:min(len(held), maxHeldListed)]
+	heldMsg := heldMessage(held)
+	removeCondition(&status.Conditions, ConditionStalled)
+	members := make([]*tiledv1alpha1.TiledInstance, 0, total)
+	for _, cur := range current {
+		if cur != nil {
+			members = append(members, cur)
+		}
+	}
+	stalled := stalledMembers(cluster.Name, total, members, refused)
+	switch {
+	case stalled != "":
+		setStalled(&status.Conditions, cluster.Generation, ReasonInstancesStalled, stalled)
+	case pending > 0:
+		msg := fmt.Sprintf("rolling out: %d of %d instances updated, %d waiting (maxUnavailable %d)", int(status.UpdatedInstances), total, pending, plan.MaxUnavailable)
+		if heldMsg != "" {
+			msg += "; " + heldMsg
+		}
+		setReconciling(&status.Conditions, cluster.Generation, ReasonRollingOut, msg)
+	case int(status.ReadyInstances) < total:
+		msg := fmt.Sprintf("%d of %d instances ready", status.ReadyInstances, total)
+		if heldMsg != "" {
+			msg = heldMsg + "; " + msg
+		}
+		setReconciling(&status.Conditions, cluster.Generation, ReasonWaitingForReady, msg)
+	case len(held) > 0:
+		// A hold is deliberate, not progress: the cluster is Ready, and says what it holds back.
+		setReady(&status.Conditions, cluster.Generation, ReasonInstancesHeld, fmt.Sprintf("%s; %d of %d ready", heldMsg, status.ReadyInstances, total))
+	default:
+		setReady(&status.Conditions, cluster.Generation, ReasonAllReady, fmt.Sprintf("all %d instances ready", total))
+	}
 }
 
 // maxHeldListed and maxHeldFields bound status.held (heldInstances and fieldCount count them all).
@@ -719,7 +719,6 @@ func instanceObject(cluster *tiledv1alpha1.TiledCluster, ti *tiledv1alpha1.Tiled
 	return &unstructured.Unstructured{Object: obj}, hash, nil
 }
 
-// instanceReady reports whether an instance is Ready at its current generation.
 // foreignOwner says who holds an instance this cluster does not control.
 func foreignOwner(ref *metav1.OwnerReference) string {
 	if ref == nil {
@@ -760,21 +759,18 @@ func trimMessage(s string, n int) string {
 	return s[:n] + "…"
 }
 
+// instanceReady reports whether an instance is Ready at its current generation.
 func instanceReady(ti *tiledv1alpha1.TiledInstance) bool {
 	c := meta.FindStatusCondition(ti.Status.Conditions, ConditionReady)
 	return c != nil && c.Status == metav1.ConditionTrue && ti.Status.ObservedGeneration == ti.Generation
 }
 
-func maxUnavailable(cluster *tiledv1alpha1.TiledCluster) int {
-	total := len(cluster.Spec.Instances)
-	if cluster.Spec.Rollout == nil || cluster.Spec.Rollout.MaxUnavailable == nil {
-		return 1
+// rolloutMaxUnavailable is spec.rollout.maxUnavailable, nil when unset.
+func rolloutMaxUnavailable(cluster *tiledv1alpha1.TiledCluster) *intstr.IntOrString {
+	if cluster.Spec.Rollout == nil {
+		return nil
 	}
-	n, err := intstr.GetScaledValueFromIntOrPercent(cluster.Spec.Rollout.MaxUnavailable, total, true)
-	if err != nil || n < 1 {
-		return 1
-	}
-	return n
+	return cluster.Spec.Rollout.MaxUnavailable
 }
 
 func asConflict(err error) (*expansion.ConflictError, bool) {

@@ -367,95 +367,13 @@ func (r *TiledInstanceReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 		return ctrl.Result{}, err
 	}
 
-	// Status from the cache: the StatefulSets' readiness, the pods' statuses, and fields other
-	// writers manage.
-	sts := &appsv1.StatefulSet{}
-	stsFound := r.Client.Get(ctx, client.ObjectKey{Namespace: ti.Namespace, Name: names.Tiled}, sts) == nil
-	replicas := int32(1)
-	if spec.Spec.Tiled != nil && spec.Spec.Tiled.Replicas != nil {
-		replicas = *spec.Spec.Tiled.Replicas
-	}
-	status.ReadyReplicas = 0
-	if stsFound {
-		status.ReadyReplicas = sts.Status.ReadyReplicas
-		// The cache may not have caught up with the spec just applied: its status is then the old one.
-		sts.Generation = max(sts.Generation, applied[stsKey(ti.Namespace, names.Tiled)])
-	}
-	status.URL = fmt.Sprintf("http://%s.%s.svc:8000", names.Tiled, ti.Namespace)
-	if spec.Spec.Tiled != nil {
-		status.Image = spec.Spec.Tiled.Image
-	}
-	serverPods, dbPods, err := r.pods(ctx, ti)
+	// Status from what the cache shows: the StatefulSets' readiness, the pods' statuses, and fields
+	// other writers manage.
+	obs, recheck, err := r.observe(ctx, ti, spec, mode == "External", applied)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	grace := r.ProbeGrace
-	if grace == 0 {
-		grace = DefaultProbeGrace
-	}
-	now := time.Now()
-	serverProblem, recheck := podstatus.Diagnose(serverPods, now, grace)
-	dbReady := mode == "External"
-	var dbProblem *podstatus.Problem
-	if mode == "Managed" {
-		pg := &appsv1.StatefulSet{}
-		if r.Client.Get(ctx, client.ObjectKey{Namespace: ti.Namespace, Name: names.Postgres}, pg) == nil {
-			pg.Generation = max(pg.Generation, applied[stsKey(ti.Namespace, names.Postgres)])
-			dbReady = statefulSetReady(pg, 1)
-		}
-		var dbRecheck time.Duration
-		dbProblem, dbRecheck = podstatus.Diagnose(dbPods, now, grace)
-		if dbRecheck > 0 && (recheck == 0 || dbRecheck < recheck) {
-			recheck = dbRecheck
-		}
-		setDatabaseCondition(status, ti.Generation, dbReady, dbProblem, names.Postgres+"-0")
-	} else {
-		removeCondition(&status.Conditions, ConditionDatabaseReady)
-	}
-	status.Database = &tiledv1alpha1.DatabaseStatus{Mode: mode, Ready: dbReady}
-	serverReady := stsFound && statefulSetReady(sts, replicas)
-
-	// A pod failure that will not mend by itself stalls the instance; everything was applied all the
-	// same, and nothing is deleted.
-	var stall *podstatus.Problem
-	switch {
-	case !dbReady && dbProblem != nil && dbProblem.Stalled:
-		stall = dbProblem
-	case !serverReady && serverProblem != nil && serverProblem.Stalled:
-		stall = serverProblem
-	}
-	removeCondition(&status.Conditions, ConditionStalled)
-	switch {
-	case stall != nil:
-		removeCondition(&status.Conditions, ConditionReconciling)
-		setCondition(&status.Conditions, ti.Generation, ConditionStalled, metav1.ConditionTrue, stall.Reason, stall.Message)
-		setCondition(&status.Conditions, ti.Generation, ConditionReady, metav1.ConditionFalse, stall.Reason, stall.Message)
-	case !dbReady:
-		c := meta.FindStatusCondition(status.Conditions, ConditionDatabaseReady)
-		setCondition(&status.Conditions, ti.Generation, ConditionReconciling, metav1.ConditionTrue, c.Reason, c.Message)
-		setCondition(&status.Conditions, ti.Generation, ConditionReady, metav1.ConditionFalse, c.Reason, c.Message)
-	case !serverReady:
-		reason, msg := ReasonWaitingForPods, fmt.Sprintf("%d of %d Tiled pods ready", status.ReadyReplicas, replicas)
-		if serverProblem != nil {
-			reason, msg = serverProblem.Reason, msg+": "+serverProblem.Message
-		}
-		setCondition(&status.Conditions, ti.Generation, ConditionReconciling, metav1.ConditionTrue, reason, msg)
-		setCondition(&status.Conditions, ti.Generation, ConditionReady, metav1.ConditionFalse, reason, msg)
-	default:
-		removeCondition(&status.Conditions, ConditionReconciling)
-		setCondition(&status.Conditions, ti.Generation, ConditionReady, metav1.ConditionTrue, ReasonReady, fmt.Sprintf("Tiled serves at %s", status.URL))
-	}
-	if expansion.IngressHostWithoutEnabled(&spec.Spec.InstanceTemplate) {
-		setCondition(&status.Conditions, ti.Generation, ConditionIngressEnabled, metav1.ConditionFalse, ReasonHostWithoutEnabled,
-			"spec.expose.ingress has a host but enabled is not set: no Ingress is created; set enabled: true to expose Tiled at that host, or false to say it is meant")
-	} else {
-		removeCondition(&status.Conditions, ConditionIngressEnabled)
-	}
-	if edits := r.externalEdits(ctx, applied); edits != "" {
-		setCondition(&status.Conditions, ti.Generation, ConditionExternalEdits, metav1.ConditionTrue, ReasonFieldsManaged, edits)
-	} else {
-		removeCondition(&status.Conditions, ConditionExternalEdits)
-	}
+	status = instanceStatus(&ti.Status, obs)
 	logger.V(1).Info("reconciled", "applied", len(applied), "ready", status.ReadyReplicas)
 	var result ctrl.Result
 	if mode == "External" {
@@ -490,6 +408,54 @@ func (r *TiledInstanceReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 			"%s; operator-owned fields are restored at the next change, other fields are left alone", c.Message)
 	}
 	return result, nil
+}
+
+// observe gathers what the instance's status is computed from (instanceStatus): the StatefulSets
+// from the cache, the generations the applier produced, what the pods' statuses say and the fields
+// other writers manage; and when to look again (a container not ready yet reaches the probe grace
+// period then, with no pod update to say so).
+func (r *TiledInstanceReconciler) observe(ctx context.Context, ti, spec *tiledv1alpha1.TiledInstance, external bool,
+	applied map[applier.Key]int64) (observedInstance, time.Duration, error) {
+	names := render.NamesFor(spec)
+	obs := observedInstance{
+		Generation: ti.Generation, Namespace: ti.Namespace, TiledName: names.Tiled, Replicas: 1,
+		TiledApplied: applied[stsKey(ti.Namespace, names.Tiled)],
+		External:     external,
+		PostgresPod:  names.Postgres + "-0", PostgresApplied: applied[stsKey(ti.Namespace, names.Postgres)],
+		IngressHostWithoutEnabled: expansion.IngressHostWithoutEnabled(&spec.Spec.InstanceTemplate),
+		ExternalEdits:             r.externalEdits(ctx, applied),
+	}
+	if t := spec.Spec.Tiled; t != nil {
+		obs.Image = &t.Image
+		if t.Replicas != nil {
+			obs.Replicas = *t.Replicas
+		}
+	}
+	if sts := (&appsv1.StatefulSet{}); r.Client.Get(ctx, client.ObjectKey{Namespace: ti.Namespace, Name: names.Tiled}, sts) == nil {
+		obs.Tiled = sts
+	}
+	serverPods, dbPods, err := r.pods(ctx, ti)
+	if err != nil {
+		return obs, 0, err
+	}
+	grace := r.ProbeGrace
+	if grace == 0 {
+		grace = DefaultProbeGrace
+	}
+	now := time.Now()
+	var recheck time.Duration
+	obs.ServerProblem, recheck = podstatus.Diagnose(serverPods, now, grace)
+	if !obs.External {
+		if pg := (&appsv1.StatefulSet{}); r.Client.Get(ctx, client.ObjectKey{Namespace: ti.Namespace, Name: names.Postgres}, pg) == nil {
+			obs.Postgres = pg
+		}
+		var dbRecheck time.Duration
+		obs.DatabaseProblem, dbRecheck = podstatus.Diagnose(dbPods, now, grace)
+		if dbRecheck > 0 && (recheck == 0 || dbRecheck < recheck) {
+			recheck = dbRecheck
+		}
+	}
+	return obs, recheck, nil
 }
 
 // pods returns the instance's Tiled pods and database pods from the cache.
@@ -885,9 +851,7 @@ func (r *TiledInstanceReconciler) currentByKey(ctx context.Context, k applier.Ke
 // stalled reports a failure that needs a person: Stalled=True, Ready=False, no Reconciling. The
 // objects already applied stay as they are.
 func (r *TiledInstanceReconciler) stalled(ctx context.Context, ti *tiledv1alpha1.TiledInstance, status *tiledv1alpha1.TiledInstanceStatus, reason, msg string) error {
-	removeCondition(&status.Conditions, ConditionReconciling)
-	setCondition(&status.Conditions, ti.Generation, ConditionStalled, metav1.ConditionTrue, reason, msg)
-	setCondition(&status.Conditions, ti.Generation, ConditionReady, metav1.ConditionFalse, reason, msg)
+	setStalled(&status.Conditions, ti.Generation, reason, msg)
 	sent, err := r.writeStatus(ctx, ti, status)
 	if c, changed := transitioned(ti.Status.Conditions, status.Conditions, ConditionStalled); changed && sent {
 		r.Recorder.Eventf(ti, nil, corev1.EventTypeWarning, reason, "Reconcile", "%s", c.Message)
@@ -906,12 +870,6 @@ func (r *TiledInstanceReconciler) writeStatus(ctx context.Context, ti *tiledv1al
 
 func stsKey(namespace, name string) applier.Key {
 	return applier.Key{APIVersion: "apps/v1", Kind: "StatefulSet", Namespace: namespace, Name: name}
-}
-
-// statefulSetReady reports whether a StatefulSet has rolled out its current spec with want ready pods.
-func statefulSetReady(s *appsv1.StatefulSet, want int32) bool {
-	return s.Status.ObservedGeneration >= s.Generation && s.Status.ReadyReplicas >= want &&
-		s.Status.UpdatedReplicas >= want
 }
 
 // toUnstructured converts an apply configuration (or unstructured object) to unstructured.

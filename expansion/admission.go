@@ -17,7 +17,7 @@ import (
 // config keys...). Expressions are not evaluated: that depends on the instance; Expand checks the
 // values they compute. source names the layer in errors, e.g. ProfileSource(p) or
 // SourceClusterTemplate; template is a *v1alpha1.InstanceTemplate or *v1alpha1.TiledInstanceSpec.
-func CheckLayer(source string, template interface{}) error {
+func CheckLayer(source string, template any) error {
 	e, err := newEngine()
 	if err != nil {
 		return err
@@ -41,7 +41,7 @@ func Restrict(obj *v1alpha1.TiledInstance, keep func(FieldSource) bool) (*v1alph
 	if err != nil {
 		return nil, &InvalidFieldError{Layer: SourceInstance, Field: "spec", Reason: err.Error()}
 	}
-	u := map[string]interface{}{"apiVersion": v1alpha1.GroupVersion.String(), "kind": "TiledInstance", "spec": spec}
+	u := map[string]any{"apiVersion": v1alpha1.GroupVersion.String(), "kind": "TiledInstance", "spec": spec}
 	tv, err := info.converter.ObjectToTyped(&unstructured.Unstructured{Object: u})
 	if err != nil {
 		return nil, schemaError(SourceInstance, err)

@@ -71,7 +71,7 @@ func specLeaves(obj *v1alpha1.TiledInstance) (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	u := map[string]interface{}{"apiVersion": v1alpha1.GroupVersion.String(), "kind": "TiledInstance", "spec": spec}
+	u := map[string]any{"apiVersion": v1alpha1.GroupVersion.String(), "kind": "TiledInstance", "spec": spec}
 	tv, err := info.converter.ObjectToTyped(&unstructured.Unstructured{Object: u})
 	if err != nil {
 		return nil, schemaError(SourceInstance, err)

@@ -45,7 +45,7 @@ func firstError(errs field.ErrorList, instance string, source func(*field.Error)
 
 // templateOf returns the InstanceTemplate of a *v1alpha1.InstanceTemplate or a
 // *v1alpha1.TiledInstanceSpec.
-func templateOf(template interface{}) *v1alpha1.InstanceTemplate {
+func templateOf(template any) *v1alpha1.InstanceTemplate {
 	switch t := template.(type) {
 	case *v1alpha1.InstanceTemplate:
 		return t
@@ -56,7 +56,7 @@ func templateOf(template interface{}) *v1alpha1.InstanceTemplate {
 }
 
 // checkValues checks the values one layer sets (see validateTemplate), as an *InvalidFieldError.
-func checkValues(source string, template interface{}) error {
+func checkValues(source string, template any) error {
 	t := templateOf(template)
 	if t == nil {
 		return nil

@@ -85,8 +85,9 @@
 // # Names
 //
 // The TiledInstance of instance i of cluster c is named InstanceName(c, i) = "<c>-<i>", shortened
-// with a stable hash by Name when too long; controllers use Name with MaxStatefulSetNameLength and
-// MaxServiceNameLength for the objects they derive from it. Instances are labelled with the cluster
+// with a stable hash when too long. Package names decides every name (InstanceName, Name and
+// LabelValue call it; render.NamesFor names an instance's children with it), and its output is
+// frozen: live objects are found by these names. Instances are labelled with the cluster
 // (tiled.blueskyproject.io/cluster), the instance (tiled.blueskyproject.io/instance) and
 // app.kubernetes.io/managed-by.
 package expansion

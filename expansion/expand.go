@@ -239,7 +239,7 @@ func (e *engine) expandOne(instance string, stack []*layer, shared int, ctx *exp
 	}
 
 	// The values of the expressions that no higher layer overrides, in one fragment.
-	var frag map[string]interface{}
+	var frag map[string]any
 	fragSource := ""
 	for i, l := range stack {
 		for k, tg := range l.targets {
@@ -265,7 +265,7 @@ func (e *engine) expandOne(instance string, stack []*layer, shared int, ctx *exp
 				continue
 			}
 			if frag == nil {
-				frag = map[string]interface{}{"apiVersion": v1alpha1.GroupVersion.String(), "kind": "TiledInstance"}
+				frag = map[string]any{"apiVersion": v1alpha1.GroupVersion.String(), "kind": "TiledInstance"}
 			}
 			setPath(frag, tg.path, v)
 			fragSource = l.source
@@ -400,8 +400,8 @@ func (e *engine) finish(acc *typed.TypedValue, layouts []*material) (*v1alpha1.T
 
 // toSpec converts the merged value to a TiledInstanceSpec.
 func toSpec(acc *typed.TypedValue, layouts []*material) (*v1alpha1.TiledInstanceSpec, error) {
-	obj, _ := acc.AsValue().Unstructured().(map[string]interface{})
-	specMap, _ := obj["spec"].(map[string]interface{})
+	obj, _ := acc.AsValue().Unstructured().(map[string]any)
+	specMap, _ := obj["spec"].(map[string]any)
 	spec := &v1alpha1.TiledInstanceSpec{}
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(specMap, spec); err != nil {
 		return nil, &InvalidFieldError{Layer: layouts[len(layouts)-1].source, Field: "spec", Reason: err.Error()}
@@ -537,7 +537,7 @@ func conflict(a, b *material, priority int32) *ConflictError {
 	return mk(found[0], v[0], v[1])
 }
 
-func jsonString(v interface{}) string {
+func jsonString(v any) string {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Sprint(v)

@@ -141,7 +141,7 @@ func (c *compiler) compile(src, openAPIType string) (*program, error) {
 
 // eval evaluates p for one instance and returns the value as unstructured JSON (string, int64,
 // float64 or bool).
-func (p *program) eval(src string, ctx *exprContext) (interface{}, error) {
+func (p *program) eval(src string, ctx *exprContext) (any, error) {
 	out, _, err := p.prg.Eval(ctx.vars)
 	if err != nil {
 		reason := ExpressionEval
@@ -150,7 +150,7 @@ func (p *program) eval(src string, ctx *exprContext) (interface{}, error) {
 		}
 		return nil, &ExpressionError{Expression: src, Instance: ctx.instanceName, Reason: reason, Err: err}
 	}
-	var v interface{}
+	var v any
 	switch p.want {
 	case cel.StringType:
 		v, _ = out.Value().(string)

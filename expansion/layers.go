@@ -42,7 +42,7 @@ type layer struct {
 	profile  *v1alpha1.TiledProfile
 	priority int32
 	// obj is the layer as an unstructured TiledInstance ({apiVersion, kind, spec}).
-	obj map[string]interface{}
+	obj map[string]any
 	// exprs are the expressions of the layer, in the order visit meets them.
 	exprs []*exprUse
 	// static is the layer's material when it has no expressions, computed once.
@@ -95,7 +95,7 @@ type exprUse struct {
 // value with the CRD's schema.
 type material struct {
 	source string
-	obj    map[string]interface{}
+	obj    map[string]any
 	tv     *typed.TypedValue
 	fs     *fieldpath.Set
 	// members maps the rendered path of each exclusive group the layer sets a member of to that
@@ -153,7 +153,7 @@ func newEngine() (*engine, error) {
 // newLayer converts a template (InstanceTemplate, or TiledInstanceSpec for a standalone instance)
 // to an unstructured layer, checks its exclusive groups, compiles its expressions and, when it has
 // none, materializes it once.
-func (e *engine) newLayer(source string, template interface{}) (*layer, error) {
+func (e *engine) newLayer(source string, template any) (*layer, error) {
 	spec, err := runtime.DefaultUnstructuredConverter.ToUnstructured(template)
 	if err != nil {
 		return nil, &InvalidFieldError{Layer: source, Field: "spec", Reason: err.Error()}
@@ -161,8 +161,8 @@ func (e *engine) newLayer(source string, template interface{}) (*layer, error) {
 	return e.newLayerFromMap(source, spec)
 }
 
-func (e *engine) newLayerFromMap(source string, spec map[string]interface{}) (*layer, error) {
-	l := &layer{source: source, obj: map[string]interface{}{
+func (e *engine) newLayerFromMap(source string, spec map[string]any) (*layer, error) {
+	l := &layer{source: source, obj: map[string]any{
 		"apiVersion": v1alpha1.GroupVersion.String(),
 		"kind":       "TiledInstance",
 		"spec":       spec,
@@ -244,7 +244,7 @@ func (e *engine) newLayerFromMap(source string, spec map[string]interface{}) (*l
 	return l, nil
 }
 
-func zeroOf(openAPIType string) interface{} {
+func zeroOf(openAPIType string) any {
 	switch openAPIType {
 	case "integer":
 		return int64(0)
@@ -258,7 +258,7 @@ func zeroOf(openAPIType string) interface{} {
 
 // setPath sets the value at path in an unstructured object, creating the objects and keyed list
 // items on the way (a keyed list item is created with its key fields).
-func setPath(root map[string]interface{}, path fieldpath.Path, v interface{}) {
+func setPath(root map[string]any, path fieldpath.Path, v any) {
 	cur := root
 	for i := 0; i < len(path); i++ {
 		name := *path[i].FieldName
@@ -267,16 +267,16 @@ func setPath(root map[string]interface{}, path fieldpath.Path, v interface{}) {
 			return
 		}
 		if key := path[i+1].Key; key != nil {
-			items, _ := cur[name].([]interface{})
-			var item map[string]interface{}
+			items, _ := cur[name].([]any)
+			var item map[string]any
 			for _, it := range items {
-				if m, ok := it.(map[string]interface{}); ok && keyMatches(m, *key) {
+				if m, ok := it.(map[string]any); ok && keyMatches(m, *key) {
 					item = m
 					break
 				}
 			}
 			if item == nil {
-				item = make(map[string]interface{}, len(*key)+1)
+				item = make(map[string]any, len(*key)+1)
 				for _, f := range *key {
 					item[f.Name] = f.Value.Unstructured()
 				}
@@ -286,16 +286,16 @@ func setPath(root map[string]interface{}, path fieldpath.Path, v interface{}) {
 			i++
 			continue
 		}
-		next, ok := cur[name].(map[string]interface{})
+		next, ok := cur[name].(map[string]any)
 		if !ok {
-			next = map[string]interface{}{}
+			next = map[string]any{}
 			cur[name] = next
 		}
 		cur = next
 	}
 }
 
-func keyMatches(m map[string]interface{}, key value.FieldList) bool {
+func keyMatches(m map[string]any, key value.FieldList) bool {
 	for _, f := range key {
 		if !value.Equals(value.NewValueInterface(m[f.Name]), f.Value) {
 			return false
@@ -345,7 +345,7 @@ func (e *engine) instantiate(l *layer, ctx *exprContext) (*material, error) {
 
 // materialize converts an evaluated layer to a typed value and derives its field set and the
 // members of exclusive groups it sets.
-func (e *engine) materialize(l *layer, obj map[string]interface{}, computed map[string]bool) (*material, error) {
+func (e *engine) materialize(l *layer, obj map[string]any, computed map[string]bool) (*material, error) {
 	tv, err := e.info.converter.ObjectToTyped(&unstructured.Unstructured{Object: obj})
 	if err != nil {
 		return nil, schemaError(l.source, err)

@@ -32,14 +32,14 @@ func Marshal(objs ...*v1alpha1.TiledInstance) ([]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("marshal %s: %w", o.Name, err)
 		}
-		meta := map[string]interface{}{"name": o.Name}
+		meta := map[string]any{"name": o.Name}
 		if o.Namespace != "" {
 			meta["namespace"] = o.Namespace
 		}
 		if len(o.Labels) > 0 {
 			meta["labels"] = o.Labels
 		}
-		doc := map[string]interface{}{
+		doc := map[string]any{
 			"apiVersion": v1alpha1.GroupVersion.String(),
 			"kind":       "TiledInstance",
 			"metadata":   meta,
@@ -80,7 +80,7 @@ func Decode(doc []byte) (runtime.Object, error) {
 	if err != nil {
 		return nil, err
 	}
-	var m map[string]interface{}
+	var m map[string]any
 	if err := utiljson.Unmarshal(j, &m); err != nil {
 		return nil, err
 	}
@@ -182,7 +182,7 @@ func DecodeChecked(doc []byte) (runtime.Object, error) {
 	if err != nil {
 		return nil, err
 	}
-	var m map[string]interface{}
+	var m map[string]any
 	if err := utiljson.Unmarshal(j, &m); err != nil {
 		return nil, err
 	}
@@ -256,7 +256,7 @@ func Why(obj *v1alpha1.TiledInstance, field string) ([]FieldSource, error) {
 	if err != nil {
 		return nil, err
 	}
-	u := map[string]interface{}{"apiVersion": v1alpha1.GroupVersion.String(), "kind": "TiledInstance", "spec": spec}
+	u := map[string]any{"apiVersion": v1alpha1.GroupVersion.String(), "kind": "TiledInstance", "spec": spec}
 	tv, err := info.converter.ObjectToTyped(&unstructured.Unstructured{Object: u})
 	if err != nil {
 		return nil, schemaError(SourceInstance, err)

@@ -30,7 +30,7 @@ func renderName(b *strings.Builder, name string) {
 	b.WriteByte(']')
 }
 
-func renderKeyValue(v interface{}) string {
+func renderKeyValue(v any) string {
 	if s, ok := v.(string); ok {
 		if strings.ContainsAny(s, "[],=\"") {
 			return strconv.Quote(s)
@@ -70,17 +70,17 @@ func renderPath(p fieldpath.Path) string {
 // site is one concrete object of an unstructured value that matches a schema pattern such as
 // spec.storage.readOnlyMounts[].nfs.
 type site struct {
-	obj  map[string]interface{}
+	obj  map[string]any
 	path fieldpath.Path
 }
 
 // visit calls fn for every object of root matching pattern (segments separated by dots; a segment
 // ending in [] is a list whose every item is visited). listKeys gives the key fields of keyed lists
 // by pattern, for the SMD paths of their items.
-func visit(root map[string]interface{}, pattern string, listKeys map[string][]string, fn func(site)) {
+func visit(root map[string]any, pattern string, listKeys map[string][]string, fn func(site)) {
 	segs := strings.Split(pattern, ".")
-	var walk func(obj map[string]interface{}, i int, prefix string, path fieldpath.Path)
-	walk = func(obj map[string]interface{}, i int, prefix string, path fieldpath.Path) {
+	var walk func(obj map[string]any, i int, prefix string, path fieldpath.Path)
+	walk = func(obj map[string]any, i int, prefix string, path fieldpath.Path) {
 		if i == len(segs) {
 			fn(site{obj: obj, path: path})
 			return
@@ -97,15 +97,15 @@ func visit(root map[string]interface{}, pattern string, listKeys map[string][]st
 		}
 		p := childPath(path, name)
 		if !isList {
-			if m, ok := child.(map[string]interface{}); ok {
+			if m, ok := child.(map[string]any); ok {
 				walk(m, i+1, prefix, p)
 			}
 			return
 		}
-		items, _ := child.([]interface{})
+		items, _ := child.([]any)
 		keys := listKeys[prefix]
 		for idx, item := range items {
-			m, ok := item.(map[string]interface{})
+			m, ok := item.(map[string]any)
 			if !ok {
 				continue
 			}
@@ -133,11 +133,11 @@ func childPath(path fieldpath.Path, name string) fieldpath.Path {
 }
 
 // lookup returns the value at path in an unstructured value.
-func lookup(v interface{}, path fieldpath.Path) interface{} {
+func lookup(v any, path fieldpath.Path) any {
 	for _, pe := range path {
 		switch {
 		case pe.FieldName != nil:
-			m, ok := v.(map[string]interface{})
+			m, ok := v.(map[string]any)
 			if !ok {
 				return nil
 			}
@@ -145,13 +145,13 @@ func lookup(v interface{}, path fieldpath.Path) interface{} {
 				return nil
 			}
 		case pe.Key != nil:
-			items, ok := v.([]interface{})
+			items, ok := v.([]any)
 			if !ok {
 				return nil
 			}
 			found := false
 			for _, item := range items {
-				m, ok := item.(map[string]interface{})
+				m, ok := item.(map[string]any)
 				if !ok {
 					continue
 				}
@@ -171,7 +171,7 @@ func lookup(v interface{}, path fieldpath.Path) interface{} {
 				return nil
 			}
 		case pe.Value != nil:
-			items, ok := v.([]interface{})
+			items, ok := v.([]any)
 			if !ok {
 				return nil
 			}
@@ -186,7 +186,7 @@ func lookup(v interface{}, path fieldpath.Path) interface{} {
 				return nil
 			}
 		case pe.Index != nil:
-			items, ok := v.([]interface{})
+			items, ok := v.([]any)
 			if !ok || *pe.Index >= len(items) {
 				return nil
 			}

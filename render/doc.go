@@ -12,8 +12,9 @@
 //
 // What the render package cannot know comes in through Inputs: the address of the managed database
 // when a test points it elsewhere, whether the ServiceMonitor CRD exists, which keys the external
-// database Secret holds. Object names come from NamesFor, a small helper meant to be replaced by the
-// expansion package's naming function once it lands; callers should only use the Names it returns.
+// database Secret holds. Object names come from NamesFor, which is package names' For: that package
+// decides every name the operator gives, and its output is frozen (live objects are found by these
+// names); callers should only use the Names it returns.
 //
 // # Objects
 //

@@ -421,11 +421,9 @@ func TestNames(t *testing.T) {
 		g.Expect(len(n.Tiled)).To(BeNumerically("<=", 52))
 		g.Expect(len(n.Postgres)).To(BeNumerically("<=", 52))
 	}
-	g.Expect(objectName("a", "b", 63)).To(Equal("a-b"))
-	x, y := objectName(strings.Repeat("a", 60)+"1", "config", 63), objectName(strings.Repeat("a", 60)+"2", "config", 63)
+	x, y := NamesFor(baseInstance(strings.Repeat("a", 60)+"1")).ConfigMap, NamesFor(baseInstance(strings.Repeat("a", 60)+"2")).ConfigMap
 	g.Expect(x).NotTo(Equal(y))
-	g.Expect(x).To(HaveSuffix(x[len(x)-8:]))
-	g.Expect(x).To(ContainSubstring("-config-"))
+	g.Expect(x).To(MatchRegexp(`-config-[0-9a-f]{8}$`))
 }
 
 func TestOptionalObjects(t *testing.T) {

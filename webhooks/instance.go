@@ -168,7 +168,7 @@ func (h *InstanceDefaulter) profiles(ctx context.Context, r client.Reader, names
 // patchedRaw returns the request's object with its spec and provenance replaced by the expanded
 // ones, every other field as sent, so that the JSON patch touches spec and provenance only.
 func patchedRaw(raw []byte, expanded *v1alpha1.TiledInstance) ([]byte, error) {
-	var m map[string]interface{}
+	var m map[string]any
 	if err := json.Unmarshal(raw, &m); err != nil {
 		return nil, err
 	}

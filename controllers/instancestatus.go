@@ -1,0 +1,140 @@
+package controllers
+
+import (
+	"fmt"
+
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
+	"github.com/bluesky/tiled-operator/controllers/podstatus"
+)
+
+// observedInstance is what the instance controller saw after applying an instance's objects: its
+// StatefulSets as the cache holds them, what the pods' statuses say, and what it applied. The
+// instance's status is computed from it alone (instanceStatus).
+type observedInstance struct {
+	// Generation is the instance's metadata.generation.
+	Generation int64
+	// Namespace and TiledName (the Tiled StatefulSet's and Service's name) make the URL.
+	Namespace, TiledName string
+	// Image is the image the Tiled pods are rendered with (nil: the spec has no tiled section, and
+	// status.image stays as it was); Replicas how many the spec asks for.
+	Image    *string
+	Replicas int32
+	// Tiled is the Tiled StatefulSet from the cache, nil when the cache does not hold it yet;
+	// TiledApplied the generation the last apply of it produced (the cache may not have caught up).
+	Tiled        *appsv1.StatefulSet
+	TiledApplied int64
+	// External: the instance uses an external database (no DatabaseReady condition).
+	External bool
+	// Postgres is the managed PostgreSQL StatefulSet from the cache (nil when not there yet),
+	// PostgresApplied the generation its last apply produced, PostgresPod the pod named in messages.
+	Postgres        *appsv1.StatefulSet
+	PostgresApplied int64
+	PostgresPod     string
+	// ServerProblem and DatabaseProblem are podstatus.Diagnose's findings for the Tiled and
+	// database pods (nil: nothing wrong it can name).
+	ServerProblem, DatabaseProblem *podstatus.Problem
+	// IngressHostWithoutEnabled: spec.expose.ingress has a host but is not enabled.
+	IngressHostWithoutEnabled bool
+	// ExternalEdits describes fields of children that other writers manage ("" when none).
+	ExternalEdits string
+}
+
+// instanceStatus computes an instance's status from its previous one (whose conditions keep their
+// transition times, and whose DatabaseReady tells an outage from a start) and what was observed:
+// readyReplicas, URL, image, database, and the Ready, Reconciling, Stalled, DatabaseReady,
+// IngressEnabled and ExternalEdits conditions. It is pure; prev is not modified.
+func instanceStatus(prev *tiledv1alpha1.TiledInstanceStatus, o observedInstance) *tiledv1alpha1.TiledInstanceStatus {
+	status := prev.DeepCopy()
+	gen := o.Generation
+	status.ObservedGeneration = gen
+	status.ReadyReplicas = 0
+	serverReady := false
+	if o.Tiled != nil {
+		status.ReadyReplicas = o.Tiled.Status.ReadyReplicas
+		serverReady = statefulSetReadyAt(o.Tiled, max(o.Tiled.Generation, o.TiledApplied), o.Replicas)
+	}
+	status.URL = fmt.Sprintf("http://%s.%s.svc:8000", o.TiledName, o.Namespace)
+	if o.Image != nil {
+		status.Image = *o.Image
+	}
+
+	mode, dbReady, dbProblem := "External", true, (*podstatus.Problem)(nil)
+	if o.External {
+		removeCondition(&status.Conditions, ConditionDatabaseReady)
+	} else {
+		mode, dbReady, dbProblem = "Managed", false, o.DatabaseProblem
+		if o.Postgres != nil {
+			dbReady = statefulSetReadyAt(o.Postgres, max(o.Postgres.Generation, o.PostgresApplied), 1)
+		}
+		setDatabaseCondition(status, gen, dbReady, dbProblem, o.PostgresPod)
+	}
+	status.Database = &tiledv1alpha1.DatabaseStatus{Mode: mode, Ready: dbReady}
+
+	// A pod failure that will not mend by itself stalls the instance; everything was applied all the
+	// same, and nothing is deleted.
+	var stall *podstatus.Problem
+	switch {
+	case !dbReady && dbProblem != nil && dbProblem.Stalled:
+		stall = dbProblem
+	case !serverReady && o.ServerProblem != nil && o.ServerProblem.Stalled:
+		stall = o.ServerProblem
+	}
+	removeCondition(&status.Conditions, ConditionStalled)
+	switch {
+	case stall != nil:
+		setStalled(&status.Conditions, gen, stall.Reason, stall.Message)
+	case !dbReady:
+		c := meta.FindStatusCondition(status.Conditions, ConditionDatabaseReady)
+		setReconciling(&status.Conditions, gen, c.Reason, c.Message)
+	case !serverReady:
+		reason, msg := ReasonWaitingForPods, fmt.Sprintf("%d of %d Tiled pods ready", status.ReadyReplicas, o.Replicas)
+		if o.ServerProblem != nil {
+			reason, msg = o.ServerProblem.Reason, msg+": "+o.ServerProblem.Message
+		}
+		setReconciling(&status.Conditions, gen, reason, msg)
+	default:
+		setReady(&status.Conditions, gen, ReasonReady, fmt.Sprintf("Tiled serves at %s", status.URL))
+	}
+	if o.IngressHostWithoutEnabled {
+		setCondition(&status.Conditions, gen, ConditionIngressEnabled, metav1.ConditionFalse, ReasonHostWithoutEnabled,
+			"spec.expose.ingress has a host but enabled is not set: no Ingress is created; set enabled: true to expose Tiled at that host, or false to say it is meant")
+	} else {
+		removeCondition(&status.Conditions, ConditionIngressEnabled)
+	}
+	if o.ExternalEdits != "" {
+		setCondition(&status.Conditions, gen, ConditionExternalEdits, metav1.ConditionTrue, ReasonFieldsManaged, o.ExternalEdits)
+	} else {
+		removeCondition(&status.Conditions, ConditionExternalEdits)
+	}
+	return status
+}
+
+// setStalled reports what needs a person: Stalled=True and Ready=False with the same reason, no
+// Reconciling (kstatus never reads both).
+func setStalled(conds *[]metav1.Condition, generation int64, reason, msg string) {
+	removeCondition(conds, ConditionReconciling)
+	setCondition(conds, generation, ConditionStalled, metav1.ConditionTrue, reason, msg)
+	setCondition(conds, generation, ConditionReady, metav1.ConditionFalse, reason, msg)
+}
+
+// setReconciling reports progress: Reconciling=True and Ready=False with the same reason.
+func setReconciling(conds *[]metav1.Condition, generation int64, reason, msg string) {
+	setCondition(conds, generation, ConditionReconciling, metav1.ConditionTrue, reason, msg)
+	setCondition(conds, generation, ConditionReady, metav1.ConditionFalse, reason, msg)
+}
+
+// setReady reports Ready=True, and no Reconciling.
+func setReady(conds *[]metav1.Condition, generation int64, reason, msg string) {
+	removeCondition(conds, ConditionReconciling)
+	setCondition(conds, generation, ConditionReady, metav1.ConditionTrue, reason, msg)
+}
+
+// statefulSetReadyAt reports whether a StatefulSet has rolled out generation with want ready pods.
+func statefulSetReadyAt(s *appsv1.StatefulSet, generation int64, want int32) bool {
+	return s.Status.ObservedGeneration >= generation && s.Status.ReadyReplicas >= want &&
+		s.Status.UpdatedReplicas >= want
+}

@@ -1,0 +1,140 @@
+package controllers
+
+import (
+	"testing"
+
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
+	"github.com/bluesky/tiled-operator/controllers/podstatus"
+)
+
+// sts is a StatefulSet at generation gen whose status has observed observed, with ready (and as
+// many updated) pods.
+func sts(gen, observed int64, ready int32) *appsv1.StatefulSet {
+	s := &appsv1.StatefulSet{}
+	s.Generation = gen
+	s.Status.ObservedGeneration = observed
+	s.Status.ReadyReplicas, s.Status.UpdatedReplicas = ready, ready
+	return s
+}
+
+// TestInstanceStatus: the instance's status is a function of what was observed, table by table.
+func TestInstanceStatus(t *testing.T) {
+	image := "ghcr.io/bluesky/tiled:0.2.20"
+	base := func() observedInstance {
+		return observedInstance{
+			Generation: 3, Namespace: "nsls2", TiledName: "fleet-csx", Image: &image, Replicas: 2,
+			Tiled: sts(5, 5, 2), Postgres: sts(1, 1, 1), PostgresPod: "fleet-csx-postgres-0",
+		}
+	}
+	crash := &podstatus.Problem{Pod: "fleet-csx-0", Reason: podstatus.ReasonCrashLoop, Message: "pod fleet-csx-0: crash", Stalled: true}
+	dbCrash := &podstatus.Problem{Pod: "fleet-csx-postgres-0", Reason: podstatus.ReasonCrashLoop, Message: "pod fleet-csx-postgres-0: crash", Stalled: true}
+	probe := &podstatus.Problem{Pod: "fleet-csx-1", Reason: podstatus.ReasonProbeFailing, Message: "pod fleet-csx-1: probe"}
+	wasReady := []metav1.Condition{{Type: ConditionDatabaseReady, Status: metav1.ConditionTrue, Reason: ReasonReady}}
+
+	type want struct {
+		ready, reason string // Ready's status and reason
+		reconciling   bool
+		stalled       bool
+		db, dbReason  string // "" when DatabaseReady is absent
+		readyReplicas int32
+		message       string // a substring of Ready's message
+	}
+	cases := []struct {
+		name   string
+		prev   []metav1.Condition
+		change func(o *observedInstance)
+		want   want
+	}{
+		{name: "everything ready", change: func(*observedInstance) {},
+			want: want{ready: "True", reason: ReasonReady, db: "True", dbReason: ReasonReady, readyReplicas: 2, message: "Tiled serves at http://fleet-csx.nsls2.svc:8000"}},
+		{name: "external database: no DatabaseReady", prev: wasReady, change: func(o *observedInstance) { o.External, o.Postgres = true, nil },
+			want: want{ready: "True", reason: ReasonReady, readyReplicas: 2}},
+		{name: "Tiled StatefulSet not in the cache yet", change: func(o *observedInstance) { o.Tiled = nil },
+			want: want{ready: "False", reason: ReasonWaitingForPods, reconciling: true, db: "True", dbReason: ReasonReady, message: "0 of 2 Tiled pods ready"}},
+		{name: "an apply the cache has not caught up with is not ready", change: func(o *observedInstance) { o.TiledApplied = 6 },
+			want: want{ready: "False", reason: ReasonWaitingForPods, reconciling: true, db: "True", dbReason: ReasonReady, readyReplicas: 2, message: "2 of 2 Tiled pods ready"}},
+		{name: "one replica short, a probe failing", change: func(o *observedInstance) { o.Tiled = sts(5, 5, 1); o.ServerProblem = probe },
+			want: want{ready: "False", reason: podstatus.ReasonProbeFailing, reconciling: true, db: "True", dbReason: ReasonReady, readyReplicas: 1, message: "1 of 2 Tiled pods ready: pod fleet-csx-1: probe"}},
+		{name: "a crash-looping Tiled pod stalls", change: func(o *observedInstance) { o.Tiled = sts(5, 5, 0); o.ServerProblem = crash },
+			want: want{ready: "False", reason: podstatus.ReasonCrashLoop, stalled: true, db: "True", dbReason: ReasonReady, message: "crash"}},
+		{name: "a stalled problem of a ready server is not reported", change: func(o *observedInstance) { o.ServerProblem = crash },
+			want: want{ready: "True", reason: ReasonReady, db: "True", dbReason: ReasonReady, readyReplicas: 2}},
+		{name: "database starting", change: func(o *observedInstance) { o.Postgres = nil },
+			want: want{ready: "False", reason: ReasonWaitingForDatabase, reconciling: true, db: "False", dbReason: ReasonWaitingForDatabase, readyReplicas: 2, message: "fleet-csx-postgres-0"}},
+		{name: "database down after it was ready: an outage", prev: wasReady, change: func(o *observedInstance) { o.Postgres = sts(1, 1, 0) },
+			want: want{ready: "False", reason: ReasonDatabaseUnavailable, reconciling: true, db: "False", dbReason: ReasonDatabaseUnavailable, readyReplicas: 2}},
+		{name: "database crash-looping stalls before the server's problem", change: func(o *observedInstance) {
+			o.Postgres, o.DatabaseProblem, o.Tiled, o.ServerProblem = sts(1, 1, 0), dbCrash, sts(5, 5, 0), crash
+		}, want: want{ready: "False", reason: podstatus.ReasonCrashLoop, stalled: true, db: "False", dbReason: podstatus.ReasonCrashLoop, message: "fleet-csx-postgres-0"}},
+		{name: "a database problem of an external database is ignored", change: func(o *observedInstance) { o.External, o.DatabaseProblem = true, dbCrash },
+			want: want{ready: "True", reason: ReasonReady, readyReplicas: 2}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			o := base()
+			tc.change(&o)
+			prev := &tiledv1alpha1.TiledInstanceStatus{Conditions: append([]metav1.Condition{
+				{Type: ConditionReconciling, Status: metav1.ConditionTrue, Reason: ReasonWaitingForPods},
+				{Type: ConditionStalled, Status: metav1.ConditionTrue, Reason: ReasonRenderFailed},
+			}, tc.prev...)}
+			before := prev.DeepCopy()
+			st := instanceStatus(prev, o)
+			g.Expect(prev).To(Equal(before), "the previous status is not modified")
+			g.Expect(st.ObservedGeneration).To(Equal(int64(3)))
+			g.Expect(st.URL).To(Equal("http://fleet-csx.nsls2.svc:8000"))
+			g.Expect(st.Image).To(Equal(image))
+			g.Expect(st.ReadyReplicas).To(Equal(tc.want.readyReplicas))
+			ready := meta.FindStatusCondition(st.Conditions, ConditionReady)
+			g.Expect(ready).NotTo(BeNil())
+			g.Expect(string(ready.Status)).To(Equal(tc.want.ready))
+			g.Expect(ready.Reason).To(Equal(tc.want.reason))
+			g.Expect(ready.Message).To(ContainSubstring(tc.want.message))
+			g.Expect(ready.ObservedGeneration).To(Equal(int64(3)))
+			g.Expect(meta.IsStatusConditionTrue(st.Conditions, ConditionReconciling)).To(Equal(tc.want.reconciling))
+			g.Expect(meta.IsStatusConditionTrue(st.Conditions, ConditionStalled)).To(Equal(tc.want.stalled))
+			g.Expect(tc.want.reconciling && tc.want.stalled).To(BeFalse(), "kstatus: never both")
+			db := meta.FindStatusCondition(st.Conditions, ConditionDatabaseReady)
+			if tc.want.db == "" {
+				g.Expect(db).To(BeNil())
+				g.Expect(st.Database).To(Equal(&tiledv1alpha1.DatabaseStatus{Mode: "External", Ready: true}))
+			} else {
+				g.Expect(db).NotTo(BeNil())
+				g.Expect(string(db.Status)).To(Equal(tc.want.db))
+				g.Expect(db.Reason).To(Equal(tc.want.dbReason))
+				g.Expect(st.Database).To(Equal(&tiledv1alpha1.DatabaseStatus{Mode: "Managed", Ready: tc.want.db == "True"}))
+			}
+			g.Expect(meta.FindStatusCondition(st.Conditions, ConditionIngressEnabled)).To(BeNil())
+			g.Expect(meta.FindStatusCondition(st.Conditions, ConditionExternalEdits)).To(BeNil())
+		})
+	}
+}
+
+// TestInstanceStatusSideConditions: IngressEnabled and ExternalEdits come and go with what was
+// observed, and the image stays when the spec has no tiled section.
+func TestInstanceStatusSideConditions(t *testing.T) {
+	g := NewWithT(t)
+	o := observedInstance{Generation: 1, Namespace: "ns", TiledName: "x", Replicas: 1, Tiled: sts(1, 1, 1), External: true,
+		IngressHostWithoutEnabled: true, ExternalEdits: "StatefulSet x: spec.replicas managed by kubectl"}
+	st := instanceStatus(&tiledv1alpha1.TiledInstanceStatus{Image: "kept"}, o)
+	g.Expect(st.Image).To(Equal("kept"))
+	ing := meta.FindStatusCondition(st.Conditions, ConditionIngressEnabled)
+	g.Expect(ing).NotTo(BeNil())
+	g.Expect(ing.Status).To(Equal(metav1.ConditionFalse))
+	g.Expect(ing.Reason).To(Equal(ReasonHostWithoutEnabled))
+	edits := meta.FindStatusCondition(st.Conditions, ConditionExternalEdits)
+	g.Expect(edits).NotTo(BeNil())
+	g.Expect(edits.Reason).To(Equal(ReasonFieldsManaged))
+	g.Expect(edits.Message).To(ContainSubstring("spec.replicas"))
+
+	o.IngressHostWithoutEnabled, o.ExternalEdits = false, ""
+	st = instanceStatus(st, o)
+	g.Expect(meta.FindStatusCondition(st.Conditions, ConditionIngressEnabled)).To(BeNil())
+	g.Expect(meta.FindStatusCondition(st.Conditions, ConditionExternalEdits)).To(BeNil())
+	g.Expect(meta.IsStatusConditionTrue(st.Conditions, ConditionReady)).To(BeTrue())
+}
