@@ -1,8 +1,6 @@
 package expansion
 
 import (
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
 	"github.com/bluesky/tiled-operator/apis/v1alpha1"
@@ -33,22 +31,9 @@ func CheckLayer(source string, template any) error {
 // Keyed-list items keep their keys. The mutating webhook uses it to recover the fields a standalone
 // instance sets itself from an instance that was already expanded.
 func Restrict(obj *v1alpha1.TiledInstance, keep func(FieldSource) bool) (*v1alpha1.TiledInstanceSpec, error) {
-	info, err := loadSchema()
+	u, tv, fs, err := specFieldSet(obj)
 	if err != nil {
 		return nil, err
-	}
-	spec, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&obj.Spec)
-	if err != nil {
-		return nil, &InvalidFieldError{Layer: SourceInstance, Field: "spec", Reason: err.Error()}
-	}
-	u := map[string]any{"apiVersion": v1alpha1.GroupVersion.String(), "kind": "TiledInstance", "spec": spec}
-	tv, err := info.converter.ObjectToTyped(&unstructured.Unstructured{Object: u})
-	if err != nil {
-		return nil, schemaError(SourceInstance, err)
-	}
-	fs, err := tv.ToFieldSet()
-	if err != nil {
-		return nil, schemaError(SourceInstance, err)
 	}
 	kept := fieldpath.NewSet()
 	fs.Leaves().Iterate(func(p fieldpath.Path) {

@@ -5,8 +5,6 @@ import (
 	"slices"
 	"strings"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
 	"github.com/bluesky/tiled-operator/apis/v1alpha1"
@@ -63,22 +61,9 @@ func ChangedFields(stored, desired *v1alpha1.TiledInstance) ([]string, error) {
 // specLeaves maps every leaf field of an instance's spec (as the CRD's schema sees it) to its value
 // as JSON.
 func specLeaves(obj *v1alpha1.TiledInstance) (map[string]string, error) {
-	info, err := loadSchema()
+	u, _, fs, err := specFieldSet(obj)
 	if err != nil {
 		return nil, err
-	}
-	spec, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&obj.Spec)
-	if err != nil {
-		return nil, err
-	}
-	u := map[string]any{"apiVersion": v1alpha1.GroupVersion.String(), "kind": "TiledInstance", "spec": spec}
-	tv, err := info.converter.ObjectToTyped(&unstructured.Unstructured{Object: u})
-	if err != nil {
-		return nil, schemaError(SourceInstance, err)
-	}
-	fs, err := tv.ToFieldSet()
-	if err != nil {
-		return nil, schemaError(SourceInstance, err)
 	}
 	out := map[string]string{}
 	fs.Leaves().Iterate(func(p fieldpath.Path) {

@@ -248,22 +248,9 @@ func Why(obj *v1alpha1.TiledInstance, field string) ([]FieldSource, error) {
 	if field != "spec" && !strings.HasPrefix(field, "spec.") && !strings.HasPrefix(field, "spec[") {
 		field = "spec." + field
 	}
-	info, err := loadSchema()
+	u, _, fs, err := specFieldSet(obj)
 	if err != nil {
 		return nil, err
-	}
-	spec, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&obj.Spec)
-	if err != nil {
-		return nil, err
-	}
-	u := map[string]any{"apiVersion": v1alpha1.GroupVersion.String(), "kind": "TiledInstance", "spec": spec}
-	tv, err := info.converter.ObjectToTyped(&unstructured.Unstructured{Object: u})
-	if err != nil {
-		return nil, schemaError(SourceInstance, err)
-	}
-	fs, err := tv.ToFieldSet()
-	if err != nil {
-		return nil, schemaError(SourceInstance, err)
 	}
 	var out []FieldSource
 	fs.Leaves().Iterate(func(p fieldpath.Path) {
@@ -279,4 +266,27 @@ func Why(obj *v1alpha1.TiledInstance, field string) ([]FieldSource, error) {
 	}
 	slices.SortFunc(out, func(a, b FieldSource) int { return strings.Compare(a.Path, b.Path) })
 	return out, nil
+}
+
+// specFieldSet returns an instance's spec as the unstructured object the CRD's schema types (apiVersion,
+// kind and spec) and the set of its fields.
+func specFieldSet(obj *v1alpha1.TiledInstance) (map[string]any, *typed.TypedValue, *fieldpath.Set, error) {
+	info, err := loadSchema()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	spec, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&obj.Spec)
+	if err != nil {
+		return nil, nil, nil, &InvalidFieldError{Layer: SourceInstance, Field: "spec", Reason: err.Error()}
+	}
+	u := map[string]any{"apiVersion": v1alpha1.GroupVersion.String(), "kind": "TiledInstance", "spec": spec}
+	tv, err := info.converter.ObjectToTyped(&unstructured.Unstructured{Object: u})
+	if err != nil {
+		return nil, nil, nil, schemaError(SourceInstance, err)
+	}
+	fs, err := tv.ToFieldSet()
+	if err != nil {
+		return nil, nil, nil, schemaError(SourceInstance, err)
+	}
+	return u, tv, fs, nil
 }

@@ -136,18 +136,7 @@ func (h *helmImport) listAt(path string) []any {
 // nonEmpty says whether the value at path is set to something other than nothing.
 func (h *helmImport) nonEmpty(path string) bool {
 	v, ok := h.get(path)
-	if !ok || v == nil {
-		return false
-	}
-	switch v := v.(type) {
-	case string:
-		return v != ""
-	case map[string]any:
-		return len(v) > 0
-	case []any:
-		return len(v) > 0
-	}
-	return true
+	return ok && isSet(v)
 }
 
 // mark records the disposition of every leaf at or under path that has none yet.
@@ -999,17 +988,7 @@ func holds(obj map[string]any, path string) bool {
 		}
 		cur = list[i]
 	}
-	switch v := cur.(type) {
-	case nil:
-		return false
-	case string:
-		return v != ""
-	case map[string]any:
-		return len(v) > 0
-	case []any:
-		return len(v) > 0
-	}
-	return true
+	return isSet(cur)
 }
 
 // report lists every key with what became of it, a key with several leaves once when they share
@@ -1169,4 +1148,20 @@ fail. Values from which nothing at all is carried over are an error.`,
 	cmd.Flags().BoolVar(&strict, "strict", false, "Fail when a key of the Tiled chart's values is not carried over.")
 	cmd.Flags().StringVar(&subchart, "subchart", "", "Read the values of this subchart of an umbrella chart (default: tiled, when the values hold a tiled: key and none of the chart's own).")
 	return cmd
+}
+
+// isSet says whether a value is something other than nothing: not nil, not an empty string, map or
+// list.
+func isSet(v any) bool {
+	switch v := v.(type) {
+	case nil:
+		return false
+	case string:
+		return v != ""
+	case map[string]any:
+		return len(v) > 0
+	case []any:
+		return len(v) > 0
+	}
+	return true
 }
