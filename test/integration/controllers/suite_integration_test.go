@@ -81,7 +81,7 @@ func newNamespace(t *testing.T, g Gomega, prefix string) string {
 
 // beamlines reads the NSLS-II fleet's beamline names from testdata.
 func beamlines(t *testing.T) []string {
-	f, err := os.Open(filepath.Join("testdata", "nsls2-beamlines.txt"))
+	f, err := os.Open(filepath.Join(testenv.RepoRoot(), "controllers", "testdata", "nsls2-beamlines.txt"))
 	if err != nil {
 		t.Fatal(err)
 	}
