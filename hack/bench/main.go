@@ -37,7 +37,7 @@ func main() {
 	quiet := flag.Duration("quiet", 2*time.Second, "a phase ends when the controller has sent no request for this long")
 	timeout := flag.Duration("timeout", 30*time.Minute, "longest wait for any one phase")
 	out := flag.String("out", filepath.Join(testenv.RepoRoot(), "bench", "results.json"), "where to write the JSON results (empty: nowhere)")
-	heapProfile := flag.String("heap-profile", "", "write the Go heap profile (in use, after a GC) at the end of the operator's phases to this file (-child runs of one size)")
+	heapProfile := flag.String("heap-profile", "", "write Go heap profiles of the operator's phases: PATH.N at their end (after a GC) and PATH.N.peak when the heap in use was highest")
 	cpuProfile := flag.String("cpu-profile", "", "write a CPU profile of the stamp-out phase to this file (-child runs of one size)")
 	skip := flag.String("skip", "", "comma-separated phases to leave out: idle, naive (for quick trials; results then lack them)")
 	child := flag.Bool("child", false, "internal: measure one size and print its JSON result on stdout")

@@ -22,6 +22,7 @@ import (
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/controllers"
+	"github.com/bluesky/tiled-operator/controllers/applier"
 	"github.com/bluesky/tiled-operator/controllers/traffic"
 	"github.com/bluesky/tiled-operator/expansion"
 	"github.com/bluesky/tiled-operator/hack/fleet"
@@ -183,7 +184,7 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 	if err != nil {
 		return nil, err
 	}
-	sampler := startHeapSampler()
+	sampler := startHeapSampler(o.heapProfile != "")
 	opCtx, stopOp := context.WithCancel(ctx)
 	opDone := make(chan error, 1)
 	go func() { opDone <- op.Start(opCtx) }()
@@ -302,13 +303,26 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 	// One profile field changes: the operations team's pod annotation, on every beamline.
 	logf("profile change")
 	rvBefore := fleet.ResourceVersions(objs)
+	intentsBefore, err := serverIntents(ctx, cache, ns)
+	if err != nil {
+		return nil, err
+	}
 	before = op.Traffic.Snapshot()
 	start = time.Now()
 	if err := setProfileAnnotation(ctx, env.Client, ns, "controls"); err != nil {
 		return nil, err
 	}
 	if err := fleet.Poll(ctx, 200*time.Millisecond, o.timeout, "profile change", func(ctx context.Context) (bool, error) {
-		return annotated(ctx, cache, ns, "nsls2.bnl.gov/team", "controls", n)
+		now, err := serverIntents(ctx, cache, ns)
+		if err != nil || len(now) != n {
+			return false, err
+		}
+		for name, intent := range now {
+			if intent == intentsBefore[name] {
+				return false, nil
+			}
+		}
+		return true, nil
 	}); err != nil {
 		return nil, err
 	}
@@ -329,16 +343,16 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 	// One instance override changes.
 	logf("override change")
 	rvBefore = fleet.ResourceVersions(objs)
+	if intentsBefore, err = serverIntents(ctx, cache, ns); err != nil {
+		return nil, err
+	}
 	before = op.Traffic.Snapshot()
 	if err := setOverride(ctx, env.Client, ns, "nsls2", "bmm"); err != nil {
 		return nil, err
 	}
 	if err := fleet.Poll(ctx, 200*time.Millisecond, o.timeout, "override change", func(ctx context.Context) (bool, error) {
-		s := &appsv1.StatefulSet{}
-		if err := cache.Get(ctx, client.ObjectKey{Namespace: ns, Name: "nsls2-bmm"}, s); err != nil {
-			return false, err
-		}
-		return s.Spec.Template.Annotations["nsls2.bnl.gov/note"] == "commissioning", nil
+		now, err := serverIntents(ctx, cache, ns)
+		return err == nil && now["nsls2-bmm"] != intentsBefore["nsls2-bmm"], err
 	}); err != nil {
 		return nil, err
 	}
@@ -361,6 +375,9 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 	heap, sys := sampler.Stop()
 	if o.heapProfile != "" {
 		if err := writeHeapProfile(o.heapProfile); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(o.heapProfile+".peak", sampler.PeakProfile(), 0o644); err != nil {
 			return nil, err
 		}
 	}
@@ -544,7 +561,25 @@ func setOverride(ctx context.Context, c client.Client, ns, cluster, instance str
 	return c.Update(ctx, tc)
 }
 
-// annotated reports whether every Tiled StatefulSet's pod template has the annotation.
+// serverIntents returns the intent annotation (applier.AnnotationIntent) of every Tiled StatefulSet
+// in the namespace, by name. The operator's cache keeps a StatefulSet's metadata and status but not
+// its pod template (controllers/cachetrim.go), so a phase waits for the operator to have applied a
+// new intent to the StatefulSets rather than reading the template. The list shares the cache's
+// objects (no deep copy): the harness's polling should cost the measured process little.
+func serverIntents(ctx context.Context, r client.Reader, ns string) (map[string]string, error) {
+	var sts appsv1.StatefulSetList
+	if err := r.List(ctx, &sts, client.InNamespace(ns), client.MatchingLabels{"app.kubernetes.io/component": "server"}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(sts.Items))
+	for i := range sts.Items {
+		out[sts.Items[i].Name] = sts.Items[i].Annotations[applier.AnnotationIntent]
+	}
+	return out, nil
+}
+
+// annotated reports whether every Tiled StatefulSet's pod template has the annotation (the naive
+// baseline's cache holds whole objects).
 func annotated(ctx context.Context, r client.Reader, ns, key, value string, n int) (bool, error) {
 	var sts appsv1.StatefulSetList
 	if err := r.List(ctx, &sts, client.InNamespace(ns), client.MatchingLabels{"app.kubernetes.io/component": "server"}); err != nil {
