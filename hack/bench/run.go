@@ -7,6 +7,7 @@ import (
 	"log"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
@@ -31,7 +32,8 @@ import (
 
 // Result holds the figures of one fleet size. The keys are documented in docs/benchmarks.md.
 type Result struct {
-	N int `json:"n"`
+	N     int    `json:"n"`
+	Setup *Setup `json:"setup,omitempty"`
 
 	ObjectsCreated       int            `json:"objects_created"`
 	ObjectsByKind        map[string]int `json:"objects_by_kind"`
@@ -81,7 +83,10 @@ type Result struct {
 	GoHeapPeakMiB         float64 `json:"go_heap_inuse_peak_mib"`
 	GoSysPeakMiB          float64 `json:"go_sys_peak_mib"`
 	StampoutRequestDetail string  `json:"stampout_requests_detail"`
-	IdleRequestDetail     string  `json:"idle_requests_detail"`
+	// HeapProfiles are the heap profiles written with -heap-profile (end of the operator's phases,
+	// and at the peak), relative to the repository when inside it.
+	HeapProfiles      []string `json:"heap_profiles,omitempty"`
+	IdleRequestDetail string   `json:"idle_requests_detail"`
 }
 
 type options struct {
@@ -92,7 +97,11 @@ type options struct {
 
 	heapProfile string
 	cpuProfile  string
+	// flags are the harness flags of this size, recorded in Setup.
+	flags string
 }
+
+func ptrTo[T any](v T) *T { return &v }
 
 // lastRequest wraps a rest config's transport to remember when the last request was sent.
 type lastRequest struct{ at atomic.Int64 }
@@ -159,7 +168,7 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 	if err != nil {
 		return nil, err
 	}
-	r := &Result{N: n}
+	r := &Result{N: n, Setup: ptrTo(recordSetup(o.flags))}
 
 	// --- the operator -------------------------------------------------------------------------
 	ns, err := fleet.NewNamespace(ctx, env.Client, "bench-operator")
@@ -379,6 +388,14 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 		}
 		if err := os.WriteFile(o.heapProfile+".peak", sampler.PeakProfile(), 0o644); err != nil {
 			return nil, err
+		}
+		for _, p := range []string{o.heapProfile, o.heapProfile + ".peak"} {
+			if abs, err := filepath.Abs(p); err == nil {
+				if rel, err := filepath.Rel(testenv.RepoRoot(), abs); err == nil && !strings.HasPrefix(rel, "..") {
+					p = rel
+				}
+			}
+			r.HeapProfiles = append(r.HeapProfiles, p)
 		}
 	}
 	r.RSSMiB = float64(procStatusKiB("VmHWM")) / 1024
