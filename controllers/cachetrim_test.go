@@ -67,8 +67,12 @@ func TestTrimTransform(t *testing.T) {
 			},
 			func(m metav1.ObjectMeta) any { return &corev1.ConfigMap{ObjectMeta: m} }},
 		{"Secret stays whole",
-			func(m metav1.ObjectMeta) any { return &corev1.Secret{ObjectMeta: m, Data: secretData, Type: corev1.SecretTypeOpaque} },
-			func(m metav1.ObjectMeta) any { return &corev1.Secret{ObjectMeta: m, Data: secretData, Type: corev1.SecretTypeOpaque} }},
+			func(m metav1.ObjectMeta) any {
+				return &corev1.Secret{ObjectMeta: m, Data: secretData, Type: corev1.SecretTypeOpaque}
+			},
+			func(m metav1.ObjectMeta) any {
+				return &corev1.Secret{ObjectMeta: m, Data: secretData, Type: corev1.SecretTypeOpaque}
+			}},
 		{"Service keeps metadata only",
 			func(m metav1.ObjectMeta) any {
 				return &corev1.Service{ObjectMeta: m, Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.10", Ports: []corev1.ServicePort{{Port: 8000, TargetPort: intstr.FromInt32(8000)}}}}
