@@ -28,8 +28,8 @@ func childMeta() metav1.ObjectMeta {
 		}},
 		Finalizers: []string{"kubernetes.io/pvc-protection"},
 		ManagedFields: []metav1.ManagedFieldsEntry{
-			{Manager: FieldOwner, Operation: metav1.ManagedFieldsOperationApply, APIVersion: "v1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{}}`)}},
-			{Manager: "ops-console", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{}}`)}},
+			{Manager: FieldOwner, Operation: metav1.ManagedFieldsOperationApply, APIVersion: "v1", FieldsV1: metav1.NewFieldsV1(`{"f:spec":{}}`)},
+			{Manager: "ops-console", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", FieldsV1: metav1.NewFieldsV1(`{"f:metadata":{}}`)},
 		},
 	}
 }
@@ -140,6 +140,6 @@ func TestTrimTransformKeepsWhatTheApplierReads(t *testing.T) {
 	trimmed := out.(*appsv1.StatefulSet)
 	g.Expect(a.ForeignManagers(trimmed)).To(Equal(a.ForeignManagers(full)))
 	g.Expect(a.ForeignManagers(trimmed)).To(Equal([]string{"ops-console"}))
-	g.Expect(string(trimmed.ManagedFields[0].FieldsV1.Raw)).To(Equal(string(applier.Fingerprint(full.ManagedFields[0].FieldsV1.Raw))))
+	g.Expect(trimmed.ManagedFields[0].FieldsV1.GetRawString()).To(Equal(string(applier.Fingerprint(full.ManagedFields[0].FieldsV1.GetRawBytes()))))
 	g.Expect(trimmed.ManagedFields[1].FieldsV1).To(BeNil())
 }
