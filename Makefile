@@ -142,8 +142,18 @@ BENCH_IDLE ?= 10m
 BENCH_FLAGS ?=
 
 .PHONY: bench
-bench: ## Measure API traffic, speed and memory on the real control plane (N=30,300,1000; BENCH_IDLE); writes bench/results.json.
-	go run ./hack/bench -n $(N) -idle $(BENCH_IDLE) $(BENCH_FLAGS)
+bench: ## Measure API traffic, speed and memory on the real control plane (N=30,300,1000; BENCH_IDLE); writes bench/results.json, heap profiles bench/heap.N[.peak] and docs/benchmarks-figures.md.
+	go run ./hack/bench -n $(N) -idle $(BENCH_IDLE) -heap-profile bench/heap $(BENCH_FLAGS)
+	$(MAKE) bench-report
+
+.PHONY: bench-report
+bench-report: ## Generate docs/benchmarks-figures.md from bench/results.json.
+	go run ./hack/bench -out bench/results.json -report docs/benchmarks-figures.md
+
+.PHONY: verify-bench-report
+verify-bench-report: bench-report ## Fail if docs/benchmarks-figures.md is stale.
+	@if [ -n "$$(git status --porcelain -- docs/benchmarks-figures.md)" ]; then \
+	  echo "docs/benchmarks-figures.md is stale; run 'make bench-report' and commit"; exit 1; fi
 
 # Size of the fleet and number of random stop points of `make test-faults`.
 FAULTS_N ?= 100

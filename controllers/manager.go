@@ -134,7 +134,7 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (*Operator, error) {
 		Scheme: scheme,
 		Cache: cache.Options{
 			ByObject: byObject, DefaultNamespaces: namespaces(o.WatchNamespaces),
-			DefaultTransform: applier.SlimManagedFields(FieldOwner),
+			DefaultTransform: trimTransform(FieldOwner), // managedFields slimmed, child kinds trimmed (cachetrim.go)
 		},
 		// ServiceMonitors are read as unstructured: from the cache too, never past it.
 		Client:                        client.Options{Cache: &client.CacheOptions{Unstructured: true}},

@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -37,29 +38,41 @@ func main() {
 	quiet := flag.Duration("quiet", 2*time.Second, "a phase ends when the controller has sent no request for this long")
 	timeout := flag.Duration("timeout", 30*time.Minute, "longest wait for any one phase")
 	out := flag.String("out", filepath.Join(testenv.RepoRoot(), "bench", "results.json"), "where to write the JSON results (empty: nowhere)")
-	heapProfile := flag.String("heap-profile", "", "write the Go heap profile (in use, after a GC) at the end of the operator's phases to this file (-child runs of one size)")
+	heapProfile := flag.String("heap-profile", "", "write Go heap profiles of the operator's phases: PATH.N at their end (after a GC) and PATH.N.peak when the heap in use was highest")
 	cpuProfile := flag.String("cpu-profile", "", "write a CPU profile of the stamp-out phase to this file (-child runs of one size)")
 	skip := flag.String("skip", "", "comma-separated phases to leave out: idle, naive (for quick trials; results then lack them)")
 	child := flag.Bool("child", false, "internal: measure one size and print its JSON result on stdout")
-	markdown := flag.String("markdown", "", "print the table of an existing results file as Markdown (for docs/benchmarks.md) and exit")
+	markdown := flag.String("markdown", "", "print the table of an existing results file as Markdown and exit")
+	reportPage := flag.String("report", "", "write this page (docs/benchmarks-figures.md) from the results file -out names, and exit")
 	flag.Parse()
 	if *markdown != "" {
 		data, err := os.ReadFile(*markdown)
 		if err != nil {
 			fail(err)
 		}
-		var rs []*Result
-		if err := json.Unmarshal(data, &rs); err != nil {
+		rs, err := parseResults(data)
+		if err != nil {
 			fail(err)
 		}
-		printTable(os.Stdout, rs, true)
+		writeTable(os.Stdout, rs, true)
+		return
+	}
+	if *reportPage != "" {
+		src := *out
+		if rel, err := filepath.Rel(testenv.RepoRoot(), src); err == nil && !strings.HasPrefix(rel, "..") && filepath.IsAbs(src) {
+			src = rel
+		}
+		if err := writeReport(src, *reportPage); err != nil {
+			fail(err)
+		}
 		return
 	}
 	ctrl.SetLogger(logr.Discard())
 
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer cancel()
-	o := options{idle: *idle, quiet: *quiet, timeout: *timeout, skip: map[string]bool{}, heapProfile: *heapProfile, cpuProfile: *cpuProfile}
+	o := options{idle: *idle, quiet: *quiet, timeout: *timeout, skip: map[string]bool{}, heapProfile: *heapProfile, cpuProfile: *cpuProfile,
+		flags: fmt.Sprintf("-idle %s -quiet %s -skip %q", *idle, *quiet, *skip)}
 	for _, s := range strings.Split(*skip, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			o.skip[s] = true
@@ -113,7 +126,7 @@ func main() {
 		}
 		results = append(results, r)
 	}
-	printTable(os.Stdout, results, false)
+	writeTable(os.Stdout, results, false)
 	if *out != "" {
 		// Sizes measured now replace those of an earlier run; other sizes are kept, so that
 		// `make bench N=30` updates one entry of bench/results.json.
@@ -143,8 +156,17 @@ func fail(err error) {
 	os.Exit(1)
 }
 
-// printTable prints one column per fleet size, aligned for a terminal or as a Markdown table.
-func printTable(w *os.File, rs []*Result, md bool) {
+func parseResults(data []byte) ([]*Result, error) {
+	var rs []*Result
+	if err := json.Unmarshal(data, &rs); err != nil {
+		return nil, err
+	}
+	return rs, nil
+}
+
+// writeTable prints one column per fleet size, aligned for a terminal or as a Markdown table.
+// Phases a run left out (-skip) print as "—".
+func writeTable(w io.Writer, rs []*Result, md bool) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	first := true
 	row := func(name string, f func(*Result) string) {
@@ -190,12 +212,21 @@ func printTable(w *os.File, rs []*Result, md bool) {
 	row("override change: writes", func(r *Result) string { return i(r.OverrideWrites) })
 	row("  objects changed", func(r *Result) string { return strconv.Itoa(len(r.OverrideObjectsChanged)) })
 	row("operator requests (4 phases)", func(r *Result) string { return i(r.OperatorRequests) })
-	row("naive baseline requests", func(r *Result) string { return i(r.NaiveRequests) })
-	row("  naive / operator", func(r *Result) string { return fmt.Sprintf("%.1f", r.NaiveToOperatorRatio) })
-	row("  naive converge (s)", func(r *Result) string { return fmt.Sprintf("%.2f", r.NaiveConvergeSeconds) })
+	naive := func(f func(*Result) string) func(*Result) string {
+		return func(r *Result) string {
+			if r.NaiveRequests == 0 {
+				return "—"
+			}
+			return f(r)
+		}
+	}
+	row("naive baseline requests", naive(func(r *Result) string { return i(r.NaiveRequests) }))
+	row("  naive / operator", naive(func(r *Result) string { return fmt.Sprintf("%.1f", r.NaiveToOperatorRatio) }))
+	row("  naive converge (s)", naive(func(r *Result) string { return fmt.Sprintf("%.2f", r.NaiveConvergeSeconds) }))
 	row("engine: ns per instance", func(r *Result) string { return fmt.Sprintf("%.0f", r.ExpandNsPerInstance) })
 	row("  allocs per instance", func(r *Result) string { return fmt.Sprintf("%.0f", r.ExpandAllocsPerInst) })
 	row("peak RSS, VmHWM (MiB)", func(r *Result) string { return fmt.Sprintf("%.1f", r.RSSMiB) })
+	row("  RSS before the manager (MiB)", func(r *Result) string { return fmt.Sprintf("%.1f", r.RSSBeforeManagerMiB) })
 	row("  Go heap in use, peak (MiB)", func(r *Result) string { return fmt.Sprintf("%.1f", r.GoHeapPeakMiB) })
 	row("  Go runtime Sys, peak (MiB)", func(r *Result) string { return fmt.Sprintf("%.1f", r.GoSysPeakMiB) })
 	_ = tw.Flush()

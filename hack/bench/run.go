@@ -7,6 +7,7 @@ import (
 	"log"
 	"net/http"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
@@ -16,12 +17,17 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/controllers"
+	"github.com/bluesky/tiled-operator/controllers/applier"
 	"github.com/bluesky/tiled-operator/controllers/traffic"
 	"github.com/bluesky/tiled-operator/expansion"
 	"github.com/bluesky/tiled-operator/hack/fleet"
@@ -30,7 +36,8 @@ import (
 
 // Result holds the figures of one fleet size. The keys are documented in docs/benchmarks.md.
 type Result struct {
-	N int `json:"n"`
+	N     int    `json:"n"`
+	Setup *Setup `json:"setup,omitempty"`
 
 	ObjectsCreated       int            `json:"objects_created"`
 	ObjectsByKind        map[string]int `json:"objects_by_kind"`
@@ -80,7 +87,10 @@ type Result struct {
 	GoHeapPeakMiB         float64 `json:"go_heap_inuse_peak_mib"`
 	GoSysPeakMiB          float64 `json:"go_sys_peak_mib"`
 	StampoutRequestDetail string  `json:"stampout_requests_detail"`
-	IdleRequestDetail     string  `json:"idle_requests_detail"`
+	// HeapProfiles are the heap profiles written with -heap-profile (end of the operator's phases,
+	// and at the peak), relative to the repository when inside it.
+	HeapProfiles      []string `json:"heap_profiles,omitempty"`
+	IdleRequestDetail string   `json:"idle_requests_detail"`
 }
 
 type options struct {
@@ -91,7 +101,11 @@ type options struct {
 
 	heapProfile string
 	cpuProfile  string
+	// flags are the harness flags of this size, recorded in Setup.
+	flags string
 }
+
+func ptrTo[T any](v T) *T { return &v }
 
 // lastRequest wraps a rest config's transport to remember when the last request was sent.
 type lastRequest struct{ at atomic.Int64 }
@@ -158,7 +172,7 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 	if err != nil {
 		return nil, err
 	}
-	r := &Result{N: n}
+	r := &Result{N: n, Setup: ptrTo(recordSetup(o.flags))}
 
 	// --- the operator -------------------------------------------------------------------------
 	ns, err := fleet.NewNamespace(ctx, env.Client, "bench-operator")
@@ -183,7 +197,7 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 	if err != nil {
 		return nil, err
 	}
-	sampler := startHeapSampler()
+	sampler := startHeapSampler(o.heapProfile != "")
 	opCtx, stopOp := context.WithCancel(ctx)
 	opDone := make(chan error, 1)
 	go func() { opDone <- op.Start(opCtx) }()
@@ -238,12 +252,12 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 		pprof.StopCPUProfile()
 	}
 	stamp := op.Traffic.Snapshot().Sub(afterSync)
-	objs, err := fleet.Metadata(ctx, env.Client, ns)
+	versions, err := objectVersions(ctx, env.Client, ns)
 	if err != nil {
 		return nil, err
 	}
-	r.ObjectsCreated = len(objs)
-	r.ObjectsByKind = fleet.Counts(objs)
+	r.ObjectsCreated = len(versions)
+	r.ObjectsByKind = countKinds(versions)
 	r.StampoutWrites = stamp.Writes()
 	r.StampoutObjectWrites = stamp.Sum(func(k traffic.Key) bool { return k.IsWrite() && !isStatus(k) && !isEvent(k) })
 	r.StampoutStatusWrites = stamp.Sum(func(k traffic.Key) bool { return k.IsWrite() && isStatus(k) })
@@ -301,14 +315,27 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 
 	// One profile field changes: the operations team's pod annotation, on every beamline.
 	logf("profile change")
-	rvBefore := fleet.ResourceVersions(objs)
+	rvBefore := versions
+	intentsBefore, err := serverIntents(ctx, cache, ns)
+	if err != nil {
+		return nil, err
+	}
 	before = op.Traffic.Snapshot()
 	start = time.Now()
 	if err := setProfileAnnotation(ctx, env.Client, ns, "controls"); err != nil {
 		return nil, err
 	}
 	if err := fleet.Poll(ctx, 200*time.Millisecond, o.timeout, "profile change", func(ctx context.Context) (bool, error) {
-		return annotated(ctx, cache, ns, "nsls2.bnl.gov/team", "controls", n)
+		now, err := serverIntents(ctx, cache, ns)
+		if err != nil || len(now) != n {
+			return false, err
+		}
+		for name, intent := range now {
+			if intent == intentsBefore[name] {
+				return false, nil
+			}
+		}
+		return true, nil
 	}); err != nil {
 		return nil, err
 	}
@@ -317,10 +344,10 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 	}
 	r.ProfileChangeSeconds = last.time().Sub(start).Seconds()
 	change := op.Traffic.Snapshot().Sub(before)
-	if objs, err = fleet.Metadata(ctx, env.Client, ns); err != nil {
+	if versions, err = objectVersions(ctx, env.Client, ns); err != nil {
 		return nil, err
 	}
-	changed := fleet.Changed(rvBefore, fleet.ResourceVersions(objs))
+	changed := fleet.Changed(rvBefore, versions)
 	r.ProfileChangeWrites = change.Writes()
 	r.ProfileChangeObjectsChanged = len(changed)
 	r.ProfileChangeChangedByKind = kindsOf(changed)
@@ -328,17 +355,17 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 
 	// One instance override changes.
 	logf("override change")
-	rvBefore = fleet.ResourceVersions(objs)
+	rvBefore = versions
+	if intentsBefore, err = serverIntents(ctx, cache, ns); err != nil {
+		return nil, err
+	}
 	before = op.Traffic.Snapshot()
 	if err := setOverride(ctx, env.Client, ns, "nsls2", "bmm"); err != nil {
 		return nil, err
 	}
 	if err := fleet.Poll(ctx, 200*time.Millisecond, o.timeout, "override change", func(ctx context.Context) (bool, error) {
-		s := &appsv1.StatefulSet{}
-		if err := cache.Get(ctx, client.ObjectKey{Namespace: ns, Name: "nsls2-bmm"}, s); err != nil {
-			return false, err
-		}
-		return s.Spec.Template.Annotations["nsls2.bnl.gov/note"] == "commissioning", nil
+		now, err := serverIntents(ctx, cache, ns)
+		return err == nil && now["nsls2-bmm"] != intentsBefore["nsls2-bmm"], err
 	}); err != nil {
 		return nil, err
 	}
@@ -346,11 +373,11 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 		return nil, err
 	}
 	override := op.Traffic.Snapshot().Sub(before)
-	if objs, err = fleet.Metadata(ctx, env.Client, ns); err != nil {
+	if versions, err = objectVersions(ctx, env.Client, ns); err != nil {
 		return nil, err
 	}
 	r.OverrideWrites = override.Writes()
-	r.OverrideObjectsChanged = fleet.Changed(rvBefore, fleet.ResourceVersions(objs))
+	r.OverrideObjectsChanged = fleet.Changed(rvBefore, versions)
 	phases["override_change"] = override.Total()
 	all := op.Traffic.Snapshot().Sub(afterSync)
 	r.ReadsAfterSync = all.Reads()
@@ -362,6 +389,17 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 	if o.heapProfile != "" {
 		if err := writeHeapProfile(o.heapProfile); err != nil {
 			return nil, err
+		}
+		if err := os.WriteFile(o.heapProfile+".peak", sampler.PeakProfile(), 0o644); err != nil {
+			return nil, err
+		}
+		for _, p := range []string{o.heapProfile, o.heapProfile + ".peak"} {
+			if abs, err := filepath.Abs(p); err == nil {
+				if rel, err := filepath.Rel(testenv.RepoRoot(), abs); err == nil && !strings.HasPrefix(rel, "..") {
+					p = rel
+				}
+			}
+			r.HeapProfiles = append(r.HeapProfiles, p)
 		}
 	}
 	r.RSSMiB = float64(procStatusKiB("VmHWM")) / 1024
@@ -544,7 +582,25 @@ func setOverride(ctx context.Context, c client.Client, ns, cluster, instance str
 	return c.Update(ctx, tc)
 }
 
-// annotated reports whether every Tiled StatefulSet's pod template has the annotation.
+// serverIntents returns the intent annotation (applier.AnnotationIntent) of every Tiled StatefulSet
+// in the namespace, by name. The operator's cache keeps a StatefulSet's metadata and status but not
+// its pod template (controllers/cachetrim.go), so a phase waits for the operator to have applied a
+// new intent to the StatefulSets rather than reading the template. The list shares the cache's
+// objects (no deep copy): the harness's polling should cost the measured process little.
+func serverIntents(ctx context.Context, r client.Reader, ns string) (map[string]string, error) {
+	var sts appsv1.StatefulSetList
+	if err := r.List(ctx, &sts, client.InNamespace(ns), client.MatchingLabels{"app.kubernetes.io/component": "server"}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, err
+	}
+	out := make(map[string]string, len(sts.Items))
+	for i := range sts.Items {
+		out[sts.Items[i].Name] = sts.Items[i].Annotations[applier.AnnotationIntent]
+	}
+	return out, nil
+}
+
+// annotated reports whether every Tiled StatefulSet's pod template has the annotation (the naive
+// baseline's cache holds whole objects).
 func annotated(ctx context.Context, r client.Reader, ns, key, value string, n int) (bool, error) {
 	var sts appsv1.StatefulSetList
 	if err := r.List(ctx, &sts, client.InNamespace(ns), client.MatchingLabels{"app.kubernetes.io/component": "server"}); err != nil {
@@ -591,4 +647,58 @@ func writeHeapProfile(path string) error {
 	defer f.Close()
 	runtime.GC()
 	return pprof.WriteHeapProfile(f)
+}
+
+// objectVersions lists, from the API server, the objects of the fleet in ns as fleet.Metadata does
+// (labelled children, TiledInstances, the namespace's NFS PersistentVolumes) and returns the
+// resourceVersion of each by "Kind/name". It pages (500 a request) and keeps nothing else, so
+// that the harness, which runs in the measured process, holds a few bytes per object rather than
+// the objects' metadata and managedFields.
+func objectVersions(ctx context.Context, c client.Client, ns string) (map[string]string, error) {
+	out := map[string]string{}
+	managed := client.MatchingLabels{tiledv1alpha1.LabelManagedBy: tiledv1alpha1.ManagedByValue}
+	kinds := []struct {
+		gvk  schema.GroupVersionKind
+		opts []client.ListOption
+		keep func(name string) bool
+	}{
+		{corev1.SchemeGroupVersion.WithKind("ConfigMap"), []client.ListOption{client.InNamespace(ns), managed}, nil},
+		{corev1.SchemeGroupVersion.WithKind("Secret"), []client.ListOption{client.InNamespace(ns), managed}, nil},
+		{corev1.SchemeGroupVersion.WithKind("Service"), []client.ListOption{client.InNamespace(ns), managed}, nil},
+		{corev1.SchemeGroupVersion.WithKind("PersistentVolumeClaim"), []client.ListOption{client.InNamespace(ns), managed}, nil},
+		{appsv1.SchemeGroupVersion.WithKind("StatefulSet"), []client.ListOption{client.InNamespace(ns), managed}, nil},
+		{networkingv1.SchemeGroupVersion.WithKind("Ingress"), []client.ListOption{client.InNamespace(ns), managed}, nil},
+		{tiledv1alpha1.GroupVersion.WithKind("TiledInstance"), []client.ListOption{client.InNamespace(ns)}, nil},
+		// Cluster-scoped: their names start with the namespace (render.NamesFor).
+		{corev1.SchemeGroupVersion.WithKind("PersistentVolume"), []client.ListOption{managed}, func(name string) bool { return strings.HasPrefix(name, ns+"-") }},
+	}
+	for _, k := range kinds {
+		cont := ""
+		for {
+			l := &metav1.PartialObjectMetadataList{}
+			l.SetGroupVersionKind(k.gvk.GroupVersion().WithKind(k.gvk.Kind + "List"))
+			if err := c.List(ctx, l, append(k.opts, client.Limit(500), client.Continue(cont))...); err != nil {
+				return nil, err
+			}
+			for i := range l.Items {
+				if k.keep == nil || k.keep(l.Items[i].Name) {
+					out[k.gvk.Kind+"/"+l.Items[i].Name] = l.Items[i].ResourceVersion
+				}
+			}
+			if cont = l.Continue; cont == "" {
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
+// countKinds counts "Kind/name" keys by kind.
+func countKinds(versions map[string]string) map[string]int {
+	out := map[string]int{}
+	for k := range versions {
+		kind, _, _ := strings.Cut(k, "/")
+		out[kind]++
+	}
+	return out
 }

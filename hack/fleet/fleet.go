@@ -324,7 +324,9 @@ func Changed(before, after map[string]string) []string {
 // and each its Tiled StatefulSet. r may be the operator's cache-backed client (no API request).
 func StampedOut(ctx context.Context, r client.Reader, ns, cluster string, n int) (bool, error) {
 	var tis tiledv1alpha1.TiledInstanceList
-	if err := r.List(ctx, &tis, client.InNamespace(ns), client.MatchingLabels{tiledv1alpha1.LabelCluster: cluster}); err != nil {
+	// Read only: the lists share the cache's objects (no deep copy), so that polling costs the
+	// process that runs the operator little.
+	if err := r.List(ctx, &tis, client.InNamespace(ns), client.MatchingLabels{tiledv1alpha1.LabelCluster: cluster}, client.UnsafeDisableDeepCopy); err != nil {
 		return false, err
 	}
 	if len(tis.Items) != n {
@@ -336,7 +338,7 @@ func StampedOut(ctx context.Context, r client.Reader, ns, cluster string, n int)
 		}
 	}
 	var sts appsv1.StatefulSetList
-	if err := r.List(ctx, &sts, client.InNamespace(ns), client.MatchingLabels{"app.kubernetes.io/component": "server", tiledv1alpha1.LabelCluster: cluster}); err != nil {
+	if err := r.List(ctx, &sts, client.InNamespace(ns), client.MatchingLabels{"app.kubernetes.io/component": "server", tiledv1alpha1.LabelCluster: cluster}, client.UnsafeDisableDeepCopy); err != nil {
 		return false, err
 	}
 	return len(sts.Items) == n, nil
