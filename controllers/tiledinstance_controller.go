@@ -160,7 +160,13 @@ func (r *TiledInstanceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	// Retained claims and the Secret under the Retain policy have no owner reference, so the watches
 	// above do not map their deletion to the instance; their instance label does.
 	for _, obj := range []client.Object{&corev1.Secret{}, &corev1.PersistentVolumeClaim{}} {
-		b = b.Watches(obj, handler.EnqueueRequestsFromMapFunc(labelledInstance), builder.WithPredicates(unownedDeleted))
+		gvk, err := apiutil.GVKForObject(obj, mgr.GetScheme())
+		if err != nil {
+			return err
+		}
+		// The applier hears of the deletion in this handler too, before the enqueue: the handlers
+		// of one informer run concurrently, so the Owns watch's may come after the reconcile.
+		b = b.Watches(obj, handler.EnqueueRequestsFromMapFunc(labelledInstance), builder.WithPredicates(unownedDeleted, r.forgetDeleted(gvk)))
 	}
 	// The instances' pods (cached trimmed to their status, see podstatus.Trim): their failures are
 	// named on the instance. They belong to the StatefulSets, so they map to the instance by label.
@@ -352,7 +358,7 @@ func (r *TiledInstanceReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 		return ctrl.Result{}, r.stalled(ctx, ti, status, ReasonRenderFailed, err.Error())
 	}
 
-	applied, err := r.applyAll(ctx, ti, objs)
+	applied, unseen, err := r.applyAll(ctx, ti, objs)
 	var refused *childRefusedError
 	if errors.As(err, &refused) {
 		// Retrying cannot help (e.g. an immutable field of a claim): say so once, and wait for a
@@ -388,6 +394,11 @@ func (r *TiledInstanceReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 		if result.RequeueAfter == 0 || recheck < result.RequeueAfter {
 			result.RequeueAfter = recheck
 		}
+	}
+	if unseen > 0 && (result.RequeueAfter == 0 || unseen < result.RequeueAfter) {
+		// A child just created is not in the cache yet: look again once the cache must show it,
+		// in case it was deleted before it ever did.
+		result.RequeueAfter = unseen
 	}
 	sent, err := r.writeStatus(ctx, ti, status)
 	if err != nil || !sent {
@@ -588,17 +599,17 @@ func (r *TiledInstanceReconciler) externalSecretKeys(ctx context.Context, ti *ti
 
 // applyAll applies every rendered object, owned by the instance (except retained data claims), and
 // returns their keys.
-func (r *TiledInstanceReconciler) applyAll(ctx context.Context, ti *tiledv1alpha1.TiledInstance, objs *render.Objects) (map[applier.Key]int64, error) {
+func (r *TiledInstanceReconciler) applyAll(ctx context.Context, ti *tiledv1alpha1.TiledInstance, objs *render.Objects) (applied map[applier.Key]int64, unseen time.Duration, err error) {
 	intents, err := InstanceObjects(ti, objs)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	applied := map[applier.Key]int64{}
+	applied = map[applier.Key]int64{}
 	group := client.ObjectKeyFromObject(ti).String()
 	for _, u := range intents {
 		current, err := r.current(ctx, u)
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		res, err := r.Applier.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), current, applier.Group(group))
 		if apierrors.IsConflict(err) {
@@ -606,17 +617,20 @@ func (r *TiledInstanceReconciler) applyAll(ctx context.Context, ti *tiledv1alpha
 			res, err = r.Applier.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), current, applier.Group(group))
 		}
 		if reason := refusal(err); reason != "" {
-			return nil, &childRefusedError{Key: res.Key, Reason: reason, Err: err}
+			return nil, 0, &childRefusedError{Key: res.Key, Reason: reason, Err: err}
 		}
 		if err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		applied[res.Key] = res.Generation
+		if res.Recheck > 0 && (unseen == 0 || res.Recheck < unseen) {
+			unseen = res.Recheck
+		}
 		if err := r.unrelease(ctx, current); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 	}
-	return applied, nil
+	return applied, unseen, nil
 }
 
 // unrelease removes the released label from a retained claim or Secret the instance uses again (a

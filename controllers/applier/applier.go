@@ -221,6 +221,10 @@ type Result struct {
 	// the kind has none). A cache that shows an older generation has not caught up yet: status read
 	// from it (e.g. a StatefulSet's ready replicas) describes the previous spec.
 	Generation int64
+	// Recheck, when not zero, says the object is missing from the cache but was created so recently
+	// that the cache may not have caught up: nothing was sent, and the caller should look again after
+	// this long, in case the object was deleted before the cache ever showed it.
+	Recheck time.Duration
 }
 
 // Apply applies ac (a typed apply configuration, or client.ApplyConfigurationFromUnstructured)
@@ -243,13 +247,17 @@ func (a *Applier) Apply(ctx context.Context, ac runtime.ApplyConfiguration, curr
 	rec := a.records[key]
 	skip := false
 	var gen int64
+	var recheck time.Duration
 	switch {
 	case rec != nil && rec.intent == intent:
 		switch {
 		case current == nil:
 			// Not in the cache: not seen yet after our apply (skip), or deleted since (apply again).
 			// A deletion makes the controller call Deleted, which drops the record.
-			skip = !rec.seen && time.Since(rec.at) < unseenGrace
+			if age := time.Since(rec.at); !rec.seen && age < unseenGrace {
+				skip = true
+				recheck = unseenGrace - age
+			}
 		case a.token(current.GetManagedFields()) == rec.post:
 			rec.seen = true
 			skip = true
@@ -270,7 +278,7 @@ func (a *Applier) Apply(ctx context.Context, ac runtime.ApplyConfiguration, curr
 	a.mu.Unlock()
 	if skip {
 		a.applies.WithLabelValues(kind, "skipped").Inc()
-		return Result{Key: key, Generation: gen}, nil
+		return Result{Key: key, Generation: gen, Recheck: recheck}, nil
 	}
 
 	preRV := ""

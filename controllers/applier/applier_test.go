@@ -188,8 +188,13 @@ func TestUnseenGrace(t *testing.T) {
 	a := New(s, "tiled-operator", nil)
 	_, err := a.Apply(context.Background(), intent("a", "1"), nil)
 	g.Expect(err).NotTo(HaveOccurred())
-	a.records[Key{APIVersion: "v1", Kind: "ConfigMap", Namespace: "ns", Name: "a"}].at = time.Now().Add(-unseenGrace - time.Second)
+	// Within the grace: nothing sent, and the caller is told when to look again.
 	res, err := a.Apply(context.Background(), intent("a", "1"), nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.Sent).To(BeFalse())
+	g.Expect(res.Recheck).To(And(BeNumerically(">", 0), BeNumerically("<=", unseenGrace)))
+	a.records[Key{APIVersion: "v1", Kind: "ConfigMap", Namespace: "ns", Name: "a"}].at = time.Now().Add(-unseenGrace - time.Second)
+	res, err = a.Apply(context.Background(), intent("a", "1"), nil)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(res.Sent).To(BeTrue())
 }
