@@ -73,18 +73,7 @@ func exists(t *testing.T, obj client.Object, ns, name string) bool {
 // markReady simulates the kubelet and the StatefulSet controller (neither runs here): the
 // StatefulSet reports every replica ready at its current generation.
 func markReady(t *testing.T, g Gomega, ns, name string) {
-	g.Eventually(func() error {
-		s := &appsv1.StatefulSet{}
-		if err := env.Client.Get(ctxT(t), client.ObjectKey{Namespace: ns, Name: name}, s); err != nil {
-			return err
-		}
-		n := ptr.Deref(s.Spec.Replicas, 1)
-		s.Status = appsv1.StatefulSetStatus{
-			ObservedGeneration: s.Generation, Replicas: n, ReadyReplicas: n, CurrentReplicas: n,
-			UpdatedReplicas: n, AvailableReplicas: n,
-		}
-		return env.Client.Status().Update(ctxT(t), s)
-	}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
+	setStatefulSetReady(t, g, ns, name, allReplicas)
 }
 
 // kstatusOf computes what kstatus (and so ArgoCD and Flux) reads from an object.

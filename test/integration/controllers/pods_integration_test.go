@@ -86,6 +86,11 @@ func condition(t *testing.T, g Gomega, ns, name, typ string, st metav1.Condition
 	return ti
 }
 
+// allReplicas, as setStatefulSetReady's ready, means every replica of the StatefulSet.
+const allReplicas = -1
+
+// setStatefulSetReady simulates the kubelet and the StatefulSet controller (neither runs here): the
+// StatefulSet reports its current generation rolled out with ready replicas ready.
 func setStatefulSetReady(t *testing.T, g Gomega, ns, name string, ready int32) {
 	g.Eventually(func() error {
 		s := &appsv1.StatefulSet{}
@@ -93,6 +98,9 @@ func setStatefulSetReady(t *testing.T, g Gomega, ns, name string, ready int32) {
 			return err
 		}
 		n := ptr.Deref(s.Spec.Replicas, 1)
+		if ready == allReplicas {
+			ready = n
+		}
 		s.Status = appsv1.StatefulSetStatus{
 			ObservedGeneration: s.Generation, Replicas: n, ReadyReplicas: ready, CurrentReplicas: n,
 			UpdatedReplicas: n, AvailableReplicas: ready,

@@ -1,10 +1,8 @@
 package controllers_test
 
 import (
-	"bufio"
 	"context"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +20,7 @@ import (
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/controllers"
 	"github.com/bluesky/tiled-operator/controllers/traffic"
+	"github.com/bluesky/tiled-operator/hack/fleet"
 	"github.com/bluesky/tiled-operator/hack/testenv"
 )
 
@@ -79,22 +78,13 @@ func newNamespace(t *testing.T, g Gomega, prefix string) string {
 	return ns.Name
 }
 
-// beamlines reads the NSLS-II fleet's beamline names from testdata.
+// beamlines are the NSLS-II fleet's 30 beamline names (hack/fleet reads them from testdata).
 func beamlines(t *testing.T) []string {
-	f, err := os.Open(filepath.Join(testenv.RepoRoot(), "controllers", "testdata", "nsls2-beamlines.txt"))
+	names, err := fleet.Beamlines(30) // the 30 public names of controllers/testdata/nsls2-beamlines.txt
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	var out []string
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		line := strings.TrimSpace(s.Text())
-		if line != "" && !strings.HasPrefix(line, "#") {
-			out = append(out, line)
-		}
-	}
-	return out
+	return names
 }
 
 // fleetProfiles are the facility's profiles: defaults for every beamline, the MX family (selected
