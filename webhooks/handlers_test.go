@@ -17,26 +17,27 @@ import (
 
 	"github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/expansion"
+	"github.com/bluesky/tiled-operator/webhooks/admissiontable"
 )
 
 func TestBadObjectsRefusedByHandlers(t *testing.T) {
 	f := loadFixtures(t, ns)
 	hs := handlers(f.reader())
-	for _, tc := range badCases {
-		t.Run(tc.name, func(t *testing.T) {
+	for _, tc := range admissiontable.HandlerCases() {
+		t.Run(tc.Name, func(t *testing.T) {
 			g := NewWithT(t)
-			resp := hs[tc.handler].Handle(context.Background(), request(t, admissionv1.Create, tc.object, nil))
+			resp := hs[tc.Handler].Handle(context.Background(), request(t, admissionv1.Create, tc.Object, nil))
 			g.Expect(resp.Allowed).To(BeFalse(), "allowed: %+v", resp.Result)
 			g.Expect(resp.Result).NotTo(BeNil())
 			t.Log(resp.Result.Message)
 			g.Expect(resp.Result.Code).To(BeEquivalentTo(http.StatusUnprocessableEntity))
-			for _, w := range tc.want {
+			for _, w := range tc.Want {
 				g.Expect(resp.Result.Message).To(ContainSubstring(w))
 			}
 		})
 	}
-	if len(badCases) < 20 {
-		t.Fatalf("only %d bad objects", len(badCases))
+	if n := len(admissiontable.HandlerCases()); n < 20 {
+		t.Fatalf("only %d bad objects", n)
 	}
 }
 
@@ -49,11 +50,11 @@ func TestValidObjectsPass(t *testing.T) {
 		obj           any
 		warnings      []string
 	}{
-		{"each profile", "validate-profile", &f.profiles[0], nil},
-		{"the cluster", "validate-cluster", f.cluster, nil},
-		{"the terse instance", "validate-instance", f.terse, nil},
-		{"the terse instance (mutating)", "mutate", f.terse, nil},
-		{"a profile with suspicious settings", "validate-profile", profileHead + `  priority: 20
+		{"each profile", "validate-profile", &f.Profiles[0], nil},
+		{"the cluster", "validate-cluster", f.Cluster, nil},
+		{"the terse instance", "validate-instance", f.Terse, nil},
+		{"the terse instance (mutating)", "mutate", f.Terse, nil},
+		{"a profile with suspicious settings", "validate-profile", admissiontable.ProfileHead + `  priority: 20
   tiled: {image: "ghcr.io/bluesky/tiled:latest"}
   storage: {retention: Delete}
   database: {managed: {image: postgres}}
@@ -62,16 +63,16 @@ func TestValidObjectsPass(t *testing.T) {
 			"spec.storage.retention: Delete",
 			`spec.database.managed.image: "postgres" has no tag`,
 			"spec.auth.allowAnonymousAccess: true"}},
-		{"a cluster whose instances inherit suspicious settings", "validate-cluster", clusterHead + `  profileSelector: {matchLabels: {facility: nsls2}}
+		{"a cluster whose instances inherit suspicious settings", "validate-cluster", admissiontable.ClusterHead + `  profileSelector: {matchLabels: {facility: nsls2}}
   template: {expose: {ingress: {tlsSecretName: ""}}, tiled: {image: "ghcr.io/bluesky/tiled"}}
   instances: [{name: a}, {name: b}]`, []string{
 			`TiledCluster beamlines/bad: spec.template: spec.tiled.image: "ghcr.io/bluesky/tiled" has no tag`,
 			`TiledCluster beamlines/bad: instances a, b: spec.tiled.image`}},
-		{"a cluster whose selector matches no profile yet", "validate-cluster", clusterHead + `  profileSelector: {matchLabels: {facility: diamond}}
+		{"a cluster whose selector matches no profile yet", "validate-cluster", admissiontable.ClusterHead + `  profileSelector: {matchLabels: {facility: diamond}}
   instances: [{name: i22}]`, []string{"will report ProfilesResolved=False", "matches no TiledProfile"}},
-		{"an expanded instance without limits", "validate-instance", instanceHead + `  tiled: {image: "ghcr.io/bluesky/tiled:0.2.20"}
+		{"an expanded instance without limits", "validate-instance", admissiontable.InstanceHead + `  tiled: {image: "ghcr.io/bluesky/tiled:0.2.20"}
 provenance: {spec.tiled.image: instance}`, []string{"spec.tiled.resources: no limits"}},
-		{"an expanded instance with an ingress host but enabled unset", "validate-instance", instanceHead + `  tiled: {image: "ghcr.io/bluesky/tiled:0.2.20", resources: {limits: {memory: 1Gi}}}
+		{"an expanded instance with an ingress host but enabled unset", "validate-instance", admissiontable.InstanceHead + `  tiled: {image: "ghcr.io/bluesky/tiled:0.2.20", resources: {limits: {memory: 1Gi}}}
   expose: {ingress: {className: nginx, host: a.example.org}}
 provenance: {spec.tiled.image: instance}`, []string{"spec.expose.ingress.enabled: not set, but the ingress has a host: no Ingress is created"}},
 	} {
@@ -113,9 +114,9 @@ func TestMutateExpandsTerseInstance(t *testing.T) {
 	g := NewWithT(t)
 	f := loadFixtures(t, ns)
 	h := handlers(f.reader())["mutate"]
-	got, resp := admit(t, h, admissionv1.Create, f.terse, nil)
+	got, resp := admit(t, h, admissionv1.Create, f.Terse, nil)
 	g.Expect(resp.Patches).NotTo(BeEmpty())
-	want, err := expansion.ExpandInstance(f.terse, f.profiles, expansion.DefaultBuiltins())
+	want, err := expansion.ExpandInstance(f.Terse, f.Profiles, expansion.DefaultBuiltins())
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(got.Spec).To(Equal(want.Spec))
 	g.Expect(got.Provenance).To(Equal(want.Provenance))
@@ -134,7 +135,7 @@ func TestMutateAlreadyExpandedIsEmptyPatch(t *testing.T) {
 	g := NewWithT(t)
 	f := loadFixtures(t, ns)
 	h := handlers(f.reader())["mutate"]
-	expanded, _ := admit(t, h, admissionv1.Create, f.terse, nil)
+	expanded, _ := admit(t, h, admissionv1.Create, f.Terse, nil)
 
 	// Created again (kubectl apply of the dry-run output), updated unchanged, and updated with a
 	// label change: the patch is empty every time.
@@ -149,7 +150,7 @@ func TestMutateAlreadyExpandedIsEmptyPatch(t *testing.T) {
 	g.Expect(resp.Patches).To(BeEmpty())
 
 	// The engine's idempotence, which the above rests on: expanding the expansion gives its spec.
-	again, err := expansion.ExpandInstance(expanded, f.profiles, expansion.DefaultBuiltins())
+	again, err := expansion.ExpandInstance(expanded, f.Profiles, expansion.DefaultBuiltins())
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(again.Spec).To(Equal(expanded.Spec))
 }
@@ -157,13 +158,13 @@ func TestMutateAlreadyExpandedIsEmptyPatch(t *testing.T) {
 func TestMutateReexpandsFollowingProfilesAndEdits(t *testing.T) {
 	g := NewWithT(t)
 	f := loadFixtures(t, ns)
-	expanded, _ := admit(t, handlers(f.reader())["mutate"], admissionv1.Create, f.terse, nil)
+	expanded, _ := admit(t, handlers(f.reader())["mutate"], admissionv1.Create, f.Terse, nil)
 
 	// A profile changed since: the fields that came from it follow it.
-	changed := f.profiles[4].DeepCopy() // big-data
+	changed := f.Profiles[4].DeepCopy() // big-data
 	changed.Generation = 2
 	changed.Spec.Tiled.Resources.Limits["memory"] = resourceMust("32Gi")
-	f.profiles[4] = *changed
+	f.Profiles[4] = *changed
 	h := handlers(f.reader())["mutate"]
 	got, resp := admit(t, h, admissionv1.Update, expanded, expanded)
 	g.Expect(resp.Patches).NotTo(BeEmpty())
@@ -192,7 +193,7 @@ func TestMutateReexpandsFollowingProfilesAndEdits(t *testing.T) {
 func TestMutatePassesThrough(t *testing.T) {
 	f := loadFixtures(t, ns)
 	h := handlers(f.reader())["mutate"]
-	owned := f.terse.DeepCopy()
+	owned := f.Terse.DeepCopy()
 	owned.OwnerReferences = []metav1.OwnerReference{{APIVersion: v1alpha1.GroupVersion.String(), Kind: "TiledCluster",
 		Name: "nsls2", UID: "u", Controller: ptr.To(true)}}
 	for _, tc := range []struct {
@@ -203,11 +204,11 @@ func TestMutatePassesThrough(t *testing.T) {
 		{"instance of a cluster", nil, owned},
 		{"the operator's field manager", func(r *admission.Request) {
 			r.Options = runtime.RawExtension{Raw: []byte(`{"kind":"PatchOptions","apiVersion":"meta.k8s.io/v1","fieldManager":"tiled-operator"}`)}
-		}, f.terse},
+		}, f.Terse},
 		{"the operator's service account", func(r *admission.Request) {
 			r.UserInfo.Username = "system:serviceaccount:tiled-system:tiled-operator"
-		}, f.terse},
-		{"a delete", func(r *admission.Request) { r.Operation = admissionv1.Delete }, f.terse},
+		}, f.Terse},
+		{"a delete", func(r *admission.Request) { r.Operation = admissionv1.Delete }, f.Terse},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
@@ -261,14 +262,14 @@ func TestMalformedRequests(t *testing.T) {
 func TestProfileDeleteWarnsAboutUsers(t *testing.T) {
 	g := NewWithT(t)
 	f := loadFixtures(t, ns)
-	standalone := f.terse.DeepCopy()
+	standalone := f.Terse.DeepCopy()
 	h := handlers(f.reader(standalone))["validate-profile"]
-	resp := h.Handle(context.Background(), request(t, admissionv1.Delete, &f.profiles[1], nil))
+	resp := h.Handle(context.Background(), request(t, admissionv1.Delete, &f.Profiles[1], nil))
 	g.Expect(resp.Allowed).To(BeTrue())
 	g.Expect(resp.Warnings).To(ContainElement(ContainSubstring("TiledProfile beamlines/security is used by TiledCluster(s) nsls2")))
 	g.Expect(resp.Warnings).To(ContainElement(ContainSubstring("selected by standalone TiledInstance(s) demo")))
 
-	unused := f.profiles[5].DeepCopy() // clash-a: no cluster selects it
+	unused := f.Profiles[5].DeepCopy() // clash-a: no cluster selects it
 	resp = h.Handle(context.Background(), request(t, admissionv1.Delete, unused, nil))
 	g.Expect(resp.Allowed).To(BeTrue())
 	g.Expect(resp.Warnings).To(BeEmpty())
@@ -277,7 +278,7 @@ func TestProfileDeleteWarnsAboutUsers(t *testing.T) {
 func TestProfileConflictAlreadyThereOrAllowedIsAWarning(t *testing.T) {
 	g := NewWithT(t)
 	f := loadFixtures(t, ns)
-	rival := profileHead + `  priority: 0
+	rival := admissiontable.ProfileHead + `  priority: 0
   tiled: {image: "ghcr.io/bluesky/tiled:0.2.19"}`
 	// Allowed on purpose with the annotation.
 	annotated := strings.Replace(rival, "  name: bad\n", "  name: bad\n  annotations: {tiled.blueskyproject.io/allow-conflicts: \"true\"}\n", 1)
@@ -301,7 +302,7 @@ func TestProfileConflictAlreadyThereOrAllowedIsAWarning(t *testing.T) {
 func TestProfileEqualToAnotherOfEqualPriority(t *testing.T) {
 	g := NewWithT(t)
 	f := loadFixtures(t, ns)
-	twin := f.profiles[1].DeepCopy() // security
+	twin := f.Profiles[1].DeepCopy() // security
 	twin.Name = "security-twin"
 	var resp admission.Response
 	g.Expect(func() {
@@ -316,7 +317,7 @@ func TestMutateExpressionAppliedAgainOverItsValue(t *testing.T) {
 	g := NewWithT(t)
 	f := loadFixtures(t, ns)
 	h := handlers(f.reader())["mutate"]
-	expanded, _ := admit(t, h, admissionv1.Create, f.terse, nil)
+	expanded, _ := admit(t, h, admissionv1.Create, f.Terse, nil)
 	merged := expanded.DeepCopy()
 	for i := range merged.Spec.Tiled.Env {
 		if merged.Spec.Tiled.Env[i].Name == "BEAMLINE" {

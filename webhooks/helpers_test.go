@@ -2,8 +2,6 @@ package webhooks_test
 
 import (
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"testing"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -21,53 +19,29 @@ import (
 	"github.com/bluesky/tiled-operator/expansion"
 	"github.com/bluesky/tiled-operator/hack/testenv"
 	"github.com/bluesky/tiled-operator/webhooks"
+	"github.com/bluesky/tiled-operator/webhooks/admissiontable"
 )
 
 // ns is the namespace of the fixtures in handler tests.
-const ns = "beamlines"
+const ns = admissiontable.Namespace
 
 // fixtures are the objects of testdata: the profiles, the cluster and the terse instance.
-type fixtures struct {
-	profiles []v1alpha1.TiledProfile
-	cluster  *v1alpha1.TiledCluster
-	terse    *v1alpha1.TiledInstance
-}
+type fixtures struct{ *admissiontable.Base }
 
-func loadFixtures(t testing.TB, namespace string) *fixtures {
+func loadFixtures(t testing.TB, namespace string) fixtures {
 	t.Helper()
-	f := &fixtures{}
-	for _, name := range []string{"profiles.yaml", "cluster.yaml", "terse-instance.yaml"} {
-		r, err := os.Open(filepath.Join("testdata", name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		objs, err := expansion.DecodeAll(name, r)
-		r.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, o := range objs {
-			switch o := o.(type) {
-			case *v1alpha1.TiledProfile:
-				o.Namespace, o.Generation = namespace, 1
-				f.profiles = append(f.profiles, *o)
-			case *v1alpha1.TiledCluster:
-				o.Namespace = namespace
-				f.cluster = o
-			case *v1alpha1.TiledInstance:
-				o.Namespace = namespace
-				f.terse = o
-			}
-		}
+	b, err := admissiontable.LoadBase(namespace)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return f
+	return fixtures{b}
 }
 
 // reader is a client holding the fixtures, standing in for the manager's cache in handler tests.
-func (f *fixtures) reader(extra ...client.Object) client.Client {
-	objs := []client.Object{f.cluster.DeepCopy()}
-	for i := range f.profiles {
-		objs = append(objs, f.profiles[i].DeepCopy())
+func (f fixtures) reader(extra ...client.Object) client.Client {
+	objs := []client.Object{f.Cluster.DeepCopy()}
+	for i := range f.Profiles {
+		objs = append(objs, f.Profiles[i].DeepCopy())
 	}
 	objs = append(objs, extra...)
 	return fake.NewClientBuilder().WithScheme(testenv.NewScheme()).WithObjects(objs...).Build()

@@ -9,6 +9,10 @@
 // followed by the object (a TiledProfile, TiledCluster or TiledInstance without a namespace). The
 // objects are tried beside the fixtures of webhooks/testdata (profiles.yaml, cluster.yaml,
 // admission-fixtures.yaml), in one namespace.
+//
+// It also holds what the webhooks' handler tests (package webhooks) and their API-server tests
+// (test/integration/webhooks) share: the objects of webhooks/testdata (LoadBase) and the bad objects
+// each handler refuses (HandlerCases). It is test support: no production package imports it.
 package admissiontable
 
 import (
@@ -46,8 +50,7 @@ func Dir() string {
 
 // Fixtures are the files of the objects the cases are tried beside, in the order to create them.
 func Fixtures() []string {
-	dir := filepath.Join(Dir(), "..")
-	return []string{filepath.Join(dir, "profiles.yaml"), filepath.Join(dir, "cluster.yaml"), filepath.Join(dir, "admission-fixtures.yaml")}
+	return []string{Testdata("profiles.yaml"), Testdata("cluster.yaml"), Testdata("admission-fixtures.yaml")}
 }
 
 // Load reads every case of dir, ordered by file name.

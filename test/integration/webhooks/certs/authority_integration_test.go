@@ -1,8 +1,9 @@
-package certs
+package certs_test
 
 import (
 	"context"
 	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"os"
 	"sync"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/bluesky/tiled-operator/hack/testenv"
+	"github.com/bluesky/tiled-operator/webhooks/certs"
 )
 
 var env *testenv.Env
@@ -27,8 +29,8 @@ func TestMain(m *testing.M) {
 
 // install creates a namespace and two webhook configurations calling a Service in it, which the API
 // server never calls (their rules match a resource that does not exist), and returns the options
-// of an Authority for them.
-func install(t *testing.T, name string) Options {
+// of an certs.Authority for them.
+func install(t *testing.T, name string) certs.Options {
 	t.Helper()
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -53,17 +55,17 @@ func install(t *testing.T, name string) Options {
 		},
 	}, metav1.CreateOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
-	return Options{Namespace: name, MutatingName: name + "-mutating", ValidatingName: name + "-validating", TrustDelay: 500 * time.Millisecond}
+	return certs.Options{Namespace: name, MutatingName: name + "-mutating", ValidatingName: name + "-validating", TrustDelay: 500 * time.Millisecond}
 }
 
-// run starts an Authority until the test ends.
-func run(t *testing.T, o Options) *Authority {
+// run starts an certs.Authority until the test ends.
+func run(t *testing.T, o certs.Options) *certs.Authority {
 	t.Helper()
 	cs, err := kubernetes.NewForConfig(env.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := New(cs, o)
+	a := certs.New(cs, o)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = a.Start(ctx) }()
@@ -72,7 +74,7 @@ func run(t *testing.T, o Options) *Authority {
 }
 
 // bundles returns the caBundle of every webhook of both configurations.
-func bundles(g Gomega, o Options) [][]byte {
+func bundles(g Gomega, o certs.Options) [][]byte {
 	ctx := context.Background()
 	m, err := env.Clientset.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, o.MutatingName, metav1.GetOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
@@ -85,20 +87,35 @@ func bundles(g Gomega, o Options) [][]byte {
 	return out
 }
 
-func secretCA(g Gomega, o Options) *x509.Certificate {
-	sec, err := env.Clientset.CoreV1().Secrets(o.Namespace).Get(context.Background(), DefaultSecretName, metav1.GetOptions{})
+func secretCA(g Gomega, o certs.Options) *x509.Certificate {
+	sec, err := env.Clientset.CoreV1().Secrets(o.Namespace).Get(context.Background(), certs.DefaultSecretName, metav1.GetOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
-	c, err := parseCert(sec.Data[KeyCACert])
-	g.Expect(err).NotTo(HaveOccurred())
-	return c
+	cas := certsIn(g, sec.Data[certs.KeyCACert])
+	g.Expect(cas).To(HaveLen(1))
+	return cas[0]
+}
+
+// certsIn parses every PEM block of bundle as a certificate: none may be anything else.
+func certsIn(g Gomega, bundle []byte) []*x509.Certificate {
+	var out []*x509.Certificate
+	for rest := bundle; ; {
+		var block *pem.Block
+		if block, rest = pem.Decode(rest); block == nil {
+			return out
+		}
+		g.Expect(block.Type).To(Equal("CERTIFICATE"))
+		c, err := x509.ParseCertificate(block.Bytes)
+		g.Expect(err).NotTo(HaveOccurred())
+		out = append(out, c)
+	}
 }
 
 // verifies checks that a's serving certificate verifies against every bundle for the Service's name.
-func verifies(g Gomega, a *Authority, o Options) {
+func verifies(g Gomega, a *certs.Authority, o certs.Options) {
 	g.Expect(verifyErr(a, o)).To(Succeed())
 }
 
-func verifyErr(a *Authority, o Options) error {
+func verifyErr(a *certs.Authority, o certs.Options) error {
 	leaf := a.ServingCertificate()
 	if leaf == nil {
 		return fmt.Errorf("no serving certificate")
@@ -131,7 +148,7 @@ func verifyErr(a *Authority, o Options) error {
 func TestReplicasStartingTogetherAgreeOnOneCA(t *testing.T) {
 	g := NewWithT(t)
 	o := install(t, "together")
-	var as []*Authority
+	var as []*certs.Authority
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	for range 5 {
@@ -155,8 +172,8 @@ func TestReplicasStartingTogetherAgreeOnOneCA(t *testing.T) {
 		verifies(g, a, o)
 	}
 	for _, b := range bundles(g, o) {
-		g.Expect(certsIn(b)).To(HaveLen(1))
-		g.Expect(certsIn(b)[0].Equal(ca)).To(BeTrue())
+		g.Expect(certsIn(g, b)).To(HaveLen(1))
+		g.Expect(certsIn(g, b)[0].Equal(ca)).To(BeTrue())
 	}
 }
 
@@ -166,7 +183,7 @@ func TestDeletedSecretKeepsTheOldCATrusted(t *testing.T) {
 	g := NewWithT(t)
 	o := install(t, "deleted")
 	a, b := run(t, o), run(t, o)
-	for _, r := range []*Authority{a, b} {
+	for _, r := range []*certs.Authority{a, b} {
 		g.Eventually(func() error { return r.Ready(nil) }).WithTimeout(time.Minute).Should(Succeed())
 	}
 	old := secretCA(g, o)
@@ -182,7 +199,7 @@ func TestDeletedSecretKeepsTheOldCATrusted(t *testing.T) {
 				return
 			case <-time.After(20 * time.Millisecond):
 			}
-			for _, r := range []*Authority{a, b} {
+			for _, r := range []*certs.Authority{a, b} {
 				if r.Ready(nil) != nil {
 					continue // not serving: no certificate to check
 				}
@@ -195,15 +212,15 @@ func TestDeletedSecretKeepsTheOldCATrusted(t *testing.T) {
 			}
 		}
 	}()
-	g.Expect(env.Clientset.CoreV1().Secrets(o.Namespace).Delete(context.Background(), DefaultSecretName, metav1.DeleteOptions{})).To(Succeed())
+	g.Expect(env.Clientset.CoreV1().Secrets(o.Namespace).Delete(context.Background(), certs.DefaultSecretName, metav1.DeleteOptions{})).To(Succeed())
 	g.Eventually(func(g Gomega) {
 		ca := secretCA(g, o)
 		g.Expect(ca.Equal(old)).To(BeFalse())
-		for _, r := range []*Authority{a, b} {
+		for _, r := range []*certs.Authority{a, b} {
 			g.Expect(r.ServingCertificate().CheckSignatureFrom(ca)).To(Succeed())
 		}
 		for _, bundle := range bundles(g, o) {
-			g.Expect(certsIn(bundle)).To(HaveLen(2), "the new CA and the one used until now")
+			g.Expect(certsIn(g, bundle)).To(HaveLen(2), "the new CA and the one used until now")
 		}
 	}).WithTimeout(time.Minute).Should(Succeed())
 	close(stop)
@@ -224,9 +241,9 @@ func TestBrokenSecretIsReplaced(t *testing.T) {
 	g.Eventually(func() error { return a.Ready(nil) }).WithTimeout(time.Minute).Should(Succeed())
 	old := secretCA(g, o)
 	ctx := context.Background()
-	sec, err := env.Clientset.CoreV1().Secrets(o.Namespace).Get(ctx, DefaultSecretName, metav1.GetOptions{})
+	sec, err := env.Clientset.CoreV1().Secrets(o.Namespace).Get(ctx, certs.DefaultSecretName, metav1.GetOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
-	sec.Data[KeyCAKey] = []byte("not a key")
+	sec.Data[certs.KeyCAKey] = []byte("not a key")
 	_, err = env.Clientset.CoreV1().Secrets(o.Namespace).Update(ctx, sec, metav1.UpdateOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Eventually(func(g Gomega) {
@@ -245,7 +262,7 @@ func TestRotateWithTwoReplicas(t *testing.T) {
 	g := NewWithT(t)
 	o := install(t, "rotate")
 	a, b := run(t, o), run(t, o)
-	for _, r := range []*Authority{a, b} {
+	for _, r := range []*certs.Authority{a, b} {
 		g.Eventually(func() error { return r.Ready(nil) }).WithTimeout(time.Minute).Should(Succeed())
 	}
 	old := secretCA(g, o)
@@ -259,7 +276,7 @@ func TestRotateWithTwoReplicas(t *testing.T) {
 		verifies(g, b, o)
 	}).WithTimeout(time.Minute).Should(Succeed())
 	for _, bundle := range bundles(g, o) {
-		got := certsIn(bundle)
+		got := certsIn(g, bundle)
 		g.Expect(got).To(HaveLen(2))
 		g.Expect(got[0].Equal(ca) && got[1].Equal(old)).To(BeTrue(), "active, then previous")
 	}

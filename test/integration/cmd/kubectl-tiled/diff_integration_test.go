@@ -1,14 +1,20 @@
-package main
+package kubectltiled_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/bluesky/tiled-operator/apis/v1alpha1"
@@ -16,13 +22,74 @@ import (
 	"github.com/bluesky/tiled-operator/hack/testenv"
 )
 
+var (
+	env *testenv.Env
+	// plugin is the kubectl-tiled binary built from this checkout.
+	plugin string
+
+	// The GitOps folder of the plugin's tests, and the NSLS-II sample of the expansion package.
+	gitopsBase   = filepath.Join(testenv.RepoRoot(), "cmd", "kubectl-tiled", "testdata", "gitops", "base")
+	gitopsBump   = filepath.Join(testenv.RepoRoot(), "cmd", "kubectl-tiled", "testdata", "gitops", "overlays", "bump")
+	fleetProfile = filepath.Join(testenv.RepoRoot(), "expansion", "testdata", "fleet", "profiles.yaml")
+)
+
+// TestMain builds the plugin, then runs the tests on the real control plane.
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "kubectl-tiled-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	plugin = filepath.Join(dir, "kubectl-tiled")
+	build := exec.Command("go", "build", "-o", plugin, "./cmd/kubectl-tiled")
+	build.Dir = testenv.RepoRoot()
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building kubectl-tiled: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := testenv.Run(m, testenv.Options{}, &env)
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// runPlugin runs kubectl-tiled with args, without the user's kubeconfig, and returns its exit status
+// and output.
+func runPlugin(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	cmd := exec.Command(plugin, args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+filepath.Join(t.TempDir(), "no-kubeconfig"))
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var exit *exec.ExitError
+	switch {
+	case errors.As(err, &exit):
+		code = exit.ExitCode()
+	case err != nil:
+		t.Fatal(err)
+	}
+	return code, out.String(), errOut.String()
+}
+
+// applyAsOperator applies in server-side under the operator's field manager, as its cluster
+// controller applies the instances it stamps out.
+func applyAsOperator(ctx context.Context, c client.Client, in *v1alpha1.TiledInstance) error {
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(in)
+	if err != nil {
+		return err
+	}
+	u := &unstructured.Unstructured{Object: m}
+	unstructured.RemoveNestedField(u.Object, "status")
+	for _, f := range []string{"creationTimestamp", "generation", "resourceVersion", "uid"} {
+		unstructured.RemoveNestedField(u.Object, "metadata", f)
+	}
+	return c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner("tiled-operator"), client.ForceOwnership)
+}
+
 // TestDiffAgainstTheAPIServer runs diff against a real kube-apiserver holding the live state of
 // testdata/diff/live.yaml, with the instances stored as the operator (and its webhook) store them.
 func TestDiffAgainstTheAPIServer(t *testing.T) {
 	g := NewWithT(t)
-	env, err := testenv.Start(testenv.Options{})
-	g.Expect(err).NotTo(HaveOccurred())
-	defer func() { g.Expect(env.Stop()).To(Succeed()) }()
 	ctx := context.Background()
 	const ns = "nsls2"
 	g.Expect(env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
@@ -52,11 +119,7 @@ func TestDiffAgainstTheAPIServer(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	// Applied as the operator applies them: server-side, under its field manager.
 	for _, in := range res.Objects() {
-		_, err := dryRunApply(ctx, env.Client, in, ns, operatorFieldManager)
-		g.Expect(err).NotTo(HaveOccurred())
-		u, err := toApplyable(in, ns)
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(env.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(operatorFieldManager))).To(Succeed())
+		g.Expect(applyAsOperator(ctx, env.Client, in)).To(Succeed(), in.Name)
 	}
 	expanded, err := expansion.ExpandInstance(standalone, profiles, expansion.DefaultBuiltins())
 	g.Expect(err).NotTo(HaveOccurred())
@@ -116,7 +179,7 @@ func TestDiffAgainstTheAPIServer(t *testing.T) {
 			if args == nil {
 				args = []string{"-f", filepath.Join("testdata", "diff", tc.file)}
 			}
-			code, out, errOut := runCmd("", append([]string{"diff", "--kubeconfig", env.Kubeconfig, "-n", ns}, args...)...)
+			code, out, errOut := runPlugin(t, append([]string{"diff", "--kubeconfig", env.Kubeconfig, "-n", ns}, args...)...)
 			g.Expect(code).To(Equal(tc.code), "stdout:\n%s\nstderr:\n%s", out, errOut)
 			for _, w := range tc.want {
 				g.Expect(out + errOut).To(ContainSubstring(w))

@@ -27,6 +27,7 @@ import (
 	"github.com/bluesky/tiled-operator/expansion"
 	"github.com/bluesky/tiled-operator/hack/testenv"
 	"github.com/bluesky/tiled-operator/webhooks"
+	"github.com/bluesky/tiled-operator/webhooks/admissiontable"
 )
 
 // env is the real kube-apiserver and etcd; the apiserver calls the webhooks over TLS.
@@ -117,28 +118,38 @@ func (s *server) servedSerial() (string, error) {
 
 // setupNamespace creates a namespace with the fixtures and waits until the webhooks' cache holds
 // them.
-func setupNamespace(t testing.TB, s *server, name string) *fixtures {
+func setupNamespace(t testing.TB, s *server, name string) *admissiontable.Base {
 	t.Helper()
 	g := NewWithT(t)
 	ctx := context.Background()
 	g.Expect(client.IgnoreAlreadyExists(env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}))).To(Succeed())
-	f := loadFixtures(t, name)
-	for i := range f.profiles {
-		p := f.profiles[i].DeepCopy()
+	f := loadBase(t, name)
+	for i := range f.Profiles {
+		p := f.Profiles[i].DeepCopy()
 		p.ResourceVersion, p.Generation = "", 0
 		g.Expect(env.Client.Create(ctx, p)).To(Succeed())
-		f.profiles[i] = *p
+		f.Profiles[i] = *p
 	}
-	c := f.cluster.DeepCopy()
+	c := f.Cluster.DeepCopy()
 	g.Expect(env.Client.Create(ctx, c)).To(Succeed())
 	g.Eventually(func(g Gomega) {
 		var ps v1alpha1.TiledProfileList
 		g.Expect(s.mgr.GetClient().List(ctx, &ps, client.InNamespace(name))).To(Succeed())
-		g.Expect(ps.Items).To(HaveLen(len(f.profiles)))
+		g.Expect(ps.Items).To(HaveLen(len(f.Profiles)))
 		var cs v1alpha1.TiledClusterList
 		g.Expect(s.mgr.GetClient().List(ctx, &cs, client.InNamespace(name))).To(Succeed())
 		g.Expect(cs.Items).To(HaveLen(1))
 	}).WithTimeout(30 * time.Second).Should(Succeed())
+	return f
+}
+
+// loadBase reads the objects of webhooks/testdata into namespace.
+func loadBase(t testing.TB, namespace string) *admissiontable.Base {
+	t.Helper()
+	f, err := admissiontable.LoadBase(namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return f
 }
 
@@ -149,11 +160,11 @@ func TestDryRunPrintsExpandedInstance(t *testing.T) {
 	ctx := context.Background()
 
 	out, stderr, err := env.Kubectl(ctx, "apply", "--dry-run=server", "-o", "yaml", "-n", "dry-run",
-		"-f", filepath.Join("testdata", "terse-instance.yaml"))
+		"-f", admissiontable.Testdata("terse-instance.yaml"))
 	g.Expect(err).NotTo(HaveOccurred(), stderr)
 	got := &v1alpha1.TiledInstance{}
 	g.Expect(yaml.Unmarshal([]byte(out), got)).To(Succeed())
-	want, err := expansion.ExpandInstance(f.terse, f.profiles, expansion.DefaultBuiltins())
+	want, err := expansion.ExpandInstance(f.Terse, f.Profiles, expansion.DefaultBuiltins())
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(got.Spec).To(Equal(want.Spec))
 	g.Expect(got.Provenance).To(Equal(want.Provenance))
@@ -166,7 +177,7 @@ func TestDryRunPrintsExpandedInstance(t *testing.T) {
 
 	// Stored for real, then updated unchanged: the webhook's patch is empty, so the API server sees
 	// no change and keeps the resourceVersion.
-	_, stderr, err = env.Kubectl(ctx, "apply", "--server-side", "-n", "dry-run", "-f", filepath.Join("testdata", "terse-instance.yaml"))
+	_, stderr, err = env.Kubectl(ctx, "apply", "--server-side", "-n", "dry-run", "-f", admissiontable.Testdata("terse-instance.yaml"))
 	g.Expect(err).NotTo(HaveOccurred(), stderr)
 	stored := &v1alpha1.TiledInstance{}
 	g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: "dry-run", Name: "demo"}, stored)).To(Succeed())
@@ -174,7 +185,7 @@ func TestDryRunPrintsExpandedInstance(t *testing.T) {
 	rv := stored.ResourceVersion
 	g.Expect(env.Client.Update(ctx, stored)).To(Succeed())
 	g.Expect(stored.ResourceVersion).To(Equal(rv))
-	_, stderr, err = env.Kubectl(ctx, "apply", "--server-side", "-n", "dry-run", "-f", filepath.Join("testdata", "terse-instance.yaml"))
+	_, stderr, err = env.Kubectl(ctx, "apply", "--server-side", "-n", "dry-run", "-f", admissiontable.Testdata("terse-instance.yaml"))
 	g.Expect(err).NotTo(HaveOccurred(), stderr)
 	g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: "dry-run", Name: "demo"}, stored)).To(Succeed())
 	g.Expect(stored.ResourceVersion).To(Equal(rv))
@@ -182,18 +193,18 @@ func TestDryRunPrintsExpandedInstance(t *testing.T) {
 
 func TestBadObjectsRefusedByTheAPIServer(t *testing.T) {
 	s := startWebhooks(t)
-	setupNamespace(t, s, ns)
-	for _, tc := range badCases {
-		t.Run(tc.name, func(t *testing.T) {
+	setupNamespace(t, s, admissiontable.Namespace)
+	for _, tc := range admissiontable.HandlerCases() {
+		t.Run(tc.Name, func(t *testing.T) {
 			g := NewWithT(t)
 			u := &unstructured.Unstructured{}
-			g.Expect(yaml.Unmarshal([]byte(tc.object), &u.Object)).To(Succeed())
-			u.SetNamespace(ns)
+			g.Expect(yaml.Unmarshal([]byte(tc.Object), &u.Object)).To(Succeed())
+			u.SetNamespace(admissiontable.Namespace)
 			err := env.Client.Create(context.Background(), u, client.DryRunAll, client.FieldValidation("Strict"))
 			g.Expect(err).To(HaveOccurred())
-			want := tc.want
-			if tc.apiWant != nil {
-				want = tc.apiWant
+			want := tc.Want
+			if tc.APIWant != nil {
+				want = tc.APIWant
 			}
 			for _, w := range want {
 				g.Expect(err.Error()).To(ContainSubstring(w))
@@ -202,8 +213,8 @@ func TestBadObjectsRefusedByTheAPIServer(t *testing.T) {
 	}
 	t.Run("valid objects pass", func(t *testing.T) {
 		g := NewWithT(t)
-		f := loadFixtures(t, ns)
-		for _, obj := range []client.Object{f.terse, f.cluster, &f.profiles[0]} {
+		f := loadBase(t, admissiontable.Namespace)
+		for _, obj := range []client.Object{f.Terse, f.Cluster, &f.Profiles[0]} {
 			obj.SetName("valid")
 			g.Expect(env.Client.Create(context.Background(), obj, client.DryRunAll)).To(Succeed())
 		}
@@ -215,9 +226,9 @@ func TestRotationKeepsTheAPIServerCalling(t *testing.T) {
 	s := startWebhooks(t)
 	setupNamespace(t, s, "rotation")
 	ctx := context.Background()
-	f := loadFixtures(t, "rotation")
+	f := loadBase(t, "rotation")
 	expandedDryRun := func(g Gomega) {
-		in := f.terse.DeepCopy()
+		in := f.Terse.DeepCopy()
 		g.Expect(env.Client.Create(ctx, in, client.DryRunAll)).To(Succeed())
 		g.Expect(in.Provenance).NotTo(BeEmpty())
 	}
@@ -233,7 +244,7 @@ func TestRotationKeepsTheAPIServerCalling(t *testing.T) {
 		seen[next] = true
 		g.Eventually(s.servedSerial).WithTimeout(30 * time.Second).WithPolling(100 * time.Millisecond).Should(Equal(next))
 		expandedDryRun(g)
-		profile := f.profiles[1].DeepCopy()
+		profile := f.Profiles[1].DeepCopy()
 		profile.Name = fmt.Sprintf("after-rotation-%d", i)
 		g.Expect(env.Client.Create(ctx, profile, client.DryRunAll)).To(Succeed())
 	}
@@ -259,13 +270,13 @@ func TestFailurePolicyWithTheServerStopped(t *testing.T) {
 
 	// TiledInstance webhooks fail open: the terse instance is stored as written (the instance
 	// controller expands it when it reconciles).
-	in := f.terse.DeepCopy()
+	in := f.Terse.DeepCopy()
 	g.Expect(env.Client.Create(ctx, in)).To(Succeed())
 	g.Expect(in.Provenance).To(BeEmpty())
 	g.Expect(in.Spec.Database).To(BeNil())
 
 	// TiledProfile and TiledCluster create and update fail closed.
-	p := f.profiles[1].DeepCopy()
+	p := f.Profiles[1].DeepCopy()
 	p.Name, p.ResourceVersion = "while-down", ""
 	err := env.Client.Create(ctx, p)
 	g.Expect(err).To(HaveOccurred())
@@ -278,7 +289,7 @@ func TestFailurePolicyWithTheServerStopped(t *testing.T) {
 	g.Expect(err.Error()).To(ContainSubstring(`failed calling webhook "vtiledcluster.tiled.blueskyproject.io"`))
 
 	// Deleting a profile (the delete webhook only warns) and a cluster is never blocked.
-	g.Expect(env.Client.Delete(ctx, &f.profiles[4])).To(Succeed())
+	g.Expect(env.Client.Delete(ctx, &f.Profiles[4])).To(Succeed())
 	g.Expect(env.Client.Delete(ctx, c)).To(Succeed())
 	var status *apierrors.StatusError
 	g.Expect(errors.As(err, &status)).To(BeTrue())
