@@ -1,12 +1,16 @@
 package controllers
 
 import (
+	"unique"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 
+	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/controllers/applier"
 )
 
@@ -40,8 +44,54 @@ func trimTransform(owner string) toolscache.TransformFunc {
 		if err != nil {
 			return in, err
 		}
-		return trimObject(in), nil
+		in = trimObject(in)
+		internStrings(in)
+		return in, nil
 	}
+}
+
+// internStrings makes the cached objects share one copy of the strings they repeat: label and
+// annotation keys and values, owner references, managers, finalizers, and a TiledInstance's
+// provenance (every instance of a fleet names the same fields and profiles). Decoding gives each
+// object its own copies; at a thousand instances they are megabytes of the same few hundred strings.
+func internStrings(obj any) {
+	o, ok := obj.(metav1.Object)
+	if !ok {
+		return
+	}
+	o.SetNamespace(intern(o.GetNamespace()))
+	o.SetLabels(internMap(o.GetLabels()))
+	o.SetAnnotations(internMap(o.GetAnnotations()))
+	refs := o.GetOwnerReferences()
+	for i := range refs {
+		refs[i].APIVersion, refs[i].Kind = intern(refs[i].APIVersion), intern(refs[i].Kind)
+	}
+	mf := o.GetManagedFields()
+	for i := range mf {
+		mf[i].Manager, mf[i].APIVersion = intern(mf[i].Manager), intern(mf[i].APIVersion)
+		mf[i].FieldsType, mf[i].Subresource = intern(mf[i].FieldsType), intern(mf[i].Subresource)
+	}
+	fin := o.GetFinalizers()
+	for i := range fin {
+		fin[i] = intern(fin[i])
+	}
+	if ti, ok := obj.(*tiledv1alpha1.TiledInstance); ok {
+		ti.Provenance = internMap(ti.Provenance)
+	}
+}
+
+func intern(s string) string { return unique.Make(s).Value() }
+
+// internMap returns m with its keys and values interned (a new map of the same size).
+func internMap(m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return m
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[intern(k)] = intern(v)
+	}
+	return out
 }
 
 // trimObject drops the fields of a child object the controllers never read from the cache (see

@@ -41,6 +41,9 @@ type ManagerOptions struct {
 	SecureMetrics bool
 	// HealthProbeBindAddress serves /healthz and /readyz; "0" turns them off.
 	HealthProbeBindAddress string
+	// PprofBindAddress serves the Go profiler (/debug/pprof/) for memory and CPU profiles; "0" or
+	// empty turns it off.
+	PprofBindAddress string
 	// LeaderElection makes only one of several manager replicas active.
 	LeaderElection bool
 	// LeaderElectionNamespace holds the leader-election Lease; empty uses the in-cluster namespace.
@@ -124,7 +127,11 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (*Operator, error) {
 		byObject[obj] = cache.ByObject{Label: managedSelector}
 	}
 	// The operator's pods, for the instances' conditions: only their status is kept.
-	byObject[&corev1.Pod{}] = cache.ByObject{Label: managedSelector, Transform: podstatus.Trim}
+	byObject[&corev1.Pod{}] = cache.ByObject{Label: managedSelector, Transform: func(in any) (any, error) {
+		out, err := podstatus.Trim(in)
+		internStrings(out)
+		return out, err
+	}}
 	metrics := metricsserver.Options{BindAddress: o.MetricsBindAddress, SecureServing: o.SecureMetrics}
 	if o.SecureMetrics {
 		metrics.FilterProvider = filters.WithAuthenticationAndAuthorization
@@ -141,6 +148,7 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (*Operator, error) {
 		Controller:                    config.Controller{SkipNameValidation: ptr.To(o.Restartable)},
 		Metrics:                       metrics,
 		HealthProbeBindAddress:        o.HealthProbeBindAddress,
+		PprofBindAddress:              o.PprofBindAddress,
 		LeaderElection:                o.LeaderElection,
 		LeaderElectionID:              "tiled-operator.tiled.blueskyproject.io",
 		LeaderElectionNamespace:       o.LeaderElectionNamespace,

@@ -18,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
@@ -68,10 +70,13 @@ type TiledClusterReconciler struct {
 }
 
 type memo struct {
-	key    string
-	result *expansion.Result
-	err    error
-	// intents are the apply intents of result's instances and their expansion hashes, built once.
+	key string
+	// profiles are the profiles the expansion used, for the status.
+	profiles []tiledv1alpha1.SelectedProfile
+	err      error
+	// intents are the apply intents of the expansion's instances and their expansion hashes, built
+	// once. They hold the expanded instances and what the applier needs to decide whether an apply
+	// must be sent, not the objects it sends: those are built again only to be sent.
 	intents []intent
 	// changed remembers, by instance name, the fields a held change would change (ChangedFields is
 	// not free, and a reconcile caused by an instance's status would compute it again).
@@ -85,8 +90,9 @@ type intent struct {
 	instance string
 	// typed is the expanded instance.
 	typed *tiledv1alpha1.TiledInstance
-	obj   *unstructured.Unstructured
-	hash  string
+	// prepared is the applier's view of the TiledInstance object built from typed.
+	prepared applier.Prepared
+	hash     string
 }
 
 // changedFields are the fields in which a stored instance (identified by storedKey) differs from
@@ -129,14 +135,20 @@ func (r *TiledClusterReconciler) expand(cluster *tiledv1alpha1.TiledCluster, can
 	done := r.Metrics.startExpansion()
 	result, err := expansion.Expand(cluster, candidates, r.Builtins)
 	done(err)
-	m := &memo{key: key, result: result, err: err, changed: map[string]changedFields{}}
+	m := &memo{key: key, err: err, changed: map[string]changedFields{}}
 	if err == nil {
+		m.profiles = result.Profiles
+		m.intents = make([]intent, 0, len(result.Instances))
 		for _, inst := range result.Instances {
 			obj, hash, ierr := instanceObject(cluster, inst.Object)
 			if ierr != nil {
 				return nil, ierr
 			}
-			m.intents = append(m.intents, intent{name: inst.Object.Name, instance: inst.Name, typed: inst.Object, obj: obj, hash: hash})
+			prepared, ierr := applier.Prepare(client.ApplyConfigurationFromUnstructured(obj))
+			if ierr != nil {
+				return nil, ierr
+			}
+			m.intents = append(m.intents, intent{name: inst.Object.Name, instance: inst.Name, typed: inst.Object, prepared: prepared, hash: hash})
 		}
 	}
 	r.expansions.Store(name, m)
@@ -246,10 +258,9 @@ func (r *TiledClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		return ctrl.Result{}, werr
 	}
 
-	result := expanded.result
-	status.Profiles = result.Profiles
-	names := make([]string, len(result.Profiles))
-	for i, p := range result.Profiles {
+	status.Profiles = expanded.profiles
+	names := make([]string, len(expanded.profiles))
+	for i, p := range expanded.profiles {
 		names[i] = p.Name
 	}
 	status.ProfileNames = strings.Join(names, ",")
@@ -275,7 +286,7 @@ func (r *TiledClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		return ctrl.Result{}, err
 	}
 	plan := rollout.Make(observed, rollout.MaxUnavailable(rolloutMaxUnavailable(cluster), len(cluster.Spec.Instances)))
-	ready, refused, err := r.carryOut(ctx, req, plan, expanded.intents, current)
+	ready, refused, err := r.carryOut(ctx, cluster, plan, expanded.intents, current)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -361,7 +372,7 @@ func (m *memo) observe(cluster *tiledv1alpha1.TiledCluster, byName map[string]*t
 
 // carryOut applies the instances the plan says to apply, and returns how many instances count as
 // ready and the ones refused (a name taken, or the API server refusing the object).
-func (r *TiledClusterReconciler) carryOut(ctx context.Context, req ctrl.Request, plan rollout.Plan, intents []intent,
+func (r *TiledClusterReconciler) carryOut(ctx context.Context, cluster *tiledv1alpha1.TiledCluster, plan rollout.Plan, intents []intent,
 	current []*tiledv1alpha1.TiledInstance) (int, []string, error) {
 	ready := 0
 	var refused []string
@@ -376,9 +387,13 @@ func (r *TiledClusterReconciler) carryOut(ctx context.Context, req ctrl.Request,
 			}
 			continue
 		}
-		// A copy: the applier writes the API server's answer into what it applies.
-		obj := intents[i].obj.DeepCopy()
-		if _, err := r.Applier.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), curOrNil(current[i]), applier.Group(req.String())); err != nil {
+		typed := intents[i].typed
+		build := func() (runtime.ApplyConfiguration, error) {
+			obj, _, err := instanceObject(cluster, typed)
+			return client.ApplyConfigurationFromUnstructured(obj), err
+		}
+		group := applier.Group(types.NamespacedName{Namespace: cluster.Namespace, Name: cluster.Name}.String())
+		if _, err := r.Applier.ApplyPrepared(ctx, intents[i].prepared, build, curOrNil(current[i]), group); err != nil {
 			if reason := refusal(err); reason != "" {
 				// One beamline the API server refuses (e.g. a value an expression computed that the
 				// schema rejects) stalls the cluster, naming it; the other beamlines go on.

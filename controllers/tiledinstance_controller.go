@@ -121,7 +121,7 @@ type TiledInstanceReconciler struct {
 	Random io.Reader
 	// Resync, when not nil, delivers instances to reconcile again (Operator.ResyncAll).
 	Resync <-chan event.GenericEvent
-	// Concurrency is how many instances reconcile at once; 0 means 4. Each reconcile mostly waits on
+	// Concurrency is how many instances reconcile at once; 0 means DefaultInstanceConcurrency. Each reconcile mostly waits on
 	// the API server, so a few in flight keep it busy.
 	Concurrency int
 	// ProbeGrace is how long a running container may stay unready before the instance reports it;
@@ -204,8 +204,11 @@ func (r *TiledInstanceReconciler) concurrency() int {
 	if r.Concurrency > 0 {
 		return r.Concurrency
 	}
-	return 4
+	return DefaultInstanceConcurrency
 }
+
+// DefaultInstanceConcurrency is how many TiledInstances the manager reconciles at once.
+const DefaultInstanceConcurrency = 4
 
 // unownedDeleted passes the deletion of an object without a controller reference.
 var unownedDeleted = predicate.Funcs{

@@ -57,6 +57,7 @@ func run(args []string) error {
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", ":8443", `Address of the metrics endpoint ("0" turns it off).`)
 	fs.BoolVar(&o.SecureMetrics, "metrics-secure", true, "Serve metrics over HTTPS with Kubernetes authentication and authorization.")
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
+	fs.StringVar(&o.PprofBindAddress, "pprof-bind-address", "0", `Address of the Go profiler's /debug/pprof/ endpoints, e.g. 127.0.0.1:8082 ("0" turns it off; it has no authentication, so keep it on loopback).`)
 	fs.BoolVar(&o.LeaderElection, "leader-elect", false, "Elect a leader so that only one replica of the manager is active.")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader-election Lease (default: the manager's own).")
 	wh, webhooksOn := webhooks.BindFlags(fs)

@@ -232,16 +232,41 @@ type Result struct {
 // the informer cache holds it now, or nil when the cache has no such object. After a sent apply, ac
 // holds the object the API server returned.
 func (a *Applier) Apply(ctx context.Context, ac runtime.ApplyConfiguration, current client.Object, opts ...Option) (Result, error) {
+	p, err := Prepare(ac)
+	if err != nil {
+		return Result{}, err
+	}
+	return a.ApplyPrepared(ctx, p, func() (runtime.ApplyConfiguration, error) { return ac, nil }, current, opts...)
+}
+
+// Prepared is what the applier needs of an apply configuration to decide whether it must be sent:
+// the object it names and the hash of its content. A controller that applies the same intent on
+// every reconcile (the cluster controller, its instances) keeps this — a few dozen bytes — instead
+// of the object, and builds the object again only when ApplyPrepared must send it.
+type Prepared struct {
+	// Key is the object the apply configuration names.
+	Key    Key
+	intent [32]byte
+}
+
+// Prepare computes ac's Prepared form.
+func Prepare(ac runtime.ApplyConfiguration) (Prepared, error) {
+	intent, m, err := intentOf(ac)
+	if err != nil {
+		return Prepared{}, err
+	}
+	return Prepared{Key: m.key(), intent: intent}, nil
+}
+
+// ApplyPrepared is Apply of the apply configuration p was prepared from, which build returns again
+// (with the same content: the intent is p's) only when it must be sent.
+func (a *Applier) ApplyPrepared(ctx context.Context, p Prepared, build func() (runtime.ApplyConfiguration, error), current client.Object, opts ...Option) (Result, error) {
 	var o options
 	for _, opt := range opts {
 		opt(&o)
 	}
-	intent, m, err := intentOf(ac)
-	if err != nil {
-		return Result{}, err
-	}
-	key := m.key()
-	kind := m.Kind
+	intent, key := p.intent, p.Key
+	kind := key.Kind
 
 	a.mu.Lock()
 	rec := a.records[key]
@@ -284,6 +309,10 @@ func (a *Applier) Apply(ctx context.Context, ac runtime.ApplyConfiguration, curr
 	preRV := ""
 	if current != nil {
 		preRV = current.GetResourceVersion()
+	}
+	ac, err := build()
+	if err != nil {
+		return Result{Key: key}, err
 	}
 	u, err := withIntent(ac, intent)
 	if err != nil {

@@ -4,12 +4,14 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/controllers/traffic"
 	"github.com/bluesky/tiled-operator/expansion"
 	"github.com/bluesky/tiled-operator/hack/fleet"
@@ -24,18 +26,34 @@ type floorResult struct {
 	Objects  int
 }
 
-// runFloor applies, in a plain sequential loop (the operator reconciles one object at a time too),
-// the very objects the operator creates: each expanded TiledInstance and the objects rendered from
-// it, with server-side apply, through a client built from the same rest config against the same
-// apiserver. Nothing is read, nothing is compared, nothing is skipped: the least a writer can send.
-func runFloor(ctx context.Context, cfg *rest.Config, ns string, names []string) (*floorResult, error) {
-	profs := profileValues(fleet.Profiles(ns))
-	cluster := fleet.Cluster(ns, "nsls2", names)
-	res, err := expansion.Expand(cluster, profs, expansion.DefaultBuiltins())
-	if err != nil {
-		return nil, err
+// runFloor applies the very objects the operator creates — each expanded TiledInstance and the
+// objects rendered from it — with server-side apply, through a client of its own against the same
+// apiserver, with `concurrency` instances in flight at once (the operator reconciles
+// controllers.DefaultInstanceConcurrency instances at once). Each fleet cluster goes to a new
+// namespace. Nothing is read, nothing is compared, nothing is skipped: the least a writer can send.
+// The client-side rate limit is off, as in the manager (controller-runtime's default).
+func runFloor(ctx context.Context, cfg *rest.Config, hc client.Client, fleets []fleetNamespace, concurrency int) (*floorResult, error) {
+	type job struct {
+		ns   string
+		inst *tiledv1alpha1.TiledInstance
+	}
+	var jobs []job
+	for _, f := range fleets {
+		ns, err := fleet.NewNamespace(ctx, hc, "bench-floor")
+		if err != nil {
+			return nil, err
+		}
+		res, err := expansion.Expand(fleet.Cluster(ns, "nsls2", f.names), profileValues(fleet.Profiles(ns)), expansion.DefaultBuiltins())
+		if err != nil {
+			return nil, err
+		}
+		for _, inst := range res.Instances {
+			jobs = append(jobs, job{ns: ns, inst: inst.Object})
+		}
 	}
 	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst = -1, 0
+	cfg.UserAgent = "tiled-bench/floor"
 	counter := traffic.New(nil)
 	counter.Instrument(cfg)
 	c, err := client.New(cfg, client.Options{Scheme: testenv.NewScheme()})
@@ -49,34 +67,62 @@ func runFloor(ctx context.Context, cfg *rest.Config, ns string, names []string) 
 		}
 		return nil
 	}
-	objects := 0
-	start := time.Now()
-	for _, inst := range res.Instances {
-		u, err := instanceObject(inst.Object, ns, nil)
+	one := func(j job) (int, error) {
+		u, err := instanceObject(j.inst, j.ns, nil)
 		if err != nil {
-			return nil, err
+			return 0, err
 		}
 		if err := apply(u); err != nil {
-			return nil, err
+			return 0, err
 		}
 		// The apply answered with the stored object: its UID owns the children.
-		inst.Object.UID = u.GetUID()
-		inst.Object.Namespace = ns
-		objects++
-		data, err := render.GenerateSecretData(inst.Object, nil, rand.Reader)
+		j.inst.UID = u.GetUID()
+		j.inst.Namespace = j.ns
+		data, err := render.GenerateSecretData(j.inst, nil, rand.Reader)
 		if err != nil {
-			return nil, err
+			return 0, err
 		}
-		children, err := childObjects(inst.Object, data)
+		children, err := childObjects(j.inst, data)
 		if err != nil {
-			return nil, err
+			return 0, err
 		}
 		for _, ch := range children {
 			if err := apply(ch); err != nil {
-				return nil, err
+				return 0, err
 			}
-			objects++
 		}
+		return 1 + len(children), nil
+	}
+	work := make(chan job)
+	var (
+		mu      sync.Mutex
+		objects int
+		firstEr error
+		wg      sync.WaitGroup
+	)
+	start := time.Now()
+	for i := 0; i < concurrency; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range work {
+				k, err := one(j)
+				mu.Lock()
+				objects += k
+				if err != nil && firstEr == nil {
+					firstEr = err
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	for _, j := range jobs {
+		work <- j
+	}
+	close(work)
+	wg.Wait()
+	if firstEr != nil {
+		return nil, firstEr
 	}
 	return &floorResult{Seconds: time.Since(start).Seconds(), Requests: counter.Snapshot(), Objects: objects}, nil
 }

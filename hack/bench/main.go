@@ -34,7 +34,9 @@ import (
 
 func main() {
 	sizes := flag.String("n", "30,300,1000", "comma-separated fleet sizes (instances)")
-	idle := flag.Duration("idle", 10*time.Minute, "length of the idle phase")
+	idle := flag.Duration("idle", 10*time.Minute, "length of the idle phase at the sizes -idle-sizes names")
+	idleSizes := flag.String("idle-sizes", "1000", "comma-separated sizes whose idle phase lasts -idle; the others idle for -short-idle")
+	shortIdle := flag.Duration("short-idle", time.Minute, "length of the idle phase at other sizes")
 	quiet := flag.Duration("quiet", 2*time.Second, "a phase ends when the controller has sent no request for this long")
 	timeout := flag.Duration("timeout", 30*time.Minute, "longest wait for any one phase")
 	out := flag.String("out", filepath.Join(testenv.RepoRoot(), "bench", "results.json"), "where to write the JSON results (empty: nowhere)")
@@ -107,7 +109,13 @@ func main() {
 		if _, err := strconv.Atoi(s); err != nil {
 			fail(fmt.Errorf("bad size %q", s))
 		}
-		args := []string{"-child", "-n", s, "-idle", idle.String(), "-quiet", quiet.String(), "-timeout", timeout.String(), "-skip", *skip}
+		sizeIdle := *shortIdle
+		for _, l := range strings.Split(*idleSizes, ",") {
+			if strings.TrimSpace(l) == s {
+				sizeIdle = *idle
+			}
+		}
+		args := []string{"-child", "-n", s, "-idle", sizeIdle.String(), "-quiet", quiet.String(), "-timeout", timeout.String(), "-skip", *skip}
 		if *heapProfile != "" {
 			args = append(args, "-heap-profile", *heapProfile+"."+s)
 		}
@@ -192,43 +200,67 @@ func writeTable(w io.Writer, rs []*Result, md bool) {
 		fmt.Fprintln(tw)
 	}
 	i := func(v int64) string { return strconv.FormatInt(v, 10) }
-	row("instances (N)", func(r *Result) string { return strconv.Itoa(r.N) })
-	row("objects created", func(r *Result) string { return strconv.Itoa(r.ObjectsCreated) })
-	row("stamp-out writes", func(r *Result) string { return i(r.StampoutWrites) })
-	row("  object / status / event writes", func(r *Result) string {
-		return fmt.Sprintf("%d / %d / %d", r.StampoutObjectWrites, r.StampoutStatusWrites, r.StampoutEventWrites)
-	})
-	row("  writes per object created", func(r *Result) string { return fmt.Sprintf("%.3f", r.WritesPerObject) })
-	row("reads after cache sync", func(r *Result) string { return i(r.ReadsAfterSync) })
-	row("converge (s)", func(r *Result) string { return fmt.Sprintf("%.2f", r.ConvergeSeconds) })
-	row("floor: plain SSA loop (s)", func(r *Result) string { return fmt.Sprintf("%.2f", r.FloorSeconds) })
-	row("  converge / floor", func(r *Result) string { return fmt.Sprintf("%.2f", r.ConvergeRatio) })
-	row("steady-state writes (full resync)", func(r *Result) string { return i(r.SteadyWrites) })
-	row("idle requests (all verbs)", func(r *Result) string { return i(r.IdleRequests) })
-	row("  of which WATCH re-establishments", func(r *Result) string { return i(r.IdleWatches) })
-	row("  idle window (s)", func(r *Result) string { return fmt.Sprintf("%.0f", r.IdleSeconds) })
-	row("profile change: writes", func(r *Result) string { return i(r.ProfileChangeWrites) })
-	row("  objects changed", func(r *Result) string { return strconv.Itoa(r.ProfileChangeObjectsChanged) })
-	row("override change: writes", func(r *Result) string { return i(r.OverrideWrites) })
-	row("  objects changed", func(r *Result) string { return strconv.Itoa(len(r.OverrideObjectsChanged)) })
-	row("operator requests (4 phases)", func(r *Result) string { return i(r.OperatorRequests) })
-	naive := func(f func(*Result) string) func(*Result) string {
+	f1 := func(v float64) string { return fmt.Sprintf("%.1f", v) }
+	f2 := func(v float64) string { return fmt.Sprintf("%.2f", v) }
+	measured := func(ok func(*Result) bool, f func(*Result) string) func(*Result) string {
 		return func(r *Result) string {
-			if r.NaiveRequests == 0 {
+			if !ok(r) {
 				return "—"
 			}
 			return f(r)
 		}
 	}
-	row("naive baseline requests", naive(func(r *Result) string { return i(r.NaiveRequests) }))
-	row("  naive / operator", naive(func(r *Result) string { return fmt.Sprintf("%.1f", r.NaiveToOperatorRatio) }))
-	row("  naive converge (s)", naive(func(r *Result) string { return fmt.Sprintf("%.2f", r.NaiveConvergeSeconds) }))
-	row("engine: ns per instance", func(r *Result) string { return fmt.Sprintf("%.0f", r.ExpandNsPerInstance) })
+	row("instances (N)", func(r *Result) string { return strconv.Itoa(r.N) })
+	row("  clusters", func(r *Result) string { return strconv.Itoa(r.Clusters) })
+	row("objects created", func(r *Result) string { return strconv.Itoa(r.ObjectsCreated) })
+	row("stamp-out: operator's requests, apiserver's count", func(r *Result) string { return i(r.StampoutAuditRequests) })
+	row("  requests per object created", func(r *Result) string { return fmt.Sprintf("%.2f", r.RequestsPerObject) })
+	row("  writes, operator's count", func(r *Result) string { return i(r.StampoutWrites) })
+	row("  object / status / event / lease writes", func(r *Result) string {
+		return fmt.Sprintf("%d / %d / %d / %d", r.StampoutObjectWrites, r.StampoutStatusWrites, r.StampoutEventWrites, r.StampoutLeaseWrites)
+	})
+	row("  writes, apiserver's count", func(r *Result) string { return i(r.StampoutAuditWrites) })
+	row("  writes per object created", func(r *Result) string { return fmt.Sprintf("%.3f", r.WritesPerObject) })
+	row("  kube-controller-manager's writes", func(r *Result) string { return i(r.StampoutKCMWrites) })
+	row("reads after cache sync", func(r *Result) string { return i(r.ReadsAfterSync) })
+	row("converge (s)", func(r *Result) string { return f2(r.ConvergeSeconds) })
+	row("floor at the operator's concurrency (s)", func(r *Result) string {
+		return fmt.Sprintf("%.2f (%d)", r.FloorSeconds, r.FloorConcurrency)
+	})
+	row("  converge / floor", func(r *Result) string { return f2(r.ConvergeRatio) })
+	row("floor, best concurrency (s)", func(r *Result) string {
+		return fmt.Sprintf("%.2f (%d)", r.FloorBestSeconds, r.FloorBestConcurrency)
+	})
+	row("  converge / best floor", func(r *Result) string { return f2(r.ConvergeBestRatio) })
+	idle := func(r *Result) bool { return r.IdleSeconds > 0 }
+	row("idle window (s)", measured(idle, func(r *Result) string { return fmt.Sprintf("%.0f", r.IdleSeconds) }))
+	row("  Lease renewals", measured(idle, func(r *Result) string { return i(r.IdleLease) }))
+	row("  watch renewals", measured(idle, func(r *Result) string { return i(r.IdleWatches) }))
+	row("  everything else", measured(idle, func(r *Result) string { return i(r.IdleOther) }))
+	row("profile change: requests (apiserver)", func(r *Result) string { return i(r.ProfileChangeAuditRequests) })
+	row("  writes (operator)", func(r *Result) string { return i(r.ProfileChangeWrites) })
+	row("  objects changed", func(r *Result) string { return strconv.Itoa(r.ProfileChangeObjectsChanged) })
+	row("  requests per changed object", func(r *Result) string { return f2(r.RequestsPerChangedObject) })
+	row("  seconds", func(r *Result) string { return f2(r.ProfileChangeSeconds) })
+	row("override change: requests (apiserver)", func(r *Result) string { return i(r.OverrideAuditRequests) })
+	row("  objects changed", func(r *Result) string { return strconv.Itoa(len(r.OverrideObjectsChanged)) })
+	row("restart: requests until quiet", func(r *Result) string { return i(r.RestartRequests) })
+	row("  object writes", func(r *Result) string { return i(r.RestartObjectWrites) })
+	row("  seconds to quiet", func(r *Result) string { return f2(r.RestartSeconds) })
+	row("failover (leader killed): seconds to a new leader", func(r *Result) string { return f1(r.FailoverSeconds) })
+	row("  requests until quiet", func(r *Result) string { return i(r.FailoverRequests) })
+	row("  object writes", func(r *Result) string { return i(r.FailoverObjectWrites) })
+	row("operator's requests, its count / apiserver's", func(r *Result) string {
+		return fmt.Sprintf("%d / %d", r.OperatorCountTotal, r.AuditCountTotal)
+	})
+	naive := func(r *Result) bool { return r.NaiveRequests > 0 }
+	row("naive baseline requests", measured(naive, func(r *Result) string { return i(r.NaiveRequests) }))
+	row("engine: µs per instance", func(r *Result) string { return f1(r.ExpandNsPerInstance / 1000) })
 	row("  allocs per instance", func(r *Result) string { return fmt.Sprintf("%.0f", r.ExpandAllocsPerInst) })
-	row("peak RSS, VmHWM (MiB)", func(r *Result) string { return fmt.Sprintf("%.1f", r.RSSMiB) })
-	row("  RSS before the manager (MiB)", func(r *Result) string { return fmt.Sprintf("%.1f", r.RSSBeforeManagerMiB) })
-	row("  Go heap in use, peak (MiB)", func(r *Result) string { return fmt.Sprintf("%.1f", r.GoHeapPeakMiB) })
-	row("  Go runtime Sys, peak (MiB)", func(r *Result) string { return fmt.Sprintf("%.1f", r.GoSysPeakMiB) })
+	row("peak RSS of the manager, VmHWM (MiB)", func(r *Result) string { return f1(r.RSSMiB) })
+	row("  anonymous part, sampled peak (MiB)", func(r *Result) string { return f1(r.RSSAnonPeakMiB) })
+	row("  after a restart (MiB)", func(r *Result) string { return f1(r.RestartRSSMiB) })
+	row("  GOMEMLIMIT (MiB)", func(r *Result) string { return fmt.Sprintf("%.0f", r.GoMemLimitMiB) })
 	_ = tw.Flush()
 }
 

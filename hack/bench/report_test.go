@@ -11,12 +11,13 @@ import (
 // out, and computes whether each goal is met from the figures alone.
 func TestReport(t *testing.T) {
 	setup := &Setup{Date: "2026-12-01T10:00:00Z", Commit: "abc123", Flags: "-idle 30s", ControlPlane: "kube-apiserver and etcd",
-		Manager: managerSetup, Machine: "2 CPUs"}
-	small := &Result{N: 30, Setup: setup, ObjectsCreated: 480, StampoutWrites: 512, StampoutObjectWrites: 480, WritesPerObject: 512.0 / 480,
-		FloorSeconds: 2, ConvergeSeconds: 1, ConvergeRatio: 0.5, RSSMiB: 90, RSSBeforeManagerMiB: 60, IdleSeconds: 30,
-		NaiveRequests: 6000, OperatorRequests: 600, NaiveToOperatorRatio: 10, HeapProfiles: []string{"bench/heap.30", "bench/heap.30.peak"}}
-	large := &Result{N: 1000, ObjectsCreated: 16000, StampoutWrites: 17000, StampoutObjectWrites: 16000, WritesPerObject: 17000.0 / 16000,
-		FloorSeconds: 100, ConvergeSeconds: 200, ConvergeRatio: 2, RSSMiB: 200, RSSBeforeManagerMiB: 60, ReadsAfterSync: 0}
+		Manager: "bin/manager", Machine: "2 CPUs"}
+	small := &Result{N: 30, Clusters: 1, Setup: setup, ObjectsCreated: 480, StampoutWrites: 512, StampoutObjectWrites: 480, WritesPerObject: 512.0 / 480,
+		StampoutAuditRequests: 520, FloorSeconds: 2, ConvergeSeconds: 1, ConvergeRatio: 0.5, RSSMiB: 90, IdleSeconds: 30, IdleLease: 6, IdleWatches: 2,
+		RestartSeconds: 1, FailoverSeconds: 31, HeapProfiles: []string{"bench/heap.30", "bench/heap.30.peak"}}
+	large := &Result{N: 1000, Clusters: 1, ObjectsCreated: 16000, StampoutWrites: 17000, StampoutObjectWrites: 16000, WritesPerObject: 17000.0 / 16000,
+		StampoutAuditRequests: 17000, FloorSeconds: 100, ConvergeSeconds: 200, ConvergeRatio: 2, RSSMiB: 200, ReadsAfterSync: 0,
+		RestartSeconds: 2, RestartObjectWrites: 3, FailoverSeconds: 40, IdleSeconds: 600, IdleOther: 1}
 	for _, tc := range []struct {
 		name string
 		rs   []*Result
@@ -32,18 +33,21 @@ func TestReport(t *testing.T) {
 			"| stamp-out writes ≤ 1.05 × objects created | 1.067 × | 1.062 × | no |",
 			"| &nbsp;&nbsp;object writes alone ≤ 1.05 × objects created | 1.000 × | 1.000 × | yes |",
 			"| converge ≤ 1.3 × floor | 0.50 × | 2.00 × | no |",
-			"| 0 requests idle but WATCH re-establishments | 0 in 30 s | — | yes where measured |",
-			"| ≥ 3 × fewer requests than naive | 10.0 × | — | yes where measured |",
+			"| 0 requests idle but Lease and watch renewals | 0 in 30 s | 1 in 600 s | no |",
+			"| 0 object writes after a restart | 0 | 3 | no |",
+			"| 0 object writes after a failover | 0 | 0 | yes |",
 			"| peak RSS ≤ 150 MiB at N = 1,000 | 90.0 MiB | 200.0 MiB | no |",
 		}},
-		{"memory per instance", []*Result{small, large}, []string{
-			"| 30 | 90.0 | 60.0 | 30.0 | 100.0 | — |",
-			"| 1000 | 200.0 | 60.0 | 140.0 | 14.0 | 11.3 |",
+		{"memory and cost per instance", []*Result{small, large}, []string{
+			"| 30 | 90.0 | 300.0 | — |",
+			"| 1000 | 200.0 | 20.0 | 11.3 |",
+			"| 30 | 17.33 | 3.33 |",
+			"| 1000 | 17.00 | 20.00 |",
 		}},
-		{"a phase left out reads —", []*Result{large}, []string{
-			"| naive baseline requests | — |",
+		{"a phase left out reads —", []*Result{{N: 300, IdleSeconds: 0}}, []string{
+			"| idle window (s) | — |",
 			"Naive baseline: not run.",
-			"| peak RSS ≤ 150 MiB at N = 1,000 | 200.0 MiB | no |",
+			"| 0 requests idle but Lease and watch renewals | — | not measured |",
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -3,17 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
-	"log"
 	"net/http"
 	"os"
-	"path/filepath"
 	"runtime"
-	"runtime/debug"
 	"runtime/pprof"
 	"strings"
 	"sync/atomic"
-	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -26,71 +21,104 @@ import (
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
-	"github.com/bluesky/tiled-operator/controllers"
 	"github.com/bluesky/tiled-operator/controllers/applier"
 	"github.com/bluesky/tiled-operator/controllers/traffic"
-	"github.com/bluesky/tiled-operator/expansion"
 	"github.com/bluesky/tiled-operator/hack/fleet"
 	"github.com/bluesky/tiled-operator/hack/testenv"
 )
 
 // Result holds the figures of one fleet size. The keys are documented in docs/benchmarks.md.
 type Result struct {
-	N     int    `json:"n"`
-	Setup *Setup `json:"setup,omitempty"`
+	N        int    `json:"n"`
+	Clusters int    `json:"clusters"`
+	Setup    *Setup `json:"setup,omitempty"`
 
-	ObjectsCreated       int            `json:"objects_created"`
-	ObjectsByKind        map[string]int `json:"objects_by_kind"`
-	StampoutWrites       int64          `json:"stampout_writes"`
-	StampoutObjectWrites int64          `json:"stampout_object_writes"`
-	StampoutStatusWrites int64          `json:"stampout_status_writes"`
-	StampoutEventWrites  int64          `json:"stampout_event_writes"`
-	WritesPerObject      float64        `json:"writes_per_object"`
-	ReadsAfterSync       int64          `json:"reads_after_sync"`
-	ConvergeSeconds      float64        `json:"converge_seconds"`
+	ObjectsCreated int            `json:"objects_created"`
+	ObjectsByKind  map[string]int `json:"objects_by_kind"`
+	// The operator's own count (its request counter, scraped from /metrics).
+	StampoutWrites        int64   `json:"stampout_writes"`
+	StampoutObjectWrites  int64   `json:"stampout_object_writes"`
+	StampoutStatusWrites  int64   `json:"stampout_status_writes"`
+	StampoutEventWrites   int64   `json:"stampout_event_writes"`
+	StampoutLeaseWrites   int64   `json:"stampout_lease_writes"`
+	WritesPerObject       float64 `json:"writes_per_object"`
+	StampoutRequestDetail string  `json:"stampout_requests_detail"`
+	// The apiserver's count (audit log) of the operator's requests in the same phase.
+	StampoutAuditRequests    int64   `json:"stampout_audit_requests"`
+	StampoutAuditWrites      int64   `json:"stampout_audit_writes"`
+	StampoutOperatorRequests int64   `json:"stampout_operator_requests"`
+	RequestsPerObject        float64 `json:"requests_per_object"`
+	StampoutKCMWrites        int64   `json:"stampout_kcm_writes"`
+	StartupRequests          int64   `json:"startup_requests"`
+	ReadsAfterSync           int64   `json:"reads_after_sync"`
+	ConvergeSeconds          float64 `json:"converge_seconds"`
 
-	FloorSeconds  float64 `json:"floor_seconds"`
-	FloorRequests int64   `json:"floor_requests"`
-	FloorObjects  int     `json:"floor_objects"`
-	ConvergeRatio float64 `json:"converge_to_floor_ratio"`
+	FloorConcurrency     int        `json:"floor_concurrency"`
+	FloorSeconds         float64    `json:"floor_seconds"`
+	FloorRequests        int64      `json:"floor_requests"`
+	FloorObjects         int        `json:"floor_objects"`
+	FloorBestSeconds     float64    `json:"floor_best_seconds"`
+	FloorBestConcurrency int        `json:"floor_best_concurrency"`
+	Floors               []FloorRun `json:"floors"`
+	ConvergeRatio        float64    `json:"converge_to_floor_ratio"`
+	ConvergeBestRatio    float64    `json:"converge_to_best_floor_ratio"`
 
-	SteadyWrites   int64 `json:"steady_writes"`
-	SteadyRequests int64 `json:"steady_requests"`
-
-	IdleRequests        int64   `json:"idle_requests"`
-	IdleWatches         int64   `json:"idle_watches"`
-	IdleNonWatch        int64   `json:"idle_requests_excluding_watches"`
-	IdleSeconds         float64 `json:"idle_seconds"`
-	IdleStatefulSetsRdy int     `json:"idle_statefulsets_ready"`
+	IdleSeconds          float64 `json:"idle_seconds"`
+	IdleRequests         int64   `json:"idle_requests"`
+	IdleLease            int64   `json:"idle_lease_requests"`
+	IdleWatches          int64   `json:"idle_watches"`
+	IdleOther            int64   `json:"idle_other_requests"`
+	IdleOperatorRequests int64   `json:"idle_operator_counted_requests"`
+	IdleRequestDetail    string  `json:"idle_requests_detail"`
 
 	ProfileChangeWrites         int64    `json:"profile_change_writes"`
+	ProfileChangeAuditRequests  int64    `json:"profile_change_audit_requests"`
 	ProfileChangeObjectsChanged int      `json:"profile_change_objects_changed"`
 	ProfileChangeChangedByKind  []string `json:"profile_change_changed_kinds"`
 	ProfileChangeSeconds        float64  `json:"profile_change_seconds"`
+	RequestsPerChangedObject    float64  `json:"requests_per_changed_object"`
 
 	OverrideWrites         int64    `json:"override_writes"`
+	OverrideAuditRequests  int64    `json:"override_audit_requests"`
 	OverrideObjectsChanged []string `json:"override_objects_changed"`
 
-	OperatorRequests      int64   `json:"operator_requests"`
-	NaiveRequests         int64   `json:"naive_requests"`
-	NaiveWrites           int64   `json:"naive_writes"`
-	NaiveReads            int64   `json:"naive_reads"`
-	NaiveConvergeSeconds  float64 `json:"naive_converge_seconds"`
-	NaiveToOperatorRatio  float64 `json:"naive_to_operator_ratio"`
-	NaivePhases           string  `json:"naive_requests_by_phase"`
-	OperatorPhases        string  `json:"operator_requests_by_phase"`
-	ExpandNsPerInstance   float64 `json:"expand_ns_per_instance"`
-	ExpandAllocsPerInst   float64 `json:"expand_allocs_per_instance"`
-	ExpandBytesPerInst    float64 `json:"expand_bytes_per_instance"`
-	RSSMiB                float64 `json:"rss_mib"`
-	RSSBeforeManagerMiB   float64 `json:"rss_before_manager_mib"`
-	GoHeapPeakMiB         float64 `json:"go_heap_inuse_peak_mib"`
-	GoSysPeakMiB          float64 `json:"go_sys_peak_mib"`
-	StampoutRequestDetail string  `json:"stampout_requests_detail"`
-	// HeapProfiles are the heap profiles written with -heap-profile (end of the operator's phases,
-	// and at the peak), relative to the repository when inside it.
-	HeapProfiles      []string `json:"heap_profiles,omitempty"`
-	IdleRequestDetail string   `json:"idle_requests_detail"`
+	RestartSeconds       float64 `json:"restart_seconds"`
+	RestartRequests      int64   `json:"restart_requests"`
+	RestartObjectWrites  int64   `json:"restart_object_writes"`
+	RestartRequestDetail string  `json:"restart_requests_detail"`
+	RestartRSSMiB        float64 `json:"restart_rss_mib"`
+
+	FailoverSeconds       float64 `json:"failover_seconds"`
+	FailoverRequests      int64   `json:"failover_requests"`
+	FailoverObjectWrites  int64   `json:"failover_object_writes"`
+	FailoverRequestDetail string  `json:"failover_requests_detail"`
+
+	OperatorCountTotal int64 `json:"operator_count_total"`
+	AuditCountTotal    int64 `json:"audit_count_total"`
+
+	NaiveRequests        int64   `json:"naive_requests"`
+	NaiveWrites          int64   `json:"naive_writes"`
+	NaiveReads           int64   `json:"naive_reads"`
+	NaiveConvergeSeconds float64 `json:"naive_converge_seconds"`
+	NaivePhases          string  `json:"naive_requests_by_phase"`
+
+	ExpandNsPerInstance float64 `json:"expand_ns_per_instance"`
+	ExpandAllocsPerInst float64 `json:"expand_allocs_per_instance"`
+	ExpandBytesPerInst  float64 `json:"expand_bytes_per_instance"`
+	RSSMiB              float64 `json:"rss_mib"`
+	RSSAnonPeakMiB      float64 `json:"rss_anon_peak_mib"`
+	GoMemLimitMiB       float64 `json:"gomemlimit_mib"`
+	// HeapProfiles are the manager's heap profiles written with -heap-profile (end of the first
+	// replica's phases, and when its resident set was highest), relative to the repository.
+	HeapProfiles []string `json:"heap_profiles,omitempty"`
+}
+
+// FloorRun is one run of the plain-apply floor.
+type FloorRun struct {
+	Concurrency int     `json:"concurrency"`
+	Seconds     float64 `json:"seconds"`
+	Requests    int64   `json:"requests"`
+	Objects     int     `json:"objects"`
 }
 
 type options struct {
@@ -152,309 +180,6 @@ func reconcileTotal(controller string) float64 {
 		}
 	}
 	return total
-}
-
-// measure runs every phase for a fleet of n beamlines on one control plane and returns the figures.
-func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, error) {
-	logf := func(format string, args ...any) {
-		fmt.Fprintf(logw, "[n=%d %s] "+format+"\n", append([]any{n, time.Now().Format("15:04:05")}, args...)...)
-	}
-	env, err := testenv.Start(testenv.Options{APIServerFlags: map[string]string{"service-cluster-ip-range": serviceRange}})
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		if err := env.Stop(); err != nil {
-			log.Printf("stopping the control plane: %v", err)
-		}
-	}()
-	names, err := fleet.Beamlines(n)
-	if err != nil {
-		return nil, err
-	}
-	r := &Result{N: n, Setup: ptrTo(recordSetup(o.flags))}
-
-	// --- the operator -------------------------------------------------------------------------
-	ns, err := fleet.NewNamespace(ctx, env.Client, "bench-operator")
-	if err != nil {
-		return nil, err
-	}
-	if err := fleet.Create(ctx, env.Client, fleet.ProfileObjects(fleet.Profiles(ns))...); err != nil {
-		return nil, err
-	}
-	// The peak RSS is that of the operator's phases: the kernel's high-water mark is reset here
-	// (Linux >= 4.0), after the control plane started and the CRDs were installed.
-	runtime.GC()
-	debug.FreeOSMemory()
-	_ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0)
-	r.RSSBeforeManagerMiB = float64(procStatusKiB("VmRSS")) / 1024
-	cfg := rest.CopyConfig(env.Config)
-	var last lastRequest
-	last.wrap(cfg)
-	op, err := controllers.NewManager(cfg, controllers.ManagerOptions{
-		MetricsBindAddress: "0", HealthProbeBindAddress: "0", WatchNamespaces: []string{ns}, Restartable: true,
-	})
-	if err != nil {
-		return nil, err
-	}
-	sampler := startHeapSampler(o.heapProfile != "")
-	opCtx, stopOp := context.WithCancel(ctx)
-	opDone := make(chan error, 1)
-	go func() { opDone <- op.Start(opCtx) }()
-	stopOperator := func() error {
-		if stopOp == nil {
-			return nil
-		}
-		stopOp()
-		stopOp = nil
-		return <-opDone
-	}
-	defer func() { _ = stopOperator() }()
-	syncCtx, cancelSync := context.WithTimeout(ctx, 2*time.Minute)
-	synced := op.GetCache().WaitForCacheSync(syncCtx)
-	cancelSync()
-	if !synced {
-		return nil, fmt.Errorf("the operator's caches did not sync")
-	}
-	if err := fleet.WaitQuiet(ctx, op.Traffic, o.quiet, o.timeout); err != nil {
-		return nil, err
-	}
-	afterSync := op.Traffic.Snapshot()
-	cache := op.GetClient() // reads from the operator's informers: no request
-
-	// Stamp-out.
-	logf("stamp-out")
-	cluster := fleet.Cluster(ns, "nsls2", names)
-	if o.cpuProfile != "" {
-		f, err := os.Create(o.cpuProfile)
-		if err != nil {
-			return nil, err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return nil, err
-		}
-	}
-	start := time.Now()
-	if err := env.Client.Create(ctx, cluster); err != nil {
-		return nil, err
-	}
-	if err := fleet.Poll(ctx, 200*time.Millisecond, o.timeout, "stamp-out", func(ctx context.Context) (bool, error) {
-		return fleet.StampedOut(ctx, cache, ns, "nsls2", n)
-	}); err != nil {
-		return nil, err
-	}
-	if err := fleet.WaitQuiet(ctx, op.Traffic, o.quiet, o.timeout); err != nil {
-		return nil, err
-	}
-	r.ConvergeSeconds = last.time().Sub(start).Seconds()
-	if o.cpuProfile != "" {
-		pprof.StopCPUProfile()
-	}
-	stamp := op.Traffic.Snapshot().Sub(afterSync)
-	versions, err := objectVersions(ctx, env.Client, ns)
-	if err != nil {
-		return nil, err
-	}
-	r.ObjectsCreated = len(versions)
-	r.ObjectsByKind = countKinds(versions)
-	r.StampoutWrites = stamp.Writes()
-	r.StampoutObjectWrites = stamp.Sum(func(k traffic.Key) bool { return k.IsWrite() && !isStatus(k) && !isEvent(k) })
-	r.StampoutStatusWrites = stamp.Sum(func(k traffic.Key) bool { return k.IsWrite() && isStatus(k) })
-	r.StampoutEventWrites = stamp.Sum(func(k traffic.Key) bool { return k.IsWrite() && isEvent(k) })
-	r.WritesPerObject = float64(r.StampoutWrites) / float64(r.ObjectsCreated)
-	r.StampoutRequestDetail = stamp.String()
-	phases := map[string]int64{"stampout": stamp.Total()}
-	logf("stamp-out: %d objects, %d writes, %.1fs", r.ObjectsCreated, r.StampoutWrites, r.ConvergeSeconds)
-
-	// Steady state: a forced resync of every cluster and instance.
-	logf("steady state")
-	before := op.Traffic.Snapshot()
-	want := reconcileTotal("tiledinstance") + reconcileTotal("tiledcluster") + float64(n+1)
-	if err := op.ResyncAll(ctx); err != nil {
-		return nil, err
-	}
-	if err := fleet.Poll(ctx, 100*time.Millisecond, o.timeout, "resync", func(context.Context) (bool, error) {
-		return reconcileTotal("tiledinstance")+reconcileTotal("tiledcluster") >= want, nil
-	}); err != nil {
-		return nil, err
-	}
-	if err := fleet.WaitQuiet(ctx, op.Traffic, o.quiet, o.timeout); err != nil {
-		return nil, err
-	}
-	steady := op.Traffic.Snapshot().Sub(before)
-	r.SteadyWrites, r.SteadyRequests = steady.Writes(), steady.Total()
-	phases["steady"] = steady.Total()
-
-	// Idle: nothing changes, every StatefulSet stays not ready (no kubelet here).
-	if !o.skip["idle"] {
-		logf("idle for %s", o.idle)
-		before = op.Traffic.Snapshot()
-		t0 := time.Now()
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(o.idle):
-		}
-		idle := op.Traffic.Snapshot().Sub(before)
-		r.IdleSeconds = time.Since(t0).Seconds()
-		r.IdleRequests = idle.Total()
-		r.IdleWatches = idle.Sum(func(k traffic.Key) bool { return k.Verb == traffic.VerbWatch })
-		r.IdleNonWatch = r.IdleRequests - r.IdleWatches
-		r.IdleRequestDetail = idle.String()
-		var sts appsv1.StatefulSetList
-		if err := cache.List(ctx, &sts, client.InNamespace(ns)); err != nil {
-			return nil, err
-		}
-		for _, s := range sts.Items {
-			if s.Status.ReadyReplicas > 0 {
-				r.IdleStatefulSetsRdy++
-			}
-		}
-	}
-
-	// One profile field changes: the operations team's pod annotation, on every beamline.
-	logf("profile change")
-	rvBefore := versions
-	intentsBefore, err := serverIntents(ctx, cache, ns)
-	if err != nil {
-		return nil, err
-	}
-	before = op.Traffic.Snapshot()
-	start = time.Now()
-	if err := setProfileAnnotation(ctx, env.Client, ns, "controls"); err != nil {
-		return nil, err
-	}
-	if err := fleet.Poll(ctx, 200*time.Millisecond, o.timeout, "profile change", func(ctx context.Context) (bool, error) {
-		now, err := serverIntents(ctx, cache, ns)
-		if err != nil || len(now) != n {
-			return false, err
-		}
-		for name, intent := range now {
-			if intent == intentsBefore[name] {
-				return false, nil
-			}
-		}
-		return true, nil
-	}); err != nil {
-		return nil, err
-	}
-	if err := fleet.WaitQuiet(ctx, op.Traffic, o.quiet, o.timeout); err != nil {
-		return nil, err
-	}
-	r.ProfileChangeSeconds = last.time().Sub(start).Seconds()
-	change := op.Traffic.Snapshot().Sub(before)
-	if versions, err = objectVersions(ctx, env.Client, ns); err != nil {
-		return nil, err
-	}
-	changed := fleet.Changed(rvBefore, versions)
-	r.ProfileChangeWrites = change.Writes()
-	r.ProfileChangeObjectsChanged = len(changed)
-	r.ProfileChangeChangedByKind = kindsOf(changed)
-	phases["profile_change"] = change.Total()
-
-	// One instance override changes.
-	logf("override change")
-	rvBefore = versions
-	if intentsBefore, err = serverIntents(ctx, cache, ns); err != nil {
-		return nil, err
-	}
-	before = op.Traffic.Snapshot()
-	if err := setOverride(ctx, env.Client, ns, "nsls2", "bmm"); err != nil {
-		return nil, err
-	}
-	if err := fleet.Poll(ctx, 200*time.Millisecond, o.timeout, "override change", func(ctx context.Context) (bool, error) {
-		now, err := serverIntents(ctx, cache, ns)
-		return err == nil && now["nsls2-bmm"] != intentsBefore["nsls2-bmm"], err
-	}); err != nil {
-		return nil, err
-	}
-	if err := fleet.WaitQuiet(ctx, op.Traffic, o.quiet, o.timeout); err != nil {
-		return nil, err
-	}
-	override := op.Traffic.Snapshot().Sub(before)
-	if versions, err = objectVersions(ctx, env.Client, ns); err != nil {
-		return nil, err
-	}
-	r.OverrideWrites = override.Writes()
-	r.OverrideObjectsChanged = fleet.Changed(rvBefore, versions)
-	phases["override_change"] = override.Total()
-	all := op.Traffic.Snapshot().Sub(afterSync)
-	r.ReadsAfterSync = all.Reads()
-	r.OperatorRequests = phases["stampout"] + phases["steady"] + phases["profile_change"] + phases["override_change"]
-	r.OperatorPhases = phaseString(phases)
-
-	// Peak memory of the process (the manager runs in it; the control plane runs in other processes).
-	heap, sys := sampler.Stop()
-	if o.heapProfile != "" {
-		if err := writeHeapProfile(o.heapProfile); err != nil {
-			return nil, err
-		}
-		if err := os.WriteFile(o.heapProfile+".peak", sampler.PeakProfile(), 0o644); err != nil {
-			return nil, err
-		}
-		for _, p := range []string{o.heapProfile, o.heapProfile + ".peak"} {
-			if abs, err := filepath.Abs(p); err == nil {
-				if rel, err := filepath.Rel(testenv.RepoRoot(), abs); err == nil && !strings.HasPrefix(rel, "..") {
-					p = rel
-				}
-			}
-			r.HeapProfiles = append(r.HeapProfiles, p)
-		}
-	}
-	r.RSSMiB = float64(procStatusKiB("VmHWM")) / 1024
-	r.GoHeapPeakMiB = float64(heap) / (1 << 20)
-	r.GoSysPeakMiB = float64(sys) / (1 << 20)
-	if err := stopOperator(); err != nil {
-		return nil, fmt.Errorf("the operator stopped with an error: %w", err)
-	}
-	logf("operator done: rss %.0f MiB", r.RSSMiB)
-
-	// --- the floor ------------------------------------------------------------------------------
-	logf("floor")
-	floorNS, err := fleet.NewNamespace(ctx, env.Client, "bench-floor")
-	if err != nil {
-		return nil, err
-	}
-	fl, err := runFloor(ctx, env.Config, floorNS, names)
-	if err != nil {
-		return nil, err
-	}
-	r.FloorSeconds, r.FloorRequests, r.FloorObjects = fl.Seconds, fl.Requests.Total(), fl.Objects
-	r.ConvergeRatio = r.ConvergeSeconds / r.FloorSeconds
-	logf("floor: %d objects in %.1fs", fl.Objects, fl.Seconds)
-
-	// --- the naive baseline -----------------------------------------------------------------------
-	if !o.skip["naive"] {
-		logf("naive baseline")
-		if err := runNaive(ctx, env, names, o, r); err != nil {
-			return nil, fmt.Errorf("naive baseline: %w", err)
-		}
-	}
-
-	// --- the engine alone -------------------------------------------------------------------------
-	logf("engine")
-	profs := profileValues(fleet.Profiles("bench"))
-	ecluster := fleet.Cluster("bench", "nsls2", names)
-	builtins := expansion.DefaultBuiltins()
-	var benchErr error
-	br := testing.Benchmark(func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			if _, err := expansion.Expand(ecluster, profs, builtins); err != nil {
-				benchErr = err
-				b.FailNow()
-			}
-		}
-	})
-	if benchErr != nil {
-		return nil, benchErr
-	}
-	r.ExpandNsPerInstance = float64(br.NsPerOp()) / float64(n)
-	r.ExpandAllocsPerInst = float64(br.AllocsPerOp()) / float64(n)
-	r.ExpandBytesPerInst = float64(br.AllocedBytesPerOp()) / float64(n)
-	logf("done")
-	return r, nil
 }
 
 func runNaive(ctx context.Context, env *testenv.Env, names []string, o options, r *Result) error {
@@ -542,9 +267,6 @@ func runNaive(ctx context.Context, env *testenv.Env, names []string, o options, 
 	}
 	r.NaiveRequests = phases["stampout"] + phases["steady"] + phases["profile_change"] + phases["override_change"]
 	r.NaivePhases = phaseString(phases)
-	if r.OperatorRequests > 0 {
-		r.NaiveToOperatorRatio = float64(r.NaiveRequests) / float64(r.OperatorRequests)
-	}
 	return nil
 }
 

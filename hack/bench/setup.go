@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -28,18 +29,18 @@ type Setup struct {
 	Machine string `json:"machine"`
 }
 
-// Manager options of the measured operator (see measure); Setup.Manager describes them.
-const managerSetup = "controllers.NewManager in the harness's process (its RSS is the process's): one watched namespace, " +
-	"leader election off, webhooks off, metrics and health probes off, GOMEMLIMIT unset, GOGC default"
-
-func recordSetup(flags string) Setup {
+func recordSetup(flags string, memLimit int64) Setup {
 	return Setup{
-		Date:         time.Now().UTC().Format(time.RFC3339),
-		Commit:       gitCommit(),
-		Flags:        flags,
-		ControlPlane: "kube-apiserver and etcd (" + controlPlaneVersion() + ", hack/controlplane.sh), no kube-controller-manager, no kubelet (no pod runs)",
-		Manager:      managerSetup,
-		Machine:      machine(),
+		Date:   time.Now().UTC().Format(time.RFC3339),
+		Commit: gitCommit(),
+		Flags:  flags,
+		ControlPlane: "kube-apiserver with an audit log (Metadata level) and etcd (" + controlPlaneVersion() + ", hack/controlplane.sh); " +
+			"kube-controller-manager with " + strings.Join(kcmControllers, ", ") + "; " +
+			"a static volume provisioner in the harness (a PersistentVolume per waiting claim); no kubelet, no scheduler (pods stay Pending)",
+		Manager: "bin/manager (cmd/manager) in its own process, watching all namespaces, with " + strings.Join(managerFlags("NS", managerPorts{}), " ") +
+			" and GOMEMLIMIT=" + strconv.FormatInt(memLimit, 10) + " (the memory limit of config/manager/manager.yaml); " +
+			"ports and NS chosen per run",
+		Machine: machine(),
 	}
 }
 

@@ -39,6 +39,13 @@ type Options struct {
 	// volume-protection and ClusterRole aggregation controllers), for tests that check what happens
 	// to owned objects on deletion, or what the aggregated admin, edit and view roles allow.
 	ControllerManager bool
+	// Controllers replaces the kube-controller-manager controllers (its --controllers flag) when
+	// ControllerManager is set; empty runs DefaultControllers.
+	Controllers []string
+	// AuditLog makes kube-apiserver write an audit log (every request at the Metadata level, one
+	// JSON event per line) to Env.AuditLogPath, so that a benchmark counts requests on the server's
+	// side too.
+	AuditLog bool
 	// SkipCRDs leaves the operator's CRDs out.
 	SkipCRDs bool
 	// APIServerFlags are extra kube-apiserver flags (name without "--" to value). Fleets of more
@@ -59,6 +66,8 @@ type Env struct {
 	Scheme *k8sruntime.Scheme
 	// Kubeconfig is the path of an administrator kubeconfig file, for kubectl.
 	Kubeconfig string
+	// AuditLogPath is the kube-apiserver's audit log with Options.AuditLog, else empty.
+	AuditLogPath string
 
 	env     *envtest.Environment
 	dir     string
@@ -70,7 +79,21 @@ type Env struct {
 	// one it started).
 	apiserver     *exec.Cmd
 	apiserverDone chan struct{}
+	auditDir      string
 }
+
+// DefaultControllers are the kube-controller-manager controllers Options.ControllerManager runs
+// unless Options.Controllers says otherwise.
+var DefaultControllers = []string{"garbagecollector", "namespace", "pvc-protection", "pv-protection", "clusterrole-aggregation"}
+
+// auditPolicy records every request once it is answered (watches once their response starts), at
+// the Metadata level: who, which verb, which object, when; no bodies.
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+`
 
 // RepoRoot is the root of the checkout this package was built from.
 func RepoRoot() string {
@@ -136,6 +159,30 @@ func Start(opts Options) (*Env, error) {
 		return nil, err
 	}
 	e := &Env{Scheme: NewScheme()}
+	auditDir := ""
+	defer func() {
+		if auditDir != "" && e.Config == nil {
+			_ = os.RemoveAll(auditDir)
+		}
+	}()
+	if opts.AuditLog {
+		if auditDir, err = os.MkdirTemp("", "tiled-testenv-audit-"); err != nil {
+			return nil, err
+		}
+		policy := filepath.Join(auditDir, "policy.yaml")
+		if err := os.WriteFile(policy, []byte(auditPolicy), 0o600); err != nil {
+			return nil, err
+		}
+		e.auditDir = auditDir
+		e.AuditLogPath = filepath.Join(auditDir, "audit.log")
+		if opts.APIServerFlags == nil {
+			opts.APIServerFlags = map[string]string{}
+		}
+		opts.APIServerFlags["audit-policy-file"] = policy
+		opts.APIServerFlags["audit-log-path"] = e.AuditLogPath
+		opts.APIServerFlags["audit-log-mode"] = "blocking"
+		opts.APIServerFlags["audit-log-format"] = "json"
+	}
 	e.env = &envtest.Environment{
 		BinaryAssetsDirectory: dir,
 		ErrorIfCRDPathMissing: true,
@@ -188,7 +235,7 @@ func Start(opts Options) (*Env, error) {
 		return nil, err
 	}
 	if opts.ControllerManager {
-		if err := e.startControllerManager(dir); err != nil {
+		if err := e.startControllerManager(dir, opts.Controllers); err != nil {
 			return nil, err
 		}
 	}
@@ -197,7 +244,10 @@ func Start(opts Options) (*Env, error) {
 }
 
 // startControllerManager runs kube-controller-manager with the controllers the tests rely on.
-func (e *Env) startControllerManager(dir string) error {
+func (e *Env) startControllerManager(dir string, controllers []string) error {
+	if len(controllers) == 0 {
+		controllers = DefaultControllers
+	}
 	port, err := freePort()
 	if err != nil {
 		return err
@@ -207,7 +257,7 @@ func (e *Env) startControllerManager(dir string) error {
 		"--kubeconfig="+e.Kubeconfig,
 		"--authentication-kubeconfig="+e.Kubeconfig,
 		"--authorization-kubeconfig="+e.Kubeconfig,
-		"--controllers=garbagecollector,namespace,pvc-protection,pv-protection,clusterrole-aggregation",
+		"--controllers="+strings.Join(controllers, ","),
 		"--leader-elect=false",
 		"--bind-address=127.0.0.1",
 		fmt.Sprintf("--secure-port=%d", port),
@@ -271,6 +321,9 @@ func (e *Env) Stop() error {
 	}
 	if e.dir != "" {
 		errs = append(errs, os.RemoveAll(e.dir))
+	}
+	if e.auditDir != "" {
+		errs = append(errs, os.RemoveAll(e.auditDir))
 	}
 	return errors.Join(errs...)
 }

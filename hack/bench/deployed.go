@@ -1,0 +1,666 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
+	"github.com/bluesky/tiled-operator/controllers"
+	"github.com/bluesky/tiled-operator/controllers/traffic"
+	"github.com/bluesky/tiled-operator/expansion"
+	"github.com/bluesky/tiled-operator/hack/fleet"
+	"github.com/bluesky/tiled-operator/hack/testenv"
+	"github.com/bluesky/tiled-operator/webhooks"
+)
+
+// clusterSize is the most beamlines one TiledCluster holds in the benchmark: larger fleets are
+// several clusters of this size, each in a namespace of its own (N = 3,000 is three).
+const clusterSize = 1000
+
+// kcmControllers run in kube-controller-manager beside the operator, as in a real cluster: the
+// StatefulSet controller creates the pods (they stay Pending: no node) and writes the StatefulSets'
+// status; the volume binder binds the claims to the volumes the harness's provisioner creates; the
+// garbage collector, namespace and service-account controllers do what they do everywhere.
+var kcmControllers = []string{
+	"garbagecollector", "namespace", "serviceaccount", "statefulset",
+	"persistentvolume-binder", "pvc-protection", "pv-protection",
+}
+
+// notLeaseOrWatch is the traffic that says the operator is working: not its Lease renewals, not
+// its watches.
+func notLeaseOrWatch(k traffic.Key) bool { return k.Resource != "leases" && k.Verb != traffic.VerbWatch }
+
+// waitQuiet waits until the replica has sent no request other than Lease renewals and watches for
+// quiet.
+func waitQuiet(ctx context.Context, m *managerProc, quiet, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	last, since := int64(-1), time.Now()
+	for time.Now().Before(deadline) {
+		if m.exited() {
+			return fmt.Errorf("manager %s exited:\n%s", m.name, tail(m.log.String(), 30))
+		}
+		s, err := m.traffic(ctx)
+		if err == nil {
+			if now := s.Sum(notLeaseOrWatch); now != last {
+				last, since = now, time.Now()
+			} else if time.Since(since) >= quiet {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("manager %s: no quiet moment of %s within %s", m.name, quiet, timeout)
+}
+
+// waitLeading waits until the replica leads and answers /readyz.
+func waitLeading(ctx context.Context, m *managerProc, timeout time.Duration) error {
+	return fleet.Poll(ctx, 100*time.Millisecond, timeout, "manager "+m.name+" leading", func(ctx context.Context) (bool, error) {
+		if m.exited() {
+			return false, fmt.Errorf("manager %s exited:\n%s", m.name, tail(m.log.String(), 30))
+		}
+		if !m.ready(ctx) {
+			return false, nil
+		}
+		ok, err := m.leading(ctx)
+		return ok && err == nil, nil
+	})
+}
+
+// waitWebhooksPublished waits until both webhook configurations carry a CA bundle.
+func waitWebhooksPublished(ctx context.Context, c client.Client) error {
+	return fleet.Poll(ctx, 200*time.Millisecond, 2*time.Minute, "webhook configurations", func(ctx context.Context) (bool, error) {
+		m := &admissionregistrationv1.MutatingWebhookConfiguration{}
+		v := &admissionregistrationv1.ValidatingWebhookConfiguration{}
+		return c.Get(ctx, client.ObjectKey{Name: webhooks.MutatingConfigurationName}, m) == nil && len(m.Webhooks) > 0 && len(m.Webhooks[0].ClientConfig.CABundle) > 0 &&
+			c.Get(ctx, client.ObjectKey{Name: webhooks.ValidatingConfigurationName}, v) == nil && len(v.Webhooks) > 0 && len(v.Webhooks[0].ClientConfig.CABundle) > 0, nil
+	})
+}
+
+// fleetNamespace is one cluster of the fleet.
+type fleetNamespace struct {
+	ns    string
+	names []string
+}
+
+// measure runs every phase for a fleet of n beamlines on one control plane and returns the figures.
+func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, error) {
+	logf := func(format string, args ...any) {
+		fmt.Fprintf(logw, "[n=%d %s] "+format+"\n", append([]any{n, time.Now().Format("15:04:05")}, args...)...)
+	}
+	env, err := testenv.Start(testenv.Options{
+		APIServerFlags:    map[string]string{"service-cluster-ip-range": serviceRange},
+		ControllerManager: true, Controllers: kcmControllers, AuditLog: true,
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err := env.Stop(); err != nil {
+			log.Printf("stopping the control plane: %v", err)
+		}
+	}()
+	audit, err := openAuditLog(env.AuditLogPath)
+	if err != nil {
+		return nil, err
+	}
+	defer audit.close()
+	memLimit, err := shippedMemoryLimit()
+	if err != nil {
+		return nil, err
+	}
+	binDir, err := os.MkdirTemp("", "tiled-bench-bin-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(binDir)
+	bin, err := buildManager(ctx, binDir)
+	if err != nil {
+		return nil, err
+	}
+	r := &Result{N: n, Setup: ptrTo(recordSetup(o.flags, memLimit))}
+
+	// The harness's own client and informers, under a User-Agent of its own.
+	hcfg := rest.CopyConfig(env.Config)
+	hcfg.UserAgent = "tiled-bench/harness"
+	hc, err := client.New(hcfg, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		return nil, err
+	}
+	informers, err := cache.New(hcfg, cache.Options{Scheme: env.Scheme})
+	if err != nil {
+		return nil, err
+	}
+	hctx, stopInformers := context.WithCancel(ctx)
+	defer stopInformers()
+	if _, err := startProvisioner(hctx, hc, informers); err != nil {
+		return nil, err
+	}
+	for _, obj := range []client.Object{&tiledv1alpha1.TiledInstance{}, &appsv1.StatefulSet{}} {
+		if _, err := informers.GetInformer(ctx, obj); err != nil {
+			return nil, err
+		}
+	}
+	go func() { _ = informers.Start(hctx) }()
+	if !informers.WaitForCacheSync(ctx) {
+		return nil, fmt.Errorf("the harness's informers did not sync")
+	}
+
+	// The fleet: clusters of at most clusterSize beamlines, one namespace each, with the profiles.
+	var fleets []fleetNamespace
+	for left := n; left > 0; left -= clusterSize {
+		names, err := fleet.Beamlines(min(left, clusterSize))
+		if err != nil {
+			return nil, err
+		}
+		ns, err := fleet.NewNamespace(ctx, hc, "bench-operator")
+		if err != nil {
+			return nil, err
+		}
+		if err := fleet.Create(ctx, hc, fleet.ProfileObjects(fleet.Profiles(ns))...); err != nil {
+			return nil, err
+		}
+		fleets = append(fleets, fleetNamespace{ns: ns, names: names})
+	}
+	r.Clusters = len(fleets)
+	systemNS, err := fleet.NewNamespace(ctx, hc, "tiled-operator-system")
+	if err != nil {
+		return nil, err
+	}
+
+	// --- the operator, first replica ------------------------------------------------------------
+	webhookPort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	mark0, err := audit.mark()
+	if err != nil {
+		return nil, err
+	}
+	a, err := startManager(bin, "a", env, systemNS, memLimit, webhookPort, webhookPort)
+	if err != nil {
+		return nil, err
+	}
+	replicas := []*managerProc{a}
+	defer func() {
+		for _, m := range replicas {
+			_ = m.stop(syscall.SIGKILL)
+		}
+	}()
+	sampler := startRSSSampler(ctx, a, o.heapProfile != "")
+	if err := waitLeading(ctx, a, 2*time.Minute); err != nil {
+		return nil, err
+	}
+	if err := waitWebhooksPublished(ctx, hc); err != nil {
+		return nil, err
+	}
+	if err := waitQuiet(ctx, a, o.quiet, o.timeout); err != nil {
+		return nil, err
+	}
+	startup, err := audit.since(mark0, actorOperator)
+	if err != nil {
+		return nil, err
+	}
+	r.StartupRequests = int64(len(startup))
+	afterSync, err := a.traffic(ctx)
+	if err != nil {
+		return nil, err
+	}
+
+	// Stamp-out: every cluster is created at once, through the webhooks.
+	logf("stamp-out (%d clusters)", len(fleets))
+	mark, err := audit.mark()
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	for _, f := range fleets {
+		cl := fleet.Cluster(f.ns, "nsls2", f.names)
+		if err := fleet.Poll(ctx, 500*time.Millisecond, time.Minute, "creating the cluster", func(ctx context.Context) (bool, error) {
+			return hc.Create(ctx, cl) == nil, nil
+		}); err != nil {
+			return nil, err
+		}
+	}
+	for _, f := range fleets {
+		if err := fleet.Poll(ctx, time.Second, o.timeout, "stamp-out", func(ctx context.Context) (bool, error) {
+			return fleet.StampedOut(ctx, informers, f.ns, "nsls2", len(f.names))
+		}); err != nil {
+			return nil, err
+		}
+	}
+	if err := waitQuiet(ctx, a, o.quiet, o.timeout); err != nil {
+		return nil, err
+	}
+	stampAudit, err := phaseAudit(audit, mark)
+	if err != nil {
+		return nil, err
+	}
+	r.ConvergeSeconds = stampAudit.Last.Sub(start).Seconds()
+	now, err := a.traffic(ctx)
+	if err != nil {
+		return nil, err
+	}
+	stamp := now.Sub(afterSync)
+	versions, err := fleetVersions(ctx, hc, fleets)
+	if err != nil {
+		return nil, err
+	}
+	r.ObjectsCreated = len(versions)
+	r.ObjectsByKind = countKinds(versions)
+	r.StampoutWrites = stamp.Writes()
+	r.StampoutObjectWrites = stamp.Sum(func(k traffic.Key) bool { return k.IsWrite() && !isStatus(k) && !isEvent(k) && k.Resource != "leases" })
+	r.StampoutStatusWrites = stamp.Sum(func(k traffic.Key) bool { return k.IsWrite() && isStatus(k) })
+	r.StampoutEventWrites = stamp.Sum(func(k traffic.Key) bool { return k.IsWrite() && isEvent(k) })
+	r.StampoutLeaseWrites = stamp.Sum(func(k traffic.Key) bool { return k.IsWrite() && k.Resource == "leases" })
+	r.WritesPerObject = float64(r.StampoutWrites) / float64(r.ObjectsCreated)
+	r.StampoutRequestDetail = stamp.String()
+	r.StampoutAuditRequests, r.StampoutAuditWrites = stampAudit.Total, stampAudit.Writes
+	r.StampoutOperatorRequests = stamp.Total()
+	r.RequestsPerObject = float64(stampAudit.Total) / float64(r.ObjectsCreated)
+	r.StampoutKCMWrites, err = kcmWrites(audit, mark)
+	if err != nil {
+		return nil, err
+	}
+	logf("stamp-out: %d objects, %d writes (apiserver: %d requests, %d writes), %.1fs", r.ObjectsCreated, r.StampoutWrites, stampAudit.Total, stampAudit.Writes, r.ConvergeSeconds)
+
+	// Idle: nothing changes; kube-controller-manager and the Lease go on.
+	if !o.skip["idle"] {
+		logf("idle for %s", o.idle)
+		before, err := a.traffic(ctx)
+		if err != nil {
+			return nil, err
+		}
+		mark, err := audit.mark()
+		if err != nil {
+			return nil, err
+		}
+		t0 := time.Now()
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(o.idle):
+		}
+		idle, err := phaseAudit(audit, mark)
+		if err != nil {
+			return nil, err
+		}
+		after, err := a.traffic(ctx)
+		if err != nil {
+			return nil, err
+		}
+		r.IdleSeconds = time.Since(t0).Seconds()
+		r.IdleRequests = idle.Total
+		r.IdleLease = idle.Leases
+		r.IdleWatches = idle.Watches
+		r.IdleOther = idle.Total - idle.Leases - idle.Watches
+		r.IdleRequestDetail = idle.String()
+		r.IdleOperatorRequests = after.Sub(before).Total()
+	}
+
+	// One profile field changes: the operations team's pod annotation, on every beamline.
+	logf("profile change")
+	intentsBefore, err := fleetIntents(ctx, informers, fleets)
+	if err != nil {
+		return nil, err
+	}
+	before, err := a.traffic(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if mark, err = audit.mark(); err != nil {
+		return nil, err
+	}
+	start = time.Now()
+	for _, f := range fleets {
+		if err := setProfileAnnotation(ctx, hc, f.ns, "controls"); err != nil {
+			return nil, err
+		}
+	}
+	if err := fleet.Poll(ctx, time.Second, o.timeout, "profile change", func(ctx context.Context) (bool, error) {
+		now, err := fleetIntents(ctx, informers, fleets)
+		if err != nil || len(now) != n {
+			return false, err
+		}
+		for name, intent := range now {
+			if intent == intentsBefore[name] {
+				return false, nil
+			}
+		}
+		return true, nil
+	}); err != nil {
+		return nil, err
+	}
+	if err := waitQuiet(ctx, a, o.quiet, o.timeout); err != nil {
+		return nil, err
+	}
+	change, err := phaseAudit(audit, mark)
+	if err != nil {
+		return nil, err
+	}
+	r.ProfileChangeSeconds = change.Last.Sub(start).Seconds()
+	if now, err = a.traffic(ctx); err != nil {
+		return nil, err
+	}
+	r.ProfileChangeWrites = now.Sub(before).Sum(func(k traffic.Key) bool { return k.IsWrite() && k.Resource != "leases" })
+	r.ProfileChangeAuditRequests = change.Total - change.Leases - change.Watches
+	r.ProfileChangeObjectsChanged = len(change.Written)
+	r.ProfileChangeChangedByKind = change.writtenByResource()
+	r.RequestsPerChangedObject = float64(r.ProfileChangeAuditRequests) / float64(max(1, len(change.Written)))
+
+	// One instance override changes.
+	logf("override change")
+	first := fleets[0]
+	if intentsBefore, err = fleetIntents(ctx, informers, fleets); err != nil {
+		return nil, err
+	}
+	if before, err = a.traffic(ctx); err != nil {
+		return nil, err
+	}
+	if mark, err = audit.mark(); err != nil {
+		return nil, err
+	}
+	if err := setOverride(ctx, hc, first.ns, "nsls2", first.names[1]); err != nil {
+		return nil, err
+	}
+	key := first.ns + "/nsls2-" + first.names[1]
+	if err := fleet.Poll(ctx, 200*time.Millisecond, o.timeout, "override change", func(ctx context.Context) (bool, error) {
+		now, err := fleetIntents(ctx, informers, fleets)
+		return err == nil && now[key] != intentsBefore[key], err
+	}); err != nil {
+		return nil, err
+	}
+	if err := waitQuiet(ctx, a, o.quiet, o.timeout); err != nil {
+		return nil, err
+	}
+	override, err := phaseAudit(audit, mark)
+	if err != nil {
+		return nil, err
+	}
+	if now, err = a.traffic(ctx); err != nil {
+		return nil, err
+	}
+	r.OverrideWrites = now.Sub(before).Sum(func(k traffic.Key) bool { return k.IsWrite() && k.Resource != "leases" })
+	r.OverrideAuditRequests = override.Total - override.Leases - override.Watches
+	for k := range override.Written {
+		r.OverrideObjectsChanged = append(r.OverrideObjectsChanged, k)
+	}
+	sort.Strings(r.OverrideObjectsChanged)
+
+	// The two counts of the first replica's whole run, side by side.
+	all, err := a.traffic(ctx)
+	if err != nil {
+		return nil, err
+	}
+	allAudit, err := phaseAudit(audit, mark0)
+	if err != nil {
+		return nil, err
+	}
+	r.OperatorCountTotal = all.Total()
+	r.AuditCountTotal = allAudit.Total
+	r.ReadsAfterSync = all.Sub(afterSync).Reads()
+
+	// Memory of the first replica: the kernel's high-water mark of its resident set.
+	peakProfile := sampler.stop()
+	r.RSSMiB = float64(a.statusKiB("VmHWM")) / 1024
+	r.RSSAnonPeakMiB = float64(sampler.peakAnonKiB()) / 1024
+	r.GoMemLimitMiB = memMiB(memLimit)
+	if o.heapProfile != "" {
+		end, err := a.heapProfile(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(o.heapProfile, end, 0o644); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(o.heapProfile+".peak", peakProfile, 0o644); err != nil {
+			return nil, err
+		}
+		for _, p := range []string{o.heapProfile, o.heapProfile + ".peak"} {
+			if abs, err := filepath.Abs(p); err == nil {
+				if rel, err := filepath.Rel(testenv.RepoRoot(), abs); err == nil && !strings.HasPrefix(rel, "..") {
+					p = rel
+				}
+			}
+			r.HeapProfiles = append(r.HeapProfiles, p)
+		}
+	}
+	logf("first replica: rss peak %.0f MiB (anonymous peak %.0f MiB; now %d KiB anonymous, %d KiB of files)", r.RSSMiB, r.RSSAnonPeakMiB, a.statusKiB("RssAnon"), a.statusKiB("RssFile"))
+
+	// Restart: the replica stops as in a rolling update (the Lease released), a new one starts on
+	// the same webhook port, syncs, and must find nothing to write.
+	logf("restart")
+	if err := a.stop(syscall.SIGTERM); err != nil {
+		return nil, err
+	}
+	if mark, err = audit.mark(); err != nil {
+		return nil, err
+	}
+	start = time.Now()
+	b, err := startManager(bin, "b", env, systemNS, memLimit, webhookPort, webhookPort)
+	if err != nil {
+		return nil, err
+	}
+	replicas = append(replicas, b)
+	if err := waitLeading(ctx, b, 2*time.Minute); err != nil {
+		return nil, err
+	}
+	if err := waitQuiet(ctx, b, o.quiet, o.timeout); err != nil {
+		return nil, err
+	}
+	restart, err := phaseAudit(audit, mark)
+	if err != nil {
+		return nil, err
+	}
+	r.RestartSeconds = restart.Last.Sub(start).Seconds()
+	r.RestartObjectWrites = restart.objectWrites()
+	r.RestartRequests = restart.Total
+	r.RestartRequestDetail = restart.String()
+	r.RestartRSSMiB = float64(b.statusKiB("VmHWM")) / 1024
+	logf("restart: %d requests, %d object writes, %.1fs", restart.Total, r.RestartObjectWrites, r.RestartSeconds)
+
+	// Failover: a standby replica runs beside the leader; the leader is killed (no Lease release),
+	// the standby takes over once the Lease expires, and must find nothing to write.
+	logf("failover")
+	standbyPort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	c, err := startManager(bin, "c", env, systemNS, memLimit, standbyPort, webhookPort)
+	if err != nil {
+		return nil, err
+	}
+	replicas = append(replicas, c)
+	if err := fleet.Poll(ctx, 200*time.Millisecond, time.Minute, "standby ready", func(ctx context.Context) (bool, error) {
+		return c.ready(ctx), nil
+	}); err != nil {
+		return nil, err
+	}
+	if err := waitQuiet(ctx, c, o.quiet, o.timeout); err != nil { // the standby's certificate and webhook checks
+		return nil, err
+	}
+	if mark, err = audit.mark(); err != nil {
+		return nil, err
+	}
+	start = time.Now()
+	if err := b.stop(syscall.SIGKILL); err != nil {
+		return nil, err
+	}
+	if err := waitLeading(ctx, c, 2*time.Minute); err != nil {
+		return nil, err
+	}
+	r.FailoverSeconds = time.Since(start).Seconds()
+	if err := waitQuiet(ctx, c, o.quiet, o.timeout); err != nil {
+		return nil, err
+	}
+	failover, err := phaseAudit(audit, mark)
+	if err != nil {
+		return nil, err
+	}
+	r.FailoverObjectWrites = failover.objectWrites()
+	r.FailoverRequests = failover.Total
+	r.FailoverRequestDetail = failover.String()
+	logf("failover: new leader after %.1fs, %d requests, %d object writes", r.FailoverSeconds, failover.Total, r.FailoverObjectWrites)
+	if err := c.stop(syscall.SIGTERM); err != nil {
+		return nil, err
+	}
+
+	// --- the floor ------------------------------------------------------------------------------
+	// The same children applied directly, by a plain loop at the operator's concurrency, and at
+	// other concurrencies to find a plain loop's best.
+	names := first.names
+	if n > clusterSize {
+		names = nil
+		for _, f := range fleets {
+			names = append(names, f.names...)
+		}
+	}
+	// No replica runs now: the webhook configurations go, as a plain loop has none.
+	for _, obj := range []client.Object{
+		&admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: webhooks.MutatingConfigurationName}},
+		&admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: webhooks.ValidatingConfigurationName}},
+	} {
+		if err := hc.Delete(ctx, obj); client.IgnoreNotFound(err) != nil {
+			return nil, err
+		}
+	}
+	r.FloorConcurrency = controllers.DefaultInstanceConcurrency
+	for _, conc := range floorConcurrencies(r.FloorConcurrency, n) {
+		logf("floor at concurrency %d", conc)
+		fl, err := runFloor(ctx, env.Config, hc, fleets, conc)
+		if err != nil {
+			return nil, err
+		}
+		r.Floors = append(r.Floors, FloorRun{Concurrency: conc, Seconds: fl.Seconds, Requests: fl.Requests.Total(), Objects: fl.Objects})
+		logf("floor at %d: %d objects in %.1fs", conc, fl.Objects, fl.Seconds)
+	}
+	for _, f := range r.Floors {
+		if f.Concurrency == r.FloorConcurrency {
+			r.FloorSeconds, r.FloorRequests, r.FloorObjects = f.Seconds, f.Requests, f.Objects
+		}
+		if r.FloorBestSeconds == 0 || f.Seconds < r.FloorBestSeconds {
+			r.FloorBestSeconds, r.FloorBestConcurrency = f.Seconds, f.Concurrency
+		}
+	}
+	r.ConvergeRatio = r.ConvergeSeconds / r.FloorSeconds
+	r.ConvergeBestRatio = r.ConvergeSeconds / r.FloorBestSeconds
+
+	// --- the naive baseline -----------------------------------------------------------------------
+	if !o.skip["naive"] {
+		logf("naive baseline")
+		if err := runNaive(ctx, env, names, o, r); err != nil {
+			return nil, fmt.Errorf("naive baseline: %w", err)
+		}
+	}
+
+	// --- the engine alone -------------------------------------------------------------------------
+	logf("engine")
+	profs := profileValues(fleet.Profiles("bench"))
+	ecluster := fleet.Cluster("bench", "nsls2", first.names)
+	builtins := expansion.DefaultBuiltins()
+	var benchErr error
+	br := testing.Benchmark(func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := expansion.Expand(ecluster, profs, builtins); err != nil {
+				benchErr = err
+				b.FailNow()
+			}
+		}
+	})
+	if benchErr != nil {
+		return nil, benchErr
+	}
+	per := float64(len(first.names))
+	r.ExpandNsPerInstance = float64(br.NsPerOp()) / per
+	r.ExpandAllocsPerInst = float64(br.AllocsPerOp()) / per
+	r.ExpandBytesPerInst = float64(br.AllocedBytesPerOp()) / per
+	logf("done")
+	return r, nil
+}
+
+// floorConcurrencies are the concurrencies the floor runs at: the operator's, a plain sequential
+// loop, and twice the operator's; at N > 1,000 only the operator's (each run creates the fleet's
+// objects once more).
+func floorConcurrencies(operator, n int) []int {
+	if n > clusterSize {
+		return []int{operator}
+	}
+	return []int{operator, 1, 2 * operator}
+}
+
+// phaseAudit sums the operator's requests after the mark, as the apiserver saw them.
+func phaseAudit(a *auditLog, mark int) (auditCounts, error) {
+	ev, err := a.since(mark, actorOperator)
+	if err != nil {
+		return auditCounts{}, err
+	}
+	return countAudit(ev), nil
+}
+
+// kcmWrites counts kube-controller-manager's writes after the mark (pods, StatefulSet status, binds).
+func kcmWrites(a *auditLog, mark int) (int64, error) {
+	ev, err := a.since(mark, actorKCM)
+	if err != nil {
+		return 0, err
+	}
+	return countAudit(ev).Writes, nil
+}
+
+// fleetVersions lists the resourceVersions of every fleet namespace's objects ("ns/Kind/name").
+func fleetVersions(ctx context.Context, c client.Client, fleets []fleetNamespace) (map[string]string, error) {
+	out := map[string]string{}
+	for _, f := range fleets {
+		v, err := objectVersions(ctx, c, f.ns)
+		if err != nil {
+			return nil, err
+		}
+		for k, rv := range v {
+			kind, name, _ := strings.Cut(k, "/")
+			out[kind+"/"+f.ns+"/"+name] = rv
+		}
+	}
+	return out, nil
+}
+
+// fleetIntents is serverIntents over every fleet namespace, by "ns/name".
+func fleetIntents(ctx context.Context, r client.Reader, fleets []fleetNamespace) (map[string]string, error) {
+	out := map[string]string{}
+	for _, f := range fleets {
+		v, err := serverIntents(ctx, r, f.ns)
+		if err != nil {
+			return nil, err
+		}
+		for name, intent := range v {
+			out[f.ns+"/"+name] = intent
+		}
+	}
+	return out, nil
+}
+
+func tail(s string, lines int) string {
+	parts := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(parts) > lines {
+		parts = parts[len(parts)-lines:]
+	}
+	return strings.Join(parts, "\n")
+}
