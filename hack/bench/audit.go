@@ -18,9 +18,9 @@ import (
 
 // Actors, by User-Agent prefix.
 const (
-	actorOperator = "operator"               // cmd/manager: "manager/…"
+	actorOperator = "operator"                // cmd/manager: "manager/…"
 	actorKCM      = "kube-controller-manager" // "kube-controller-manager/…"
-	actorOther    = "other"                  // the harness, the apiserver itself, …
+	actorOther    = "other"                   // the harness, the apiserver itself, …
 )
 
 func actorOf(userAgent string) string {

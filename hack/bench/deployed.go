@@ -44,7 +44,9 @@ var kcmControllers = []string{
 
 // notLeaseOrWatch is the traffic that says the operator is working: not its Lease renewals, not
 // its watches.
-func notLeaseOrWatch(k traffic.Key) bool { return k.Resource != "leases" && k.Verb != traffic.VerbWatch }
+func notLeaseOrWatch(k traffic.Key) bool {
+	return k.Resource != "leases" && k.Verb != traffic.VerbWatch
+}
 
 // waitQuiet waits until the replica has sent no request other than Lease renewals and watches for
 // quiet.
