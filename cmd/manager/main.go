@@ -61,6 +61,7 @@ func run(args []string) error {
 	fs.BoolVar(&o.LeaderElection, "leader-elect", false, "Elect a leader so that only one replica of the manager is active.")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader-election Lease (default: the manager's own).")
 	wh, webhooksOn := webhooks.BindFlags(fs)
+	memRatio := fs.Float64("memory-limit-ratio", 0.9, "The Go runtime's soft memory limit, as a fraction of the container's limit ($"+EnvMemoryLimit+", bytes); GOMEMLIMIT, when set, wins.")
 	watch := fs.String("watch-namespaces", os.Getenv(EnvWatchNamespaces), "Comma-separated namespaces to watch (default $"+EnvWatchNamespaces+"; empty: all).")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
@@ -72,6 +73,10 @@ func run(args []string) error {
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	o.WatchNamespaces = ParseNamespaces(*watch)
 	log := ctrl.Log.WithName("setup")
+	softLimit, err := setMemoryLimit(*memRatio)
+	if err != nil {
+		return err
+	}
 
 	if *webhooksOn {
 		wh.Complete()
@@ -86,7 +91,7 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("setting up the manager: %w", err)
 	}
-	log.Info("operator running", "host", cfg.Host, "namespaces", namespacesForLog(o.WatchNamespaces),
+	log.Info("operator running", "host", cfg.Host, "goMemoryLimit", softLimit, "namespaces", namespacesForLog(o.WatchNamespaces),
 		"webhooks", *webhooksOn, "certManagement", certMode(o.Webhooks))
 	return mgr.Start(ctrl.SetupSignalHandler())
 }

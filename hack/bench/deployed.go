@@ -425,7 +425,7 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 	peakProfile := sampler.stop()
 	r.RSSMiB = float64(a.statusKiB("VmHWM")) / 1024
 	r.RSSAnonPeakMiB = float64(sampler.peakAnonKiB()) / 1024
-	r.GoMemLimitMiB = memMiB(memLimit)
+	r.MemoryLimitMiB = memMiB(memLimit)
 	if o.heapProfile != "" {
 		end, err := a.heapProfile(ctx)
 		if err != nil {
@@ -600,12 +600,15 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 	return r, nil
 }
 
-// floorConcurrencies are the concurrencies the floor runs at: the operator's, a plain sequential
-// loop, and twice the operator's; at N > 1,000 only the operator's (each run creates the fleet's
-// objects once more).
+// floorConcurrencies are the concurrencies the floor runs at: the operator's, twice that, and up to
+// N = 300 a plain sequential loop too (at N = 1,000 it takes minutes and is never the best); at
+// N > 1,000 only the operator's (each run creates the fleet's objects once more).
 func floorConcurrencies(operator, n int) []int {
-	if n > clusterSize {
+	switch {
+	case n > clusterSize:
 		return []int{operator}
+	case n >= clusterSize:
+		return []int{operator, 2 * operator}
 	}
 	return []int{operator, 1, 2 * operator}
 }

@@ -23,6 +23,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -71,7 +72,7 @@ func main() {
 	}
 	ctrl.SetLogger(logr.Discard())
 
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	o := options{idle: *idle, quiet: *quiet, timeout: *timeout, skip: map[string]bool{}, heapProfile: *heapProfile, cpuProfile: *cpuProfile,
 		flags: fmt.Sprintf("-idle %s -quiet %s -skip %q", *idle, *quiet, *skip)}
@@ -260,7 +261,7 @@ func writeTable(w io.Writer, rs []*Result, md bool) {
 	row("peak RSS of the manager, VmHWM (MiB)", func(r *Result) string { return f1(r.RSSMiB) })
 	row("  anonymous part, sampled peak (MiB)", func(r *Result) string { return f1(r.RSSAnonPeakMiB) })
 	row("  after a restart (MiB)", func(r *Result) string { return f1(r.RestartRSSMiB) })
-	row("  GOMEMLIMIT (MiB)", func(r *Result) string { return fmt.Sprintf("%.0f", r.GoMemLimitMiB) })
+	row("  container memory limit (MiB)", func(r *Result) string { return fmt.Sprintf("%.0f", r.MemoryLimitMiB) })
 	_ = tw.Flush()
 }
 

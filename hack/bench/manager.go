@@ -52,7 +52,7 @@ func managerFlags(systemNS string, ports managerPorts) []string {
 type managerPorts struct{ webhook, webhookURL, metrics, probe, pprof int }
 
 // shippedMemoryLimit reads the manager container's memory limit from config/manager/manager.yaml:
-// the Deployment passes it to the Go runtime as GOMEMLIMIT, and so does the harness.
+// the Deployment passes it to the manager as $MEMORY_LIMIT, and so does the harness.
 func shippedMemoryLimit() (int64, error) {
 	data, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "manager", "manager.yaml"))
 	if err != nil {
@@ -132,7 +132,8 @@ func startManager(bin, name string, env *testenv.Env, systemNS string, memLimit 
 		"KUBECONFIG="+env.Kubeconfig,
 		"POD_NAMESPACE="+systemNS,
 		"SERVICE_ACCOUNT_NAME=tiled-operator-controller-manager",
-		"GOMEMLIMIT="+strconv.FormatInt(memLimit, 10),
+		"MEMORY_LIMIT="+strconv.FormatInt(memLimit, 10),
+		"GOMEMLIMIT=", // unset: the manager derives it from MEMORY_LIMIT, as in the Deployment
 	)
 	m.cmd.Stdout, m.cmd.Stderr = m.log, m.log
 	m.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

@@ -107,7 +107,7 @@ type Result struct {
 	ExpandBytesPerInst  float64 `json:"expand_bytes_per_instance"`
 	RSSMiB              float64 `json:"rss_mib"`
 	RSSAnonPeakMiB      float64 `json:"rss_anon_peak_mib"`
-	GoMemLimitMiB       float64 `json:"gomemlimit_mib"`
+	MemoryLimitMiB      float64 `json:"memory_limit_mib"`
 	// HeapProfiles are the manager's heap profiles written with -heap-profile (end of the first
 	// replica's phases, and when its resident set was highest), relative to the repository.
 	HeapProfiles []string `json:"heap_profiles,omitempty"`

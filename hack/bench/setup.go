@@ -38,7 +38,7 @@ func recordSetup(flags string, memLimit int64) Setup {
 			"kube-controller-manager with " + strings.Join(kcmControllers, ", ") + "; " +
 			"a static volume provisioner in the harness (a PersistentVolume per waiting claim); no kubelet, no scheduler (pods stay Pending)",
 		Manager: "bin/manager (cmd/manager) in its own process, watching all namespaces, with " + strings.Join(managerFlags("NS", managerPorts{}), " ") +
-			" and GOMEMLIMIT=" + strconv.FormatInt(memLimit, 10) + " (the memory limit of config/manager/manager.yaml); " +
+			" and MEMORY_LIMIT=" + strconv.FormatInt(memLimit, 10) + " (the memory limit of config/manager/manager.yaml; the Go soft limit is --memory-limit-ratio, 0.9, of it); " +
 			"ports and NS chosen per run",
 		Machine: machine(),
 	}
