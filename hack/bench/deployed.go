@@ -425,6 +425,7 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 	peakProfile := sampler.stop()
 	r.RSSMiB = float64(a.statusKiB("VmHWM")) / 1024
 	r.RSSAnonPeakMiB = float64(sampler.peakAnonKiB()) / 1024
+	r.RSSFileMiB = float64(a.statusKiB("RssFile")) / 1024
 	r.MemoryLimitMiB = memMiB(memLimit)
 	if o.heapProfile != "" {
 		end, err := a.heapProfile(ctx)
@@ -478,6 +479,7 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 	r.RestartRequests = restart.Total
 	r.RestartRequestDetail = restart.String()
 	r.RestartRSSMiB = float64(b.statusKiB("VmHWM")) / 1024
+	r.RestartRSSFileMiB = float64(b.statusKiB("RssFile")) / 1024
 	logf("restart: %d requests, %d object writes, %.1fs", restart.Total, r.RestartObjectWrites, r.RestartSeconds)
 
 	// Failover: a standby replica runs beside the leader; the leader is killed (no Lease release),

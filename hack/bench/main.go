@@ -260,6 +260,7 @@ func writeTable(w io.Writer, rs []*Result, md bool) {
 	row("  allocs per instance", func(r *Result) string { return fmt.Sprintf("%.0f", r.ExpandAllocsPerInst) })
 	row("peak RSS of the manager, VmHWM (MiB)", func(r *Result) string { return f1(r.RSSMiB) })
 	row("  anonymous part, sampled peak (MiB)", func(r *Result) string { return f1(r.RSSAnonPeakMiB) })
+	row("  file-backed part (the binary's pages) at the end (MiB)", func(r *Result) string { return f1(r.RSSFileMiB) })
 	row("  after a restart (MiB)", func(r *Result) string { return f1(r.RestartRSSMiB) })
 	row("  container memory limit (MiB)", func(r *Result) string { return fmt.Sprintf("%.0f", r.MemoryLimitMiB) })
 	_ = tw.Flush()

@@ -87,6 +87,7 @@ type Result struct {
 	RestartObjectWrites  int64   `json:"restart_object_writes"`
 	RestartRequestDetail string  `json:"restart_requests_detail"`
 	RestartRSSMiB        float64 `json:"restart_rss_mib"`
+	RestartRSSFileMiB    float64 `json:"restart_rss_file_mib"`
 
 	FailoverSeconds       float64 `json:"failover_seconds"`
 	FailoverRequests      int64   `json:"failover_requests"`
@@ -107,6 +108,7 @@ type Result struct {
 	ExpandBytesPerInst  float64 `json:"expand_bytes_per_instance"`
 	RSSMiB              float64 `json:"rss_mib"`
 	RSSAnonPeakMiB      float64 `json:"rss_anon_peak_mib"`
+	RSSFileMiB          float64 `json:"rss_file_mib"`
 	MemoryLimitMiB      float64 `json:"memory_limit_mib"`
 	// HeapProfiles are the manager's heap profiles written with -heap-profile (end of the first
 	// replica's phases, and when its resident set was highest), relative to the repository.
