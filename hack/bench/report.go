@@ -76,12 +76,34 @@ func report(rs []*Result, src string) []byte {
 	}
 	w("\n## Cost per instance\n\n")
 	w("Whether the cost of an instance grows with the fleet: each figure divided by N.\n\n")
-	w("| N | requests per instance, stamp-out | seconds per 100 instances, stamp-out | requests per instance, profile change | MiB per 100 instances |\n")
-	w("| ---: | ---: | ---: | ---: | ---: |\n")
+	if len(rs) > 1 {
+		var xs, reqs, secs, mxs, mem []string
+		for i, r := range rs {
+			n := float64(r.N)
+			xs = append(xs, strconv.Itoa(r.N))
+			reqs = append(reqs, fmt.Sprintf("%.2f", float64(r.StampoutAuditRequests)/n))
+			secs = append(secs, fmt.Sprintf("%.2f", r.ConvergeSeconds/n*100))
+			if i > 0 && r.N > rs[i-1].N {
+				mxs = append(mxs, strconv.Itoa(r.N))
+				mem = append(mem, fmt.Sprintf("%.1f", (r.RSSMiB-rs[i-1].RSSMiB)/float64(r.N-rs[i-1].N)*100))
+			}
+		}
+		chart := func(title, ylabel string, xs, ys []string) {
+			w("```mermaid\nxychart-beta\n    title \"%s\"\n    x-axis \"N\" [%s]\n    y-axis \"%s\"\n    line [%s]\n```\n\n",
+				title, strings.Join(xs, ", "), ylabel, strings.Join(ys, ", "))
+		}
+		chart("Stamp-out requests per instance", "requests", xs, reqs)
+		chart("Stamp-out seconds per 100 instances", "seconds", xs, secs)
+		if len(mem) > 0 {
+			chart("Peak RSS growth per 100 instances, from the previous size", "MiB", mxs, mem)
+		}
+	}
+	w("| N | requests per instance, stamp-out | seconds per 100 instances, stamp-out | requests per instance, profile change |\n")
+	w("| ---: | ---: | ---: | ---: |\n")
 	for _, r := range rs {
 		n := float64(r.N)
-		w("| %d | %.2f | %.2f | %.2f | %.1f |\n", r.N, float64(r.StampoutAuditRequests)/n, r.ConvergeSeconds/n*100,
-			float64(r.ProfileChangeAuditRequests)/n, r.RSSMiB/n*100)
+		w("| %d | %.2f | %.2f | %.2f |\n", r.N, float64(r.StampoutAuditRequests)/n, r.ConvergeSeconds/n*100,
+			float64(r.ProfileChangeAuditRequests)/n)
 	}
 	var profiles []string
 	for _, r := range rs {
@@ -90,8 +112,8 @@ func report(rs []*Result, src string) []byte {
 		}
 	}
 	if len(profiles) > 0 {
-		w("\nHeap profiles of these runs (`go tool pprof -top FILE`; `.peak` is the profile when the heap in use was\n")
-		w("highest, the other the live heap after a collection at the end of the operator's phases): %s.\n", strings.Join(profiles, ", "))
+		w("\nHeap profiles of the first replica (`go tool pprof -top FILE`; `.peak` was taken when its RSS last passed\n")
+		w("its previous peak by 10 %%, the other after a collection at the end of its phases): %s.\n", strings.Join(profiles, ", "))
 	}
 
 	w("\n## Goals\n\n")
