@@ -584,10 +584,6 @@ func (r *TiledClusterReconciler) releaseVolumes(ctx context.Context, cluster *ti
 // instance was removed: `kubectl get pvc,secret -l tiled.blueskyproject.io/released=true` lists them.
 const LabelReleased = "tiled.blueskyproject.io/released"
 
-// releaseFieldOwner labels released claims. It is not FieldOwner: an apply of the label alone under
-// the instance controller's field owner would drop every other field that owner set.
-const releaseFieldOwner = "tiled-operator-retention"
-
 // release labels the claims and the Secret an instance leaves behind under the Retain policy (they
 // have no owner reference, so the garbage collector keeps them) and returns their names.
 func (r *TiledClusterReconciler) release(ctx context.Context, ti *tiledv1alpha1.TiledInstance) ([]string, error) {
@@ -622,7 +618,7 @@ func (r *TiledClusterReconciler) release(ctx context.Context, ti *tiledv1alpha1.
 				"apiVersion": "v1", "kind": kind,
 				"metadata": map[string]any{"name": o.GetName(), "namespace": o.GetNamespace(), "labels": map[string]any{LabelReleased: "true"}},
 			}}
-			if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(releaseFieldOwner), client.ForceOwnership); err != nil {
+			if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(tiledv1alpha1.RetentionFieldOwner), client.ForceOwnership); err != nil {
 				return nil, fmt.Errorf("labelling the retained %s %s/%s: %w", kind, o.GetNamespace(), o.GetName(), err)
 			}
 		}

@@ -83,9 +83,9 @@ func serviceMonitor() *unstructured.Unstructured {
 	return u
 }
 
-// childKinds are the namespaced kinds the instance controller owns, watches (through a cache
+// ChildKinds are the namespaced kinds the instance controller owns, watches (through a cache
 // restricted to objects labelled as managed by the operator) and prunes.
-func childKinds() []client.Object {
+func ChildKinds() []client.Object {
 	return []client.Object{
 		&corev1.ConfigMap{}, &corev1.Secret{}, &corev1.Service{}, &corev1.PersistentVolumeClaim{},
 		&appsv1.StatefulSet{}, &networkingv1.Ingress{}, &policyv1.PodDisruptionBudget{},
@@ -147,7 +147,7 @@ func (r *TiledInstanceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.concurrency()}).
 		For(&tiledv1alpha1.TiledInstance{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&tiledv1alpha1.TiledProfile{}, profileHandler(r.Client, false))
-	for _, obj := range childKinds() {
+	for _, obj := range ChildKinds() {
 		if err := mgr.GetFieldIndexer().IndexField(ctx, obj, ownerIndex, indexController); err != nil {
 			return err
 		}
@@ -656,7 +656,7 @@ func (r *TiledInstanceReconciler) unrelease(ctx context.Context, current client.
 		"apiVersion": "v1", "kind": kind,
 		"metadata": map[string]any{"name": current.GetName(), "namespace": current.GetNamespace()},
 	}}
-	if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(releaseFieldOwner), client.ForceOwnership); err != nil {
+	if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(tiledv1alpha1.RetentionFieldOwner), client.ForceOwnership); err != nil {
 		return fmt.Errorf("removing the label %s from the %s %s/%s, in use again: %w", LabelReleased, kind, current.GetNamespace(), current.GetName(), err)
 	}
 	return nil
@@ -758,7 +758,7 @@ func (r *TiledInstanceReconciler) current(ctx context.Context, u *unstructured.U
 // off, a PodDisruptionBudget no longer needed, a managed database replaced by an external one). Data
 // claims kept by the Retain policy carry no controller reference and are never pruned.
 func (r *TiledInstanceReconciler) prune(ctx context.Context, ti *tiledv1alpha1.TiledInstance, applied map[applier.Key]int64) error {
-	kinds := childKinds()
+	kinds := ChildKinds()
 	if r.ServiceMonitorAvailable {
 		kinds = append(kinds, serviceMonitor())
 	}

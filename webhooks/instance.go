@@ -39,7 +39,7 @@ type InstanceDefaulter struct {
 
 // Identity says which admission requests the operator itself sent.
 type Identity struct {
-	// FieldManager is the operator's field manager (controllers.FieldOwner, tiled-operator).
+	// FieldManager is the operator's field manager (v1alpha1.FieldOwner).
 	FieldManager string
 	// Usernames are the users the operator runs as, e.g.
 	// system:serviceaccount:tiled-operator-system:tiled-operator-controller-manager.

@@ -30,6 +30,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/bluesky/tiled-operator/apis/v1alpha1"
 	webhookconfig "github.com/bluesky/tiled-operator/config/webhook"
 )
 
@@ -42,7 +43,8 @@ const (
 	// DefaultLocalTrustDelay is the trust delay with Options.URL: one local API server, which loads
 	// a changed webhook configuration within milliseconds.
 	DefaultLocalTrustDelay = time.Second
-	DefaultFieldManager    = "tiled-operator"
+	// DefaultFieldManager is the operator's field manager (v1alpha1.FieldOwner).
+	DefaultFieldManager = v1alpha1.FieldOwner
 	// DefaultMutatingName and DefaultValidatingName are the webhook configurations config/default
 	// installs (config/webhook's names with the tiled-operator- prefix).
 	DefaultMutatingName   = "tiled-operator-mutating-webhook-configuration"
