@@ -679,17 +679,10 @@ func deletedInUse(cluster *tiledv1alpha1.TiledCluster, candidates []tiledv1alpha
 	return nil
 }
 
-// instanceObject builds the apply intent of one instance: the engine's object plus the controller
-// reference and the expansion hash.
+// instanceObject builds the apply intent of one instance: the engine's object (labels, spec,
+// provenance) with the cluster's controller reference and the expansion hash, trimmed to the fields
+// the cluster controller owns (no status, no creation timestamp).
 func instanceObject(cluster *tiledv1alpha1.TiledCluster, ti *tiledv1alpha1.TiledInstance) (*unstructured.Unstructured, string, error) {
-	spec, err := toMap(ti.Spec)
-	if err != nil {
-		return nil, "", err
-	}
-	labels := map[string]any{}
-	for k, v := range ti.Labels {
-		labels[k] = v
-	}
 	content, err := json.Marshal(struct {
 		Spec       any
 		Provenance map[string]string
@@ -700,30 +693,22 @@ func instanceObject(cluster *tiledv1alpha1.TiledCluster, ti *tiledv1alpha1.Tiled
 	}
 	sum := sha256.Sum256(content)
 	hash := hex.EncodeToString(sum[:])[:16]
-	obj := map[string]any{
-		"apiVersion": tiledv1alpha1.GroupVersion.String(),
-		"kind":       "TiledInstance",
-		"metadata": map[string]any{
-			"name":        ti.Name,
-			"namespace":   cluster.Namespace,
-			"labels":      labels,
-			"annotations": map[string]any{AnnotationExpansionHash: hash},
-			"ownerReferences": []any{map[string]any{
-				"apiVersion": tiledv1alpha1.GroupVersion.String(), "kind": "TiledCluster",
-				"name": cluster.Name, "uid": string(cluster.UID),
-				"controller": true, "blockOwnerDeletion": true,
-			}},
+	intent := &tiledv1alpha1.TiledInstance{
+		TypeMeta: metav1.TypeMeta{APIVersion: tiledv1alpha1.GroupVersion.String(), Kind: "TiledInstance"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: ti.Name, Namespace: cluster.Namespace, Labels: ti.Labels,
+			Annotations:     map[string]string{AnnotationExpansionHash: hash},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(cluster, tiledv1alpha1.GroupVersion.WithKind("TiledCluster"))},
 		},
-		"spec": spec,
+		Spec:       ti.Spec,
+		Provenance: ti.Provenance,
 	}
-	if len(ti.Provenance) > 0 {
-		prov := map[string]any{}
-		for k, v := range ti.Provenance {
-			prov[k] = v
-		}
-		obj["provenance"] = prov
+	u, err := toUnstructured(intent)
+	if err != nil {
+		return nil, "", err
 	}
-	return &unstructured.Unstructured{Object: obj}, hash, nil
+	trimIntent(u)
+	return u, hash, nil
 }
 
 // foreignOwner says who holds an instance this cluster does not control.

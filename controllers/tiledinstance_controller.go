@@ -705,10 +705,7 @@ func refusal(err error) string {
 // objects, each controller-owned by the instance except, under the Retain policy, the data and
 // database claims and the Secret (the database's password, the API key), which outlive it.
 func InstanceObjects(ti *tiledv1alpha1.TiledInstance, objs *render.Objects) ([]*unstructured.Unstructured, error) {
-	owner := map[string]any{
-		"apiVersion": tiledv1alpha1.GroupVersion.String(), "kind": "TiledInstance",
-		"name": ti.Name, "uid": string(ti.UID), "controller": true, "blockOwnerDeletion": true,
-	}
+	owner := []metav1.OwnerReference{*metav1.NewControllerRef(ti, tiledv1alpha1.GroupVersion.WithKind("TiledInstance"))}
 	retained := map[any]bool{}
 	if render.Retained(ti) {
 		for _, c := range objs.Claims {
@@ -728,7 +725,7 @@ func InstanceObjects(ti *tiledv1alpha1.TiledInstance, objs *render.Objects) ([]*
 			return nil, err
 		}
 		if u.GetNamespace() != "" && !retained[o] {
-			u.Object["metadata"].(map[string]any)["ownerReferences"] = []any{owner}
+			u.SetOwnerReferences(owner)
 		}
 		out = append(out, u)
 	}
@@ -906,4 +903,11 @@ func toUnstructured(o any) (*unstructured.Unstructured, error) {
 		u.Object["metadata"] = map[string]any{}
 	}
 	return u, nil
+}
+
+// trimIntent drops from an intent built from a typed object the fields the operator never sets,
+// which the typed object's JSON carries anyway: the status and metadata.creationTimestamp (null).
+func trimIntent(u *unstructured.Unstructured) {
+	delete(u.Object, "status")
+	unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
 }
