@@ -584,10 +584,6 @@ func (r *TiledClusterReconciler) releaseVolumes(ctx context.Context, cluster *ti
 // instance was removed: `kubectl get pvc,secret -l tiled.blueskyproject.io/released=true` lists them.
 const LabelReleased = "tiled.blueskyproject.io/released"
 
-// releaseFieldOwner labels released claims. It is not FieldOwner: an apply of the label alone under
-// the instance controller's field owner would drop every other field that owner set.
-const releaseFieldOwner = "tiled-operator-retention"
-
 // release labels the claims and the Secret an instance leaves behind under the Retain policy (they
 // have no owner reference, so the garbage collector keeps them) and returns their names.
 func (r *TiledClusterReconciler) release(ctx context.Context, ti *tiledv1alpha1.TiledInstance) ([]string, error) {
@@ -622,7 +618,7 @@ func (r *TiledClusterReconciler) release(ctx context.Context, ti *tiledv1alpha1.
 				"apiVersion": "v1", "kind": kind,
 				"metadata": map[string]any{"name": o.GetName(), "namespace": o.GetNamespace(), "labels": map[string]any{LabelReleased: "true"}},
 			}}
-			if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(releaseFieldOwner), client.ForceOwnership); err != nil {
+			if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(tiledv1alpha1.RetentionFieldOwner), client.ForceOwnership); err != nil {
 				return nil, fmt.Errorf("labelling the retained %s %s/%s: %w", kind, o.GetNamespace(), o.GetName(), err)
 			}
 		}
@@ -683,17 +679,10 @@ func deletedInUse(cluster *tiledv1alpha1.TiledCluster, candidates []tiledv1alpha
 	return nil
 }
 
-// instanceObject builds the apply intent of one instance: the engine's object plus the controller
-// reference and the expansion hash.
+// instanceObject builds the apply intent of one instance: the engine's object (labels, spec,
+// provenance) with the cluster's controller reference and the expansion hash, trimmed to the fields
+// the cluster controller owns (no status, no creation timestamp).
 func instanceObject(cluster *tiledv1alpha1.TiledCluster, ti *tiledv1alpha1.TiledInstance) (*unstructured.Unstructured, string, error) {
-	spec, err := toMap(ti.Spec)
-	if err != nil {
-		return nil, "", err
-	}
-	labels := map[string]any{}
-	for k, v := range ti.Labels {
-		labels[k] = v
-	}
 	content, err := json.Marshal(struct {
 		Spec       any
 		Provenance map[string]string
@@ -704,30 +693,22 @@ func instanceObject(cluster *tiledv1alpha1.TiledCluster, ti *tiledv1alpha1.Tiled
 	}
 	sum := sha256.Sum256(content)
 	hash := hex.EncodeToString(sum[:])[:16]
-	obj := map[string]any{
-		"apiVersion": tiledv1alpha1.GroupVersion.String(),
-		"kind":       "TiledInstance",
-		"metadata": map[string]any{
-			"name":        ti.Name,
-			"namespace":   cluster.Namespace,
-			"labels":      labels,
-			"annotations": map[string]any{AnnotationExpansionHash: hash},
-			"ownerReferences": []any{map[string]any{
-				"apiVersion": tiledv1alpha1.GroupVersion.String(), "kind": "TiledCluster",
-				"name": cluster.Name, "uid": string(cluster.UID),
-				"controller": true, "blockOwnerDeletion": true,
-			}},
+	intent := &tiledv1alpha1.TiledInstance{
+		TypeMeta: metav1.TypeMeta{APIVersion: tiledv1alpha1.GroupVersion.String(), Kind: "TiledInstance"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: ti.Name, Namespace: cluster.Namespace, Labels: ti.Labels,
+			Annotations:     map[string]string{AnnotationExpansionHash: hash},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(cluster, tiledv1alpha1.GroupVersion.WithKind("TiledCluster"))},
 		},
-		"spec": spec,
+		Spec:       ti.Spec,
+		Provenance: ti.Provenance,
 	}
-	if len(ti.Provenance) > 0 {
-		prov := map[string]any{}
-		for k, v := range ti.Provenance {
-			prov[k] = v
-		}
-		obj["provenance"] = prov
+	u, err := toUnstructured(intent)
+	if err != nil {
+		return nil, "", err
 	}
-	return &unstructured.Unstructured{Object: obj}, hash, nil
+	trimIntent(u)
+	return u, hash, nil
 }
 
 // foreignOwner says who holds an instance this cluster does not control.

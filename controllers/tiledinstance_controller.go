@@ -83,9 +83,9 @@ func serviceMonitor() *unstructured.Unstructured {
 	return u
 }
 
-// childKinds are the namespaced kinds the instance controller owns, watches (through a cache
+// ChildKinds are the namespaced kinds the instance controller owns, watches (through a cache
 // restricted to objects labelled as managed by the operator) and prunes.
-func childKinds() []client.Object {
+func ChildKinds() []client.Object {
 	return []client.Object{
 		&corev1.ConfigMap{}, &corev1.Secret{}, &corev1.Service{}, &corev1.PersistentVolumeClaim{},
 		&appsv1.StatefulSet{}, &networkingv1.Ingress{}, &policyv1.PodDisruptionBudget{},
@@ -147,7 +147,7 @@ func (r *TiledInstanceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.concurrency()}).
 		For(&tiledv1alpha1.TiledInstance{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&tiledv1alpha1.TiledProfile{}, profileHandler(r.Client, false))
-	for _, obj := range childKinds() {
+	for _, obj := range ChildKinds() {
 		if err := mgr.GetFieldIndexer().IndexField(ctx, obj, ownerIndex, indexController); err != nil {
 			return err
 		}
@@ -656,7 +656,7 @@ func (r *TiledInstanceReconciler) unrelease(ctx context.Context, current client.
 		"apiVersion": "v1", "kind": kind,
 		"metadata": map[string]any{"name": current.GetName(), "namespace": current.GetNamespace()},
 	}}
-	if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(releaseFieldOwner), client.ForceOwnership); err != nil {
+	if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(tiledv1alpha1.RetentionFieldOwner), client.ForceOwnership); err != nil {
 		return fmt.Errorf("removing the label %s from the %s %s/%s, in use again: %w", LabelReleased, kind, current.GetNamespace(), current.GetName(), err)
 	}
 	return nil
@@ -705,10 +705,7 @@ func refusal(err error) string {
 // objects, each controller-owned by the instance except, under the Retain policy, the data and
 // database claims and the Secret (the database's password, the API key), which outlive it.
 func InstanceObjects(ti *tiledv1alpha1.TiledInstance, objs *render.Objects) ([]*unstructured.Unstructured, error) {
-	owner := map[string]any{
-		"apiVersion": tiledv1alpha1.GroupVersion.String(), "kind": "TiledInstance",
-		"name": ti.Name, "uid": string(ti.UID), "controller": true, "blockOwnerDeletion": true,
-	}
+	owner := []metav1.OwnerReference{*metav1.NewControllerRef(ti, tiledv1alpha1.GroupVersion.WithKind("TiledInstance"))}
 	retained := map[any]bool{}
 	if render.Retained(ti) {
 		for _, c := range objs.Claims {
@@ -728,7 +725,7 @@ func InstanceObjects(ti *tiledv1alpha1.TiledInstance, objs *render.Objects) ([]*
 			return nil, err
 		}
 		if u.GetNamespace() != "" && !retained[o] {
-			u.Object["metadata"].(map[string]any)["ownerReferences"] = []any{owner}
+			u.SetOwnerReferences(owner)
 		}
 		out = append(out, u)
 	}
@@ -758,7 +755,7 @@ func (r *TiledInstanceReconciler) current(ctx context.Context, u *unstructured.U
 // off, a PodDisruptionBudget no longer needed, a managed database replaced by an external one). Data
 // claims kept by the Retain policy carry no controller reference and are never pruned.
 func (r *TiledInstanceReconciler) prune(ctx context.Context, ti *tiledv1alpha1.TiledInstance, applied map[applier.Key]int64) error {
-	kinds := childKinds()
+	kinds := ChildKinds()
 	if r.ServiceMonitorAvailable {
 		kinds = append(kinds, serviceMonitor())
 	}
@@ -906,4 +903,11 @@ func toUnstructured(o any) (*unstructured.Unstructured, error) {
 		u.Object["metadata"] = map[string]any{}
 	}
 	return u, nil
+}
+
+// trimIntent drops from an intent built from a typed object the fields the operator never sets,
+// which the typed object's JSON carries anyway: the status and metadata.creationTimestamp (null).
+func trimIntent(u *unstructured.Unstructured) {
+	delete(u.Object, "status")
+	unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
 }

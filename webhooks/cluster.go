@@ -134,12 +134,8 @@ func clustersFault(err error) bool {
 // storedAlready reports whether, on an update, the stored cluster fails to expand with the same
 // error: the edit did not make it worse, so it is not refused for it.
 func (h *ClusterValidator) storedAlready(req admission.Request, err error, candidates []v1alpha1.TiledProfile) bool {
-	if req.Operation != admissionv1.Update || len(req.OldObject.Raw) == 0 {
-		return false
-	}
-	o, derr := expansion.Decode(req.OldObject.Raw)
-	old, ok := o.(*v1alpha1.TiledCluster)
-	if derr != nil || !ok {
+	old, derr := decodeOld[*v1alpha1.TiledCluster](req, "TiledCluster")
+	if derr != nil || old == nil {
 		return false
 	}
 	if old.Namespace == "" {

@@ -77,6 +77,24 @@ func decodeRaw(raw runtime.RawExtension, kind string) (runtime.Object, error, bo
 	return obj, nil, false
 }
 
+// decodeOld decodes the old object of an update request as a T of the given kind, with decodeRaw;
+// the zero T (and no error) when the request is not an update or holds no old object.
+func decodeOld[T runtime.Object](req admission.Request, kind string) (T, error) {
+	var zero T
+	if req.Operation != admissionv1.Update || len(req.OldObject.Raw) == 0 {
+		return zero, nil
+	}
+	decoded, err, _ := decodeRaw(req.OldObject, "old "+kind)
+	if err != nil {
+		return zero, err
+	}
+	old, ok := decoded.(T)
+	if !ok {
+		return zero, fmt.Errorf("the admission request's old object is a %T, not a %s", decoded, kind)
+	}
+	return old, nil
+}
+
 // withoutObject drops the "Kind/name: " that Decode puts in front of schema errors: the refusal
 // names the object already.
 func withoutObject(err error) error {

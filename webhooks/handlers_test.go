@@ -328,3 +328,30 @@ func TestMutateExpressionAppliedAgainOverItsValue(t *testing.T) {
 	g.Expect(got.Spec).To(Equal(expanded.Spec))
 	g.Expect(got.Provenance).To(Equal(expanded.Provenance))
 }
+
+// TestInstanceHandlersDecodeWithTheSchema: both instance handlers decode with the shared decoder
+// (decodeRaw): a field the CRD does not declare is refused naming the object and the field, and an
+// update whose old object is not JSON is a bad request for the mutating handler.
+func TestInstanceHandlersDecodeWithTheSchema(t *testing.T) {
+	f := loadFixtures(t, ns)
+	for _, name := range []string{"mutate", "validate-instance"} {
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			h := handlers(f.reader())[name]
+			req := request(t, admissionv1.Create, f.Terse, nil)
+			req.Object.Raw = []byte(strings.Replace(string(req.Object.Raw), `"spec":{`, `"spec":{"imageTypo":"x",`, 1))
+			g.Expect(string(req.Object.Raw)).To(ContainSubstring("imageTypo"))
+			resp := h.Handle(context.Background(), req)
+			g.Expect(resp.Allowed).To(BeFalse())
+			g.Expect(resp.Result.Message).To(ContainSubstring("spec.imageTypo"))
+			g.Expect(resp.Result.Message).To(ContainSubstring(f.Terse.Name))
+		})
+	}
+	g := NewWithT(t)
+	req := request(t, admissionv1.Update, f.Terse, f.Terse)
+	req.OldObject.Raw = []byte("{not json")
+	resp := handlers(f.reader())["mutate"].Handle(context.Background(), req)
+	g.Expect(resp.Allowed).To(BeFalse())
+	g.Expect(resp.Result.Code).To(BeNumerically("==", 400))
+	g.Expect(resp.Result.Message).To(ContainSubstring("cannot decode the old TiledInstance"))
+}

@@ -51,7 +51,7 @@ func (f fixtures) reader(extra ...client.Object) client.Client {
 func handlers(r client.Reader) map[string]admission.Handler {
 	b := expansion.DefaultBuiltins()
 	return map[string]admission.Handler{
-		"mutate":            &webhooks.InstanceDefaulter{Reader: r, Builtins: b, Operator: webhooks.Identity{FieldManager: "tiled-operator", Usernames: []string{"system:serviceaccount:tiled-system:tiled-operator"}}},
+		"mutate":            &webhooks.InstanceDefaulter{Reader: r, Builtins: b, Operator: webhooks.Identity{FieldManager: v1alpha1.FieldOwner, Usernames: []string{"system:serviceaccount:tiled-system:tiled-operator"}}},
 		"validate-instance": &webhooks.InstanceValidator{Reader: r, Builtins: b},
 		"validate-profile":  &webhooks.ProfileValidator{Reader: r, Builtins: b},
 		"validate-cluster":  &webhooks.ClusterValidator{Reader: r, Builtins: b},

@@ -39,7 +39,7 @@ type InstanceDefaulter struct {
 
 // Identity says which admission requests the operator itself sent.
 type Identity struct {
-	// FieldManager is the operator's field manager (controllers.FieldOwner, tiled-operator).
+	// FieldManager is the operator's field manager (v1alpha1.FieldOwner).
 	FieldManager string
 	// Usernames are the users the operator runs as, e.g.
 	// system:serviceaccount:tiled-operator-system:tiled-operator-controller-manager.
@@ -89,18 +89,9 @@ func (h *InstanceDefaulter) Handle(ctx context.Context, req admission.Request) a
 	if req.Operation != admissionv1.Create && req.Operation != admissionv1.Update {
 		return admission.Allowed("")
 	}
-	if len(req.Object.Raw) == 0 {
-		return badRequest("the admission request holds no TiledInstance")
-	}
-	obj := &v1alpha1.TiledInstance{}
-	if err := json.Unmarshal(req.Object.Raw, obj); err != nil {
-		return badRequest("cannot decode the TiledInstance: %v", err)
-	}
-	if obj.Name == "" && req.Name != "" {
-		obj.Name = req.Name
-	}
-	if obj.Namespace == "" {
-		obj.Namespace = req.Namespace
+	obj, resp := decodeNamed[*v1alpha1.TiledInstance](req, "TiledInstance")
+	if resp != nil {
+		return *resp
 	}
 	if c := clusterOf(obj); c != "" {
 		return admission.Allowed("an instance of TiledCluster " + c + ": its controller expands it")
@@ -108,12 +99,9 @@ func (h *InstanceDefaulter) Handle(ctx context.Context, req admission.Request) a
 	if h.Operator.Matches(req) {
 		return admission.Allowed("written by the operator")
 	}
-	var old *v1alpha1.TiledInstance
-	if req.Operation == admissionv1.Update && len(req.OldObject.Raw) > 0 {
-		old = &v1alpha1.TiledInstance{}
-		if err := json.Unmarshal(req.OldObject.Raw, old); err != nil {
-			return badRequest("cannot decode the old TiledInstance: %v", err)
-		}
+	old, err := decodeOld[*v1alpha1.TiledInstance](req, "TiledInstance")
+	if err != nil {
+		return badRequest("%v", err)
 	}
 	expanded, err := h.Expand(ctx, obj, old)
 	if err != nil {
@@ -237,12 +225,9 @@ func (h *InstanceValidator) Handle(ctx context.Context, req admission.Request) a
 // refusal for what the expansion finds wrong with the instance itself, or for a name one of its
 // objects would share with another instance's; nil to go on.
 func (h *InstanceValidator) checkExpanded(ctx context.Context, req admission.Request, obj *v1alpha1.TiledInstance) *admission.Response {
-	var old *v1alpha1.TiledInstance
-	if req.Operation == admissionv1.Update && len(req.OldObject.Raw) > 0 {
-		old = &v1alpha1.TiledInstance{}
-		if json.Unmarshal(req.OldObject.Raw, old) != nil {
-			old = nil
-		}
+	old, err := decodeOld[*v1alpha1.TiledInstance](req, "TiledInstance")
+	if err != nil {
+		old = nil // an unreadable stored object is expanded as a new one
 	}
 	expand := func(r client.Reader) (*v1alpha1.TiledInstance, error) {
 		var list v1alpha1.TiledProfileList

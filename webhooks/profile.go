@@ -70,11 +70,9 @@ func (h *ProfileValidator) Handle(ctx context.Context, req admission.Request) ad
 	}
 	warnings := prefixed("TiledProfile "+objectName(p.Namespace, p.Name)+": ", templateWarnings(&p.Spec.InstanceTemplate, false))
 
-	var old *v1alpha1.TiledProfile
-	if req.Operation == admissionv1.Update && len(req.OldObject.Raw) > 0 {
-		if o, err := expansion.Decode(req.OldObject.Raw); err == nil {
-			old, _ = o.(*v1alpha1.TiledProfile)
-		}
+	old, err := decodeOld[*v1alpha1.TiledProfile](req, "TiledProfile")
+	if err != nil {
+		old = nil // an unreadable stored profile is taken as a new one
 	}
 	if field := hostReachingChange(p, old); field != "" && h.Reviews != nil {
 		allowed, err := mayCreatePersistentVolumes(ctx, h.Reviews, req.UserInfo)

@@ -34,7 +34,7 @@ type Options struct {
 	CertDir string
 	// Certs configure the manager's own CA with CertSelf (FieldManager is filled in).
 	Certs CertOptions
-	// FieldManager is the operator's field manager (controllers.FieldOwner): requests under it pass
+	// FieldManager is the operator's field manager (v1alpha1.FieldOwner): requests under it pass
 	// through the mutating webhook, and it applies the CA bundle. Default tiled-operator.
 	FieldManager string
 	// OperatorUsernames are the users the operator runs as; their requests pass through the
@@ -96,7 +96,7 @@ func (o *Options) setDefaults() {
 		o.CertDir = OLMCertDir
 	}
 	if o.FieldManager == "" {
-		o.FieldManager = "tiled-operator"
+		o.FieldManager = v1alpha1.FieldOwner
 	}
 	if o.Builtins.Version == "" {
 		o.Builtins = expansion.DefaultBuiltins()

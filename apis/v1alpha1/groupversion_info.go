@@ -29,6 +29,18 @@ const (
 	ManagedByValue = "tiled-operator"
 )
 
+// Field managers of the operator's server-side applies.
+const (
+	// FieldOwner is the one field manager under which the operator applies every object it
+	// manages (the controllers' intents, the statuses, the webhook CA bundle); the webhooks let
+	// requests under it pass, and kubectl-tiled diff dry-runs under it.
+	FieldOwner = "tiled-operator"
+	// RetentionFieldOwner labels the claims and Secret a removed instance leaves behind (Retain). It
+	// is not FieldOwner: an apply of the label alone under FieldOwner would drop every other field
+	// FieldOwner set.
+	RetentionFieldOwner = "tiled-operator-retention"
+)
+
 // SchemeGroupVersion is GroupVersion under the name client-go's generated code expects.
 var SchemeGroupVersion = GroupVersion
 

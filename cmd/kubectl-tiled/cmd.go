@@ -120,7 +120,8 @@ func newExpandCommand(o *options) *cobra.Command {
 		Short: "Print the TiledInstances the operator would create",
 		Long: `Print the TiledInstance objects the operator would create for the TiledClusters in the given
 files, and the expansion of the standalone TiledInstances: metadata, the complete spec, and the
-provenance of every field. No cluster is contacted.
+provenance of every field. No cluster is contacted: the kubeconfig is read only for the
+namespace of objects that name none.
 
 Every object read is checked as the API server would check it when applied: the CRD's OpenAPI
 schema and CEL rules, then the operator's admission webhooks (run here, with the files standing in
@@ -167,7 +168,8 @@ profile/<name>@<generation>, cluster/template, instance/<name>/overrides or inst
 " (expression)" when a CEL expression computed it. A field holding an object or a list prints
 every field beneath it. INSTANCE is an instance's short name (chx) or its TiledInstance name
 (nsls2-chx); FIELD is a path such as spec.storage.data.size or spec.tiled.env[name=FOO].value.
-The files are read and checked as by expand. No cluster is contacted.`,
+The files are read and checked as by expand. No cluster is contacted: the kubeconfig is read
+only for the namespace of objects that name none.`,
 		Example: `  # Where does chx's data volume size come from?
   kubectl tiled why -f cluster.yaml -f profiles/ chx spec.storage.data.size`,
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -150,6 +153,39 @@ func TestErrors(t *testing.T) {
 			g.Expect(strings.HasPrefix(errOut, "error: ")).To(BeTrue(), errOut)
 			if tc.usage {
 				g.Expect(errOut).To(MatchRegexp(`See 'kubectl tiled( \w+)? -h' for help and examples.\n$`))
+			}
+		})
+	}
+}
+
+// TestOfflineCommandsContactNoCluster: expand, why and import-helm send no request to the cluster
+// of the kubeconfig (their help says so), diff does. The server counts what it receives.
+func TestOfflineCommandsContactNoCluster(t *testing.T) {
+	cases := map[string]struct {
+		args    []string
+		offline bool
+	}{
+		"expand":      {args: []string{"expand", "-f", fleetDir}, offline: true},
+		"why":         {args: []string{"why", "-f", fleetDir, "chx", "spec.storage.data.size"}, offline: true},
+		"import-helm": {args: []string{"import-helm", filepath.Join("testdata", "helm", "chart-defaults.yaml")}, offline: true},
+		"diff":        {args: []string{"diff", "-f", fleetDir}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			var requests atomic.Int64
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				requests.Add(1)
+				http.Error(w, "no cluster here", http.StatusServiceUnavailable)
+			}))
+			defer srv.Close()
+			code, _, stderr := runCmd("", append(tc.args, "--server", srv.URL)...)
+			if tc.offline {
+				g.Expect(code).To(Equal(0), stderr)
+				g.Expect(requests.Load()).To(BeZero())
+			} else {
+				g.Expect(code).NotTo(Equal(0))
+				g.Expect(requests.Load()).To(BeNumerically(">", 0))
 			}
 		})
 	}

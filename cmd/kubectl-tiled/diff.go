@@ -24,7 +24,7 @@ import (
 // Field managers of the dry runs: the operator's own for the instances (as its controller applies
 // them), kubectl's for the changed files.
 const (
-	operatorFieldManager = "tiled-operator"
+	operatorFieldManager = v1alpha1.FieldOwner
 	kubectlFieldManager  = "kubectl"
 )
 

@@ -24,7 +24,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/bluesky/tiled-operator/controllers"
+	"github.com/bluesky/tiled-operator/operator"
 	"github.com/bluesky/tiled-operator/webhooks"
 )
 
@@ -53,7 +53,7 @@ func main() {
 
 func run(args []string) error {
 	fs := flag.NewFlagSet("manager", flag.ContinueOnError)
-	var o controllers.ManagerOptions
+	var o operator.ManagerOptions
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", ":8443", `Address of the metrics endpoint ("0" turns it off).`)
 	fs.BoolVar(&o.SecureMetrics, "metrics-secure", true, "Serve metrics over HTTPS with Kubernetes authentication and authorization.")
 	fs.StringVar(&o.HealthProbeBindAddress, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
@@ -87,7 +87,7 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("no Kubernetes configuration: set KUBECONFIG, use --kubeconfig, or run in a cluster: %w", err)
 	}
-	mgr, err := controllers.NewManager(cfg, o)
+	mgr, err := operator.NewManager(cfg, o)
 	if err != nil {
 		return fmt.Errorf("setting up the manager: %w", err)
 	}

@@ -26,9 +26,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
-	"github.com/bluesky/tiled-operator/controllers"
 	"github.com/bluesky/tiled-operator/controllers/traffic"
 	"github.com/bluesky/tiled-operator/expansion"
+	"github.com/bluesky/tiled-operator/operator"
 	"github.com/bluesky/tiled-operator/render"
 )
 
@@ -58,7 +58,7 @@ type naiveOperator struct {
 const naiveOwner = "naive-baseline"
 
 func newNaive(cfg *rest.Config, ns string) (*naiveOperator, error) {
-	scheme, err := controllers.NewScheme()
+	scheme, err := operator.NewScheme()
 	if err != nil {
 		return nil, err
 	}

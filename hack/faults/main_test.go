@@ -21,10 +21,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
-	"github.com/bluesky/tiled-operator/controllers"
 	"github.com/bluesky/tiled-operator/expansion"
 	"github.com/bluesky/tiled-operator/hack/fleet"
 	"github.com/bluesky/tiled-operator/hack/testenv"
+	"github.com/bluesky/tiled-operator/operator"
 	"github.com/bluesky/tiled-operator/render"
 	"github.com/bluesky/tiled-operator/webhooks"
 )
@@ -95,20 +95,20 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-// operator is the manager running in this process.
-type operator struct {
-	*controllers.Operator
+// runningOperator is the manager running in this process.
+type runningOperator struct {
+	*operator.Operator
 	cancel context.CancelFunc
 	done   chan struct{}
 }
 
-func startOperator(t *testing.T, g Gomega, ns string, hooks *webhooks.Options) *operator {
-	op, err := controllers.NewManager(env.Config, controllers.ManagerOptions{
+func startOperator(t *testing.T, g Gomega, ns string, hooks *webhooks.Options) *runningOperator {
+	op, err := operator.NewManager(env.Config, operator.ManagerOptions{
 		MetricsBindAddress: "0", HealthProbeBindAddress: "0", WatchNamespaces: []string{ns}, Restartable: true, Webhooks: hooks,
 	})
 	g.Expect(err).NotTo(HaveOccurred())
 	ctx, cancel := context.WithCancel(context.Background())
-	o := &operator{Operator: op, cancel: cancel, done: make(chan struct{})}
+	o := &runningOperator{Operator: op, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(o.done)
 		if err := op.Start(ctx); err != nil {
@@ -122,7 +122,7 @@ func startOperator(t *testing.T, g Gomega, ns string, hooks *webhooks.Options) *
 	return o
 }
 
-func (o *operator) stop() {
+func (o *runningOperator) stop() {
 	o.cancel()
 	<-o.done
 }
@@ -153,7 +153,7 @@ func defaultCluster(n int) func(ns string) *tiledv1alpha1.TiledCluster {
 
 // waitStampedOut waits until the cluster's n instances are reconciled and have their StatefulSets
 // (as the API server says), then until the operator is quiet.
-func waitStampedOut(t *testing.T, g Gomega, op *operator, ns string, n int) {
+func waitStampedOut(t *testing.T, g Gomega, op *runningOperator, ns string, n int) {
 	ctx := ctxT(t)
 	g.Expect(fleet.Poll(ctx, 500*time.Millisecond, 5*time.Minute, "stamp-out", func(ctx context.Context) (bool, error) {
 		return fleet.StampedOut(ctx, op.GetClient(), ns, "nsls2", n)

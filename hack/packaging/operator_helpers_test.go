@@ -15,8 +15,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
-	"github.com/bluesky/tiled-operator/controllers"
 	"github.com/bluesky/tiled-operator/hack/testenv"
+	"github.com/bluesky/tiled-operator/operator"
 	"github.com/bluesky/tiled-operator/webhooks"
 )
 
@@ -56,7 +56,7 @@ func serviceAccountConfig(ctx context.Context, t *testing.T, e *testenv.Env, nam
 // running is a manager started by startManager.
 type running struct {
 	name        string
-	op          *controllers.Operator
+	op          *operator.Operator
 	webhookPort int
 	probe       string
 	metrics     string
@@ -83,7 +83,7 @@ func startManager(t *testing.T, name string, cfg *rest.Config, namespace string,
 		r.metrics = fmt.Sprintf("127.0.0.1:%d", freePort(t))
 		metrics = r.metrics
 	}
-	op, err := controllers.NewManager(cfg, controllers.ManagerOptions{
+	op, err := operator.NewManager(cfg, operator.ManagerOptions{
 		MetricsBindAddress: metrics, SecureMetrics: secureMetrics, HealthProbeBindAddress: r.probe,
 		LeaderElection: true, LeaderElectionNamespace: namespace,
 		Webhooks: r.opts, Restartable: true,

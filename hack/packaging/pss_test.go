@@ -103,7 +103,7 @@ func TestManagerSecurityRules(t *testing.T) {
 	}
 }
 
-// The manager's flags, probes and ports agree with cmd/manager and controllers.NewManager.
+// The manager's flags, probes and ports agree with cmd/manager and operator.NewManager.
 func TestManagerProbesAndFlags(t *testing.T) {
 	dep := managerDeployment(t)
 	c := dep.Spec.Template.Spec.Containers[0]

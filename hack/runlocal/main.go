@@ -23,8 +23,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/bluesky/tiled-operator/controllers"
 	"github.com/bluesky/tiled-operator/hack/testenv"
+	"github.com/bluesky/tiled-operator/operator"
 	"github.com/bluesky/tiled-operator/webhooks"
 )
 
@@ -59,7 +59,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	mgr, err := controllers.NewManager(env.Config, controllers.ManagerOptions{
+	mgr, err := operator.NewManager(env.Config, operator.ManagerOptions{
 		MetricsBindAddress:     envOr("METRICS_BIND_ADDRESS", "127.0.0.1:8080"),
 		HealthProbeBindAddress: envOr("HEALTH_PROBE_BIND_ADDRESS", "127.0.0.1:8081"),
 		Webhooks: &webhooks.Options{

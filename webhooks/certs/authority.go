@@ -30,6 +30,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/bluesky/tiled-operator/apis/v1alpha1"
 	webhookconfig "github.com/bluesky/tiled-operator/config/webhook"
 )
 
@@ -42,7 +43,8 @@ const (
 	// DefaultLocalTrustDelay is the trust delay with Options.URL: one local API server, which loads
 	// a changed webhook configuration within milliseconds.
 	DefaultLocalTrustDelay = time.Second
-	DefaultFieldManager    = "tiled-operator"
+	// DefaultFieldManager is the operator's field manager (v1alpha1.FieldOwner).
+	DefaultFieldManager = v1alpha1.FieldOwner
 	// DefaultMutatingName and DefaultValidatingName are the webhook configurations config/default
 	// installs (config/webhook's names with the tiled-operator- prefix).
 	DefaultMutatingName   = "tiled-operator-mutating-webhook-configuration"
@@ -583,62 +585,101 @@ func (a *Authority) names(configs []admissionregistrationv1.WebhookClientConfig)
 // bundle everywhere): the caBundle of each of its webhooks, conditioned on its resourceVersion; with
 // URL, the whole configuration generated from config/webhook.
 func (a *Authority) mutatingApply(live *admissionregistrationv1.MutatingWebhookConfiguration, bundle []byte) (*arv1ac.MutatingWebhookConfigurationApplyConfiguration, error) {
-	var generated, liveHooks []admissionregistrationv1.MutatingWebhook
-	if a.o.URL != "" {
-		g, _, err := webhookconfig.Configurations()
-		if err != nil {
-			return nil, err
-		}
-		generated = g.Webhooks
-	}
+	var hooks []admissionregistrationv1.MutatingWebhook
+	var rv *string
 	if live != nil {
-		liveHooks = live.Webhooks
+		hooks, rv = live.Webhooks, &live.ResourceVersion
 	}
-	hooks, err := webhookApplies(a, liveHooks, live != nil, generated,
-		func(w *admissionregistrationv1.MutatingWebhook) (string, *admissionregistrationv1.WebhookClientConfig) {
-			return w.Name, &w.ClientConfig
-		},
-		func(name string) *arv1ac.MutatingWebhookApplyConfiguration {
-			return arv1ac.MutatingWebhook().WithName(name).WithClientConfig(arv1ac.WebhookClientConfig().WithCABundle(bundle...))
-		}, bundle)
-	if err != nil || hooks == nil {
-		return nil, err
-	}
-	ac := arv1ac.MutatingWebhookConfiguration(a.o.MutatingName)
-	if live != nil {
-		ac.WithResourceVersion(live.ResourceVersion)
-	}
-	return ac.WithWebhooks(hooks...), nil
+	return configurationApply(a, mutatingKind, a.o.MutatingName, hooks, rv, bundle)
 }
 
 // validatingApply is mutatingApply for the validating configuration.
 func (a *Authority) validatingApply(live *admissionregistrationv1.ValidatingWebhookConfiguration, bundle []byte) (*arv1ac.ValidatingWebhookConfigurationApplyConfiguration, error) {
-	var generated, liveHooks []admissionregistrationv1.ValidatingWebhook
-	if a.o.URL != "" {
+	var hooks []admissionregistrationv1.ValidatingWebhook
+	var rv *string
+	if live != nil {
+		hooks, rv = live.Webhooks, &live.ResourceVersion
+	}
+	return configurationApply(a, validatingKind, a.o.ValidatingName, hooks, rv, bundle)
+}
+
+// configKind is what differs between the mutating and the validating configuration: W is the
+// kind's webhook, AC its apply configuration, C the configuration's apply configuration.
+type configKind[W, AC, C any] struct {
+	// generated are the webhooks of the configuration generated from config/webhook.
+	generated func() ([]W, error)
+	// get returns a webhook's name and its client config, which may be changed through the pointer.
+	get func(*W) (string, *admissionregistrationv1.WebhookClientConfig)
+	// caOnly is the apply of a webhook's caBundle alone.
+	caOnly func(name string, bundle []byte) *AC
+	// configuration is the apply of the configuration with these webhooks, conditioned on the
+	// resourceVersion when it is not nil.
+	configuration func(name string, resourceVersion *string, hooks []*AC) *C
+}
+
+var mutatingKind = configKind[admissionregistrationv1.MutatingWebhook, arv1ac.MutatingWebhookApplyConfiguration, arv1ac.MutatingWebhookConfigurationApplyConfiguration]{
+	generated: func() ([]admissionregistrationv1.MutatingWebhook, error) {
+		g, _, err := webhookconfig.Configurations()
+		if err != nil {
+			return nil, err
+		}
+		return g.Webhooks, nil
+	},
+	get: func(w *admissionregistrationv1.MutatingWebhook) (string, *admissionregistrationv1.WebhookClientConfig) {
+		return w.Name, &w.ClientConfig
+	},
+	caOnly: func(name string, bundle []byte) *arv1ac.MutatingWebhookApplyConfiguration {
+		return arv1ac.MutatingWebhook().WithName(name).WithClientConfig(arv1ac.WebhookClientConfig().WithCABundle(bundle...))
+	},
+	configuration: func(name string, rv *string, hooks []*arv1ac.MutatingWebhookApplyConfiguration) *arv1ac.MutatingWebhookConfigurationApplyConfiguration {
+		ac := arv1ac.MutatingWebhookConfiguration(name)
+		if rv != nil {
+			ac.WithResourceVersion(*rv)
+		}
+		return ac.WithWebhooks(hooks...)
+	},
+}
+
+var validatingKind = configKind[admissionregistrationv1.ValidatingWebhook, arv1ac.ValidatingWebhookApplyConfiguration, arv1ac.ValidatingWebhookConfigurationApplyConfiguration]{
+	generated: func() ([]admissionregistrationv1.ValidatingWebhook, error) {
 		_, g, err := webhookconfig.Configurations()
 		if err != nil {
 			return nil, err
 		}
-		generated = g.Webhooks
+		return g.Webhooks, nil
+	},
+	get: func(w *admissionregistrationv1.ValidatingWebhook) (string, *admissionregistrationv1.WebhookClientConfig) {
+		return w.Name, &w.ClientConfig
+	},
+	caOnly: func(name string, bundle []byte) *arv1ac.ValidatingWebhookApplyConfiguration {
+		return arv1ac.ValidatingWebhook().WithName(name).WithClientConfig(arv1ac.WebhookClientConfig().WithCABundle(bundle...))
+	},
+	configuration: func(name string, rv *string, hooks []*arv1ac.ValidatingWebhookApplyConfiguration) *arv1ac.ValidatingWebhookConfigurationApplyConfiguration {
+		ac := arv1ac.ValidatingWebhookConfiguration(name)
+		if rv != nil {
+			ac.WithResourceVersion(*rv)
+		}
+		return ac.WithWebhooks(hooks...)
+	},
+}
+
+// configurationApply is mutatingApply and validatingApply for kind k: live are the webhooks of the
+// live configuration, resourceVersion its (nil when there is none).
+func configurationApply[W, AC, C any](a *Authority, k configKind[W, AC, C], name string, live []W, resourceVersion *string, bundle []byte) (*C, error) {
+	var generated []W
+	if a.o.URL != "" {
+		g, err := k.generated()
+		if err != nil {
+			return nil, err
+		}
+		generated = g
 	}
-	if live != nil {
-		liveHooks = live.Webhooks
-	}
-	hooks, err := webhookApplies(a, liveHooks, live != nil, generated,
-		func(w *admissionregistrationv1.ValidatingWebhook) (string, *admissionregistrationv1.WebhookClientConfig) {
-			return w.Name, &w.ClientConfig
-		},
-		func(name string) *arv1ac.ValidatingWebhookApplyConfiguration {
-			return arv1ac.ValidatingWebhook().WithName(name).WithClientConfig(arv1ac.WebhookClientConfig().WithCABundle(bundle...))
-		}, bundle)
+	hooks, err := webhookApplies(a, live, resourceVersion != nil, generated, k.get,
+		func(name string) *AC { return k.caOnly(name, bundle) }, bundle)
 	if err != nil || hooks == nil {
 		return nil, err
 	}
-	ac := arv1ac.ValidatingWebhookConfiguration(a.o.ValidatingName)
-	if live != nil {
-		ac.WithResourceVersion(live.ResourceVersion)
-	}
-	return ac.WithWebhooks(hooks...), nil
+	return k.configuration(name, resourceVersion, hooks), nil
 }
 
 // webhookApplies is the part of mutatingApply and validatingApply that does not depend on the

@@ -55,7 +55,7 @@ func readProfile(t *testing.T, g Gomega, ns, name string) (profileState, string)
 
 // settled waits until the namespace holds n TiledInstances, each reconciled at its generation, and
 // the operator has gone quiet.
-func settled(t *testing.T, g Gomega, op *operator, ns string, n int) {
+func settled(t *testing.T, g Gomega, op *runningOperator, ns string, n int) {
 	g.Eventually(func(g Gomega) {
 		var tis tiledv1alpha1.TiledInstanceList
 		g.Expect(env.Client.List(ctxT(t), &tis, client.InNamespace(ns))).To(Succeed())

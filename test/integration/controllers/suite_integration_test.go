@@ -18,10 +18,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
-	"github.com/bluesky/tiled-operator/controllers"
 	"github.com/bluesky/tiled-operator/controllers/traffic"
 	"github.com/bluesky/tiled-operator/hack/fleet"
 	"github.com/bluesky/tiled-operator/hack/testenv"
+	"github.com/bluesky/tiled-operator/operator"
 )
 
 var env *testenv.Env
@@ -30,24 +30,24 @@ func TestMain(m *testing.M) {
 	os.Exit(testenv.Run(m, testenv.Options{ControllerManager: true}, &env))
 }
 
-// operator runs the manager in-process until the test ends.
-type operator struct {
-	*controllers.Operator
+// runningOperator runs the manager in-process until the test ends.
+type runningOperator struct {
+	*operator.Operator
 	cancel context.CancelFunc
 	done   chan struct{}
 }
 
 // startOperator runs the operator, watching only the given namespaces so that tests do not see each
 // other's objects.
-func startOperator(t *testing.T, namespaces ...string) *operator {
+func startOperator(t *testing.T, namespaces ...string) *runningOperator {
 	t.Helper()
 	g := NewWithT(t)
-	op, err := controllers.NewManager(env.Config, controllers.ManagerOptions{
+	op, err := operator.NewManager(env.Config, operator.ManagerOptions{
 		MetricsBindAddress: "0", HealthProbeBindAddress: "0", WatchNamespaces: namespaces, Restartable: true,
 	})
 	g.Expect(err).NotTo(HaveOccurred())
 	ctx, cancel := context.WithCancel(context.Background())
-	o := &operator{Operator: op, cancel: cancel, done: make(chan struct{})}
+	o := &runningOperator{Operator: op, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(o.done)
 		if err := op.Start(ctx); err != nil {
@@ -61,7 +61,7 @@ func startOperator(t *testing.T, namespaces ...string) *operator {
 	return o
 }
 
-func (o *operator) stop() {
+func (o *runningOperator) stop() {
 	o.cancel()
 	<-o.done
 }
@@ -192,7 +192,7 @@ func total(m map[string]int) int {
 
 // waitForStampOut waits until the cluster has all its instances and each instance its objects, and
 // the operator has gone quiet (no request for a moment).
-func waitForStampOut(t *testing.T, g Gomega, op *operator, ns, cluster string, n int) {
+func waitForStampOut(t *testing.T, g Gomega, op *runningOperator, ns, cluster string, n int) {
 	g.Eventually(func(g Gomega) {
 		var tis tiledv1alpha1.TiledInstanceList
 		g.Expect(env.Client.List(ctxT(t), &tis, client.InNamespace(ns), client.MatchingLabels{tiledv1alpha1.LabelCluster: cluster})).To(Succeed())
@@ -208,7 +208,7 @@ func waitForStampOut(t *testing.T, g Gomega, op *operator, ns, cluster string, n
 }
 
 // waitQuiet waits until the operator has sent no request for a second.
-func waitQuiet(t *testing.T, op *operator) {
+func waitQuiet(t *testing.T, op *runningOperator) {
 	deadline := time.Now().Add(2 * time.Minute)
 	last := op.Traffic.Snapshot().Total()
 	for time.Now().Before(deadline) {

@@ -257,7 +257,7 @@ func TestRotationKeepsTheAPIServerCalling(t *testing.T) {
 	for _, mf := range m.ManagedFields {
 		owners = append(owners, mf.Manager)
 	}
-	g.Expect(owners).To(ContainElement("tiled-operator"))
+	g.Expect(owners).To(ContainElement(v1alpha1.FieldOwner))
 }
 
 func TestFailurePolicyWithTheServerStopped(t *testing.T) {

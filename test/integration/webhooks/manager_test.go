@@ -12,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/bluesky/tiled-operator/apis/v1alpha1"
-	"github.com/bluesky/tiled-operator/controllers"
+	"github.com/bluesky/tiled-operator/operator"
 	"github.com/bluesky/tiled-operator/webhooks"
 )
 
@@ -21,7 +21,7 @@ import (
 func TestNewManagerServesWebhooks(t *testing.T) {
 	g := NewWithT(t)
 	port := freePort(t)
-	op, err := controllers.NewManager(env.Config, controllers.ManagerOptions{
+	op, err := operator.NewManager(env.Config, operator.ManagerOptions{
 		MetricsBindAddress: "0", HealthProbeBindAddress: "0",
 		Webhooks: &webhooks.Options{Host: "127.0.0.1", Port: port, CertDir: filepath.Join(t.TempDir(), "certs"), SelfSigned: true,
 			Certs: webhooks.CertOptions{URL: fmt.Sprintf("https://127.0.0.1:%d", port)}},

@@ -83,7 +83,7 @@ func applyAsOperator(ctx context.Context, c client.Client, in *v1alpha1.TiledIns
 	for _, f := range []string{"creationTimestamp", "generation", "resourceVersion", "uid"} {
 		unstructured.RemoveNestedField(u.Object, "metadata", f)
 	}
-	return c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner("tiled-operator"), client.ForceOwnership)
+	return c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(v1alpha1.FieldOwner), client.ForceOwnership)
 }
 
 // TestDiffAgainstTheAPIServer runs diff against a real kube-apiserver holding the live state of

@@ -1,4 +1,4 @@
-package controllers
+package operator
 
 import (
 	"testing"
@@ -28,7 +28,7 @@ func childMeta() metav1.ObjectMeta {
 		}},
 		Finalizers: []string{"kubernetes.io/pvc-protection"},
 		ManagedFields: []metav1.ManagedFieldsEntry{
-			{Manager: FieldOwner, Operation: metav1.ManagedFieldsOperationApply, APIVersion: "v1", FieldsV1: metav1.NewFieldsV1(`{"f:spec":{}}`)},
+			{Manager: tiledv1alpha1.FieldOwner, Operation: metav1.ManagedFieldsOperationApply, APIVersion: "v1", FieldsV1: metav1.NewFieldsV1(`{"f:spec":{}}`)},
 			{Manager: "ops-console", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1", FieldsV1: metav1.NewFieldsV1(`{"f:metadata":{}}`)},
 		},
 	}
@@ -40,7 +40,7 @@ func childMeta() metav1.ObjectMeta {
 func TestTrimTransform(t *testing.T) {
 	slimMeta := func() metav1.ObjectMeta {
 		m := childMeta()
-		out, _ := applier.SlimManagedFields(FieldOwner)(&corev1.ConfigMap{ObjectMeta: m})
+		out, _ := applier.SlimManagedFields(tiledv1alpha1.FieldOwner)(&corev1.ConfigMap{ObjectMeta: m})
 		return out.(*corev1.ConfigMap).ObjectMeta
 	}
 	nfs := &corev1.NFSVolumeSource{Server: "nfs.nsls2.bnl.gov", Path: "/nsls2/data/bmm/proposals", ReadOnly: true}
@@ -117,7 +117,7 @@ func TestTrimTransform(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
-			trim := trimTransform(FieldOwner)
+			trim := trimTransform(tiledv1alpha1.FieldOwner)
 			got, err := trim(tc.in(childMeta()))
 			g.Expect(err).NotTo(HaveOccurred())
 			want := tc.out(slimMeta())
@@ -133,9 +133,9 @@ func TestTrimTransform(t *testing.T) {
 // fingerprint and the other writers, so the applier's token and ForeignManagers read the same.
 func TestTrimTransformKeepsWhatTheApplierReads(t *testing.T) {
 	g := NewWithT(t)
-	a := applier.New(nil, FieldOwner, nil)
+	a := applier.New(nil, tiledv1alpha1.FieldOwner, nil)
 	full := &appsv1.StatefulSet{ObjectMeta: childMeta()}
-	out, err := trimTransform(FieldOwner)(full.DeepCopy())
+	out, err := trimTransform(tiledv1alpha1.FieldOwner)(full.DeepCopy())
 	g.Expect(err).NotTo(HaveOccurred())
 	trimmed := out.(*appsv1.StatefulSet)
 	g.Expect(a.ForeignManagers(trimmed)).To(Equal(a.ForeignManagers(full)))

@@ -1,4 +1,4 @@
-package controllers
+package operator
 
 import (
 	"context"
@@ -23,15 +23,13 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
+	"github.com/bluesky/tiled-operator/controllers"
 	"github.com/bluesky/tiled-operator/controllers/applier"
 	"github.com/bluesky/tiled-operator/controllers/podstatus"
 	"github.com/bluesky/tiled-operator/controllers/traffic"
 	"github.com/bluesky/tiled-operator/expansion"
 	"github.com/bluesky/tiled-operator/webhooks"
 )
-
-// FieldOwner is the one field manager under which the operator applies every object.
-const FieldOwner = "tiled-operator"
 
 // ManagerOptions configure the operator's controller-runtime manager.
 type ManagerOptions struct {
@@ -123,7 +121,7 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (*Operator, error) {
 	counter := traffic.New(crmetrics.Registry)
 	counter.Instrument(cfg)
 	byObject := map[client.Object]cache.ByObject{&corev1.PersistentVolume{}: {Label: managedSelector}}
-	for _, obj := range childKinds() {
+	for _, obj := range controllers.ChildKinds() {
 		byObject[obj] = cache.ByObject{Label: managedSelector}
 	}
 	// The operator's pods, for the instances' conditions: only their status is kept.
@@ -141,7 +139,7 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (*Operator, error) {
 		Scheme: scheme,
 		Cache: cache.Options{
 			ByObject: byObject, DefaultNamespaces: namespaces(o.WatchNamespaces),
-			DefaultTransform: trimTransform(FieldOwner), // managedFields slimmed, child kinds trimmed (cachetrim.go)
+			DefaultTransform: trimTransform(tiledv1alpha1.FieldOwner), // managedFields slimmed, child kinds trimmed (cachetrim.go)
 		},
 		// ServiceMonitors are read as unstructured: from the cache too, never past it.
 		Client:                        client.Options{Cache: &client.CacheOptions{Unstructured: true}},
@@ -167,8 +165,8 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (*Operator, error) {
 	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return nil, err
 	}
-	apl := applier.New(mgr.GetClient(), FieldOwner, crmetrics.Registry)
-	apl.Trust(releaseFieldOwner)
+	apl := applier.New(mgr.GetClient(), tiledv1alpha1.FieldOwner, crmetrics.Registry)
+	apl.Trust(tiledv1alpha1.RetentionFieldOwner)
 	op := &Operator{
 		Manager: mgr,
 		Traffic: counter,
@@ -179,20 +177,20 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (*Operator, error) {
 		profileResync:  make(chan event.GenericEvent, 64),
 	}
 	builtins := expansion.DefaultBuiltins()
-	recorder := mgr.GetEventRecorder(FieldOwner)
-	if err := (&TiledClusterReconciler{
+	recorder := mgr.GetEventRecorder(tiledv1alpha1.FieldOwner)
+	if err := (&controllers.TiledClusterReconciler{
 		Client: mgr.GetClient(), Applier: op.Applier, Recorder: recorder, Builtins: builtins,
-		Metrics: NewMetrics(crmetrics.Registry), Resync: op.clusterResync,
+		Metrics: controllers.NewMetrics(crmetrics.Registry), Resync: op.clusterResync,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the TiledCluster controller: %w", err)
 	}
-	if err := (&TiledProfileReconciler{
+	if err := (&controllers.TiledProfileReconciler{
 		Client: mgr.GetClient(), Applier: op.Applier, Recorder: recorder, Resync: op.profileResync,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the TiledProfile controller: %w", err)
 	}
 	_, smErr := mgr.GetRESTMapper().RESTMapping(schema.GroupKind{Group: "monitoring.coreos.com", Kind: "ServiceMonitor"})
-	if err := (&TiledInstanceReconciler{
+	if err := (&controllers.TiledInstanceReconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Applier: op.Applier, Recorder: recorder,
 		Builtins: builtins, ServiceMonitorAvailable: smErr == nil, Resync: op.instanceResync,
 	}).SetupWithManager(mgr); err != nil {

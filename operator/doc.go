@@ -1,0 +1,10 @@
+// Package operator assembles the tiled-operator's controller-runtime manager: the scheme, the
+// manager options (metrics, probes, profiler, leader election, watched namespaces, webhooks), the
+// informer caches and their transforms (child kinds selected by the managed-by label and trimmed to
+// what the controllers read), the shared server-side apply writer, the reconcilers of package
+// controllers and the webhooks of package webhooks, and a resync of every object on demand.
+//
+// The manager binary (cmd/manager), `make run` (hack/runlocal), the benchmark (hack/bench), the
+// fault suite (hack/faults) and the integration tests all build the operator through NewManager, so
+// that what they run is what is deployed.
+package operator
