@@ -109,10 +109,3 @@ func (p *provisioner) provision(ctx context.Context, key client.ObjectKey) error
 	p.mu.Unlock()
 	return nil
 }
-
-// provisioned is the number of volumes created so far.
-func (p *provisioner) provisioned() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.done)
-}

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"runtime"
-	"runtime/pprof"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -18,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/controllers/applier"
@@ -162,28 +159,6 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 func isStatus(k traffic.Key) bool { return strings.HasSuffix(k.Resource, "/status") }
 func isEvent(k traffic.Key) bool  { return k.Resource == "events" }
 
-// reconcileTotal reads controller-runtime's reconcile counter of one controller.
-func reconcileTotal(controller string) float64 {
-	families, err := crmetrics.Registry.Gather()
-	if err != nil {
-		return 0
-	}
-	var total float64
-	for _, f := range families {
-		if f.GetName() != "controller_runtime_reconcile_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "controller" && l.GetValue() == controller {
-					total += m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return total
-}
-
 func runNaive(ctx context.Context, env *testenv.Env, names []string, o options, r *Result) error {
 	n := len(names)
 	ns, err := fleet.NewNamespace(ctx, env.Client, "bench-naive")
@@ -308,7 +283,7 @@ func setOverride(ctx context.Context, c client.Client, ns, cluster, instance str
 
 // serverIntents returns the intent annotation (applier.AnnotationIntent) of every Tiled StatefulSet
 // in the namespace, by name. The operator's cache keeps a StatefulSet's metadata and status but not
-// its pod template (controllers/cachetrim.go), so a phase waits for the operator to have applied a
+// its pod template (operator/cachetrim.go), so a phase waits for the operator to have applied a
 // new intent to the StatefulSets rather than reading the template. The list shares the cache's
 // objects (no deep copy): the harness's polling should cost the measured process little.
 func serverIntents(ctx context.Context, r client.Reader, ns string) (map[string]string, error) {
@@ -341,37 +316,10 @@ func annotated(ctx context.Context, r client.Reader, ns, key, value string, n in
 	return true, nil
 }
 
-func kindsOf(keys []string) []string {
-	counts := map[string]int{}
-	var order []string
-	for _, k := range keys {
-		kind, _, _ := strings.Cut(k, "/")
-		if counts[kind] == 0 {
-			order = append(order, kind)
-		}
-		counts[kind]++
-	}
-	out := make([]string, len(order))
-	for i, k := range order {
-		out[i] = fmt.Sprintf("%s=%d", k, counts[k])
-	}
-	return out
-}
-
 // serviceRange is the apiserver's ClusterIP range: envtest's default (10.0.0.0/24) holds 254
 // addresses, and every instance's Tiled and PostgreSQL Services take one each, in the operator's,
 // the floor's and the naive baseline's namespaces.
 const serviceRange = "10.96.0.0/16"
-
-func writeHeapProfile(path string) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	runtime.GC()
-	return pprof.WriteHeapProfile(f)
-}
 
 // objectVersions lists, from the API server, the objects of the fleet in ns as fleet.Metadata does
 // (labelled children, TiledInstances, the namespace's NFS PersistentVolumes) and returns the
