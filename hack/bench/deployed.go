@@ -190,7 +190,7 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 	}
 
 	// --- the operator, first replica ------------------------------------------------------------
-	webhookPort, err := freePort()
+	webhookPort, err := testenv.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -485,7 +485,7 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 	// Failover: a standby replica runs beside the leader; the leader is killed (no Lease release),
 	// the standby takes over once the Lease expires, and must find nothing to write.
 	logf("failover")
-	standbyPort, err := freePort()
+	standbyPort, err := testenv.FreePort()
 	if err != nil {
 		return nil, err
 	}

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -122,7 +121,7 @@ func startManager(bin, name string, env *testenv.Env, systemNS string, memLimit 
 	ports := managerPorts{webhook: webhookPort, webhookURL: urlPort}
 	for _, p := range []*int{&ports.metrics, &ports.probe, &ports.pprof} {
 		var err error
-		if *p, err = freePort(); err != nil {
+		if *p, err = testenv.FreePort(); err != nil {
 			return nil, err
 		}
 	}
@@ -341,14 +340,6 @@ func (s *rssSampler) stop() []byte {
 	return s.peakProfile
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
 
 // memMiB converts a quantity of bytes to MiB.
 func memMiB(q int64) float64 { return float64(q) / (1 << 20) }

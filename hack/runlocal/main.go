@@ -7,7 +7,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -55,7 +54,7 @@ func run() error {
 	samples := filepath.Join(testenv.RepoRoot(), "config", "samples")
 	// The admission webhooks run too, with the manager's own CA (its Secret in the namespace
 	// "default"), which it rotates and publishes in webhook configurations that call it on loopback.
-	port, err := freePort()
+	port, err := testenv.FreePort()
 	if err != nil {
 		return err
 	}
@@ -161,14 +160,6 @@ func applySamples(ctx context.Context, c client.Client, dir string) error {
 	return nil
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
 
 func envOr(key, def string) string {
 	if v := os.Getenv(key); v != "" {

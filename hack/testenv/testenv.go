@@ -248,7 +248,7 @@ func (e *Env) startControllerManager(dir string, controllers []string) error {
 	if len(controllers) == 0 {
 		controllers = DefaultControllers
 	}
-	port, err := freePort()
+	port, err := FreePort()
 	if err != nil {
 		return err
 	}
@@ -361,7 +361,8 @@ func (e *Env) WaitForResource(ctx context.Context, gvr schema.GroupVersionResour
 	}
 }
 
-func freePort() (int, error) {
+// FreePort returns a TCP port free on loopback now (for a server a test or tool starts next).
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
