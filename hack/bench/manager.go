@@ -340,6 +340,5 @@ func (s *rssSampler) stop() []byte {
 	return s.peakProfile
 }
 
-
 // memMiB converts a quantity of bytes to MiB.
 func memMiB(q int64) float64 { return float64(q) / (1 << 20) }

@@ -160,7 +160,6 @@ func applySamples(ctx context.Context, c client.Client, dir string) error {
 	return nil
 }
 
-
 func envOr(key, def string) string {
 	if v := os.Getenv(key); v != "" {
 		return v
