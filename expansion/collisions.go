@@ -7,7 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/bluesky/tiled-operator/apis/v1alpha1"
-	"github.com/bluesky/tiled-operator/render"
+	"github.com/bluesky/tiled-operator/names"
 )
 
 // Names of the objects of different instances must never meet: beamlines chx and chx-postgres of
@@ -25,12 +25,12 @@ type ObjectName struct {
 }
 
 // ObjectNames returns the names of the objects the operator makes, or may make, for an instance:
-// the TiledInstance itself and its children, as render.NamesFor names them (the StatefulSets'
+// the TiledInstance itself and its children, as names.For names them (the StatefulSets'
 // names also name the Ingress, PodDisruptionBudget and ServiceMonitor). Names of the managed
 // database's objects are included whatever the database, so that switching it on later cannot
 // collide either.
 func ObjectNames(ti *v1alpha1.TiledInstance) []ObjectName {
-	n := render.NamesFor(ti)
+	n := names.For(ti.Namespace, ti.Name)
 	out := []ObjectName{
 		{"TiledInstance", ti.Name},
 		{"StatefulSet", n.Tiled}, {"StatefulSet", n.Postgres},
