@@ -74,13 +74,33 @@ type memo struct {
 	// profiles are the profiles the expansion used, for the status.
 	profiles []tiledv1alpha1.SelectedProfile
 	err      error
-	// intents are the apply intents of the expansion's instances and their expansion hashes, built
-	// once. They hold the expanded instances and what the applier needs to decide whether an apply
-	// must be sent, not the objects it sends: those are built again only to be sent.
+	// intents are the expansion's instances as the applier needs them to decide whether an apply
+	// must be sent — names and hashes, not objects: a reconcile that must send one, or compare a held
+	// instance with its expansion, expands the cluster again (expanded), which is pure.
 	intents []intent
 	// changed remembers, by instance name, the fields a held change would change (ChangedFields is
 	// not free, and a reconcile caused by an instance's status would compute it again).
 	changed map[string]changedFields
+	// pending keeps the expanded instances while a rollout waits or holds some of them: each step
+	// of it sends a few, and would otherwise expand the whole cluster again. Nil once every instance
+	// is applied (lastExpanded is this reconcile's, if it needed them).
+	pending, lastExpanded []*tiledv1alpha1.TiledInstance
+}
+
+// keepWhilePending keeps the expanded instances of this reconcile in the memo while the plan still
+// has instances to apply later, and lets them go once it has none.
+func (m *memo) keepWhilePending(plan rollout.Plan, fresh []*tiledv1alpha1.TiledInstance) {
+	if fresh == nil {
+		fresh = m.lastExpanded
+	}
+	m.lastExpanded = nil
+	if plan.Pending > 0 || plan.Held > 0 {
+		if fresh != nil {
+			m.pending = fresh
+		}
+		return
+	}
+	m.pending = nil
 }
 
 // intent is the apply intent of one instance.
@@ -88,9 +108,7 @@ type intent struct {
 	name string
 	// instance is the instance's name in the cluster's spec.instances.
 	instance string
-	// typed is the expanded instance.
-	typed *tiledv1alpha1.TiledInstance
-	// prepared is the applier's view of the TiledInstance object built from typed.
+	// prepared is the applier's view of the TiledInstance object built from the expanded instance.
 	prepared applier.Prepared
 	hash     string
 }
@@ -125,16 +143,18 @@ func labelsString(l map[string]string) string {
 }
 
 // expand runs the engine and builds the instances' apply intents, or returns those of its last run
-// for the same inputs.
-func (r *TiledClusterReconciler) expand(cluster *tiledv1alpha1.TiledCluster, candidates []tiledv1alpha1.TiledProfile) (*memo, error) {
+// for the same inputs. It returns the expanded instances too when it ran the engine (nil when the
+// memo answered): expanded keeps them for the rest of the reconcile.
+func (r *TiledClusterReconciler) expand(cluster *tiledv1alpha1.TiledCluster, candidates []tiledv1alpha1.TiledProfile) (*memo, []*tiledv1alpha1.TiledInstance, error) {
 	key := expansionKey(cluster, candidates, r.Builtins.Version)
 	name := client.ObjectKeyFromObject(cluster)
 	if m, ok := r.expansions.Load(name); ok && m.(*memo).key == key {
-		return m.(*memo), m.(*memo).err
+		return m.(*memo), nil, m.(*memo).err
 	}
 	done := r.Metrics.startExpansion()
 	result, err := expansion.Expand(cluster, candidates, r.Builtins)
 	done(err)
+	var typed []*tiledv1alpha1.TiledInstance
 	m := &memo{key: key, err: err, changed: map[string]changedFields{}}
 	if err == nil {
 		m.profiles = result.Profiles
@@ -142,17 +162,48 @@ func (r *TiledClusterReconciler) expand(cluster *tiledv1alpha1.TiledCluster, can
 		for _, inst := range result.Instances {
 			obj, hash, ierr := instanceObject(cluster, inst.Object)
 			if ierr != nil {
-				return nil, ierr
+				return nil, nil, ierr
 			}
 			prepared, ierr := applier.Prepare(client.ApplyConfigurationFromUnstructured(obj))
 			if ierr != nil {
-				return nil, ierr
+				return nil, nil, ierr
 			}
-			m.intents = append(m.intents, intent{name: inst.Object.Name, instance: inst.Name, typed: inst.Object, prepared: prepared, hash: hash})
+			m.intents = append(m.intents, intent{name: inst.Object.Name, instance: inst.Name, prepared: prepared, hash: hash})
+			typed = append(typed, inst.Object)
 		}
 	}
 	r.expansions.Store(name, m)
-	return m, err
+	return m, typed, err
+}
+
+// expanded returns, for the intents of m, the expanded instances: those expand returned, those the
+// memo keeps while a rollout is under way (keepWhilePending), or the engine's output for the same
+// inputs, computed once per reconcile and only when the reconcile needs one (an instance to send, a
+// held instance to compare).
+func (r *TiledClusterReconciler) expanded(cluster *tiledv1alpha1.TiledCluster, candidates []tiledv1alpha1.TiledProfile,
+	m *memo, typed []*tiledv1alpha1.TiledInstance) func(i int) (*tiledv1alpha1.TiledInstance, error) {
+	if typed == nil {
+		typed = m.pending
+	}
+	return func(i int) (*tiledv1alpha1.TiledInstance, error) {
+		if typed == nil {
+			done := r.Metrics.startExpansion()
+			result, err := expansion.Expand(cluster, candidates, r.Builtins)
+			done(err)
+			if err != nil {
+				return nil, err
+			}
+			typed = make([]*tiledv1alpha1.TiledInstance, len(result.Instances))
+			for j, inst := range result.Instances {
+				typed[j] = inst.Object
+			}
+		}
+		m.lastExpanded = typed
+		if len(typed) != len(m.intents) || typed[i].Name != m.intents[i].name {
+			return nil, fmt.Errorf("the expansion of %s/%s changed under the same inputs (instance %d: %s)", cluster.Namespace, cluster.Name, i, m.intents[i].name)
+		}
+		return typed[i], nil
+	}
 }
 
 // SetupWithManager registers the controller: it watches TiledClusters, the TiledInstances they own,
@@ -238,7 +289,7 @@ func (r *TiledClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	status.InstanceSelector = tiledv1alpha1.LabelCluster + "=" + cluster.Name
 	status.Instances = int32(len(cluster.Spec.Instances))
 
-	expanded, err := r.expand(cluster, profileList.Items)
+	expanded, fresh, err := r.expand(cluster, profileList.Items)
 	if err == nil {
 		err = deletedInUse(cluster, profileList.Items)
 	}
@@ -281,15 +332,17 @@ func (r *TiledClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	}
 
 	// What is there for each desired instance, what the rollout does with it, and doing it.
-	observed, current, held, err := expanded.observe(cluster, byName)
+	typedOf := r.expanded(cluster, profileList.Items, expanded, fresh)
+	observed, current, held, err := expanded.observe(cluster, byName, typedOf)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	plan := rollout.Make(observed, rollout.MaxUnavailable(rolloutMaxUnavailable(cluster), len(cluster.Spec.Instances)))
-	ready, refused, err := r.carryOut(ctx, cluster, plan, expanded.intents, current)
+	ready, refused, err := r.carryOut(ctx, cluster, plan, expanded.intents, current, typedOf)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	expanded.keepWhilePending(plan, fresh)
 
 	// Prune instances no longer listed: only ours (controller UID checked), with a UID precondition.
 	desired := make(map[string]bool, len(expanded.intents))
@@ -331,7 +384,8 @@ func (r *TiledClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 
 // observe returns, for each intent (in order), what is there: the rollout's view of it, the
 // instance when this cluster controls it, and the status.held entries of held instances (sorted).
-func (m *memo) observe(cluster *tiledv1alpha1.TiledCluster, byName map[string]*tiledv1alpha1.TiledInstance) (
+func (m *memo) observe(cluster *tiledv1alpha1.TiledCluster, byName map[string]*tiledv1alpha1.TiledInstance,
+	typedOf func(int) (*tiledv1alpha1.TiledInstance, error)) (
 	[]rollout.Instance, []*tiledv1alpha1.TiledInstance, []tiledv1alpha1.HeldInstance, error) {
 	hold := map[string]bool{}
 	for _, ci := range cluster.Spec.Instances {
@@ -354,7 +408,7 @@ func (m *memo) observe(cluster *tiledv1alpha1.TiledCluster, byName map[string]*t
 		}
 		// A hold protects an instance that exists; one that does not is created.
 		if hold[in.instance] && current[i] != nil && !o.UpToDate {
-			fields, err := m.changedFields(current[i], in)
+			fields, err := m.changedFields(current[i], in, func() (*tiledv1alpha1.TiledInstance, error) { return typedOf(i) })
 			if err != nil {
 				return nil, nil, nil, fmt.Errorf("comparing the held instance %s with its expansion: %w", in.name, err)
 			}
@@ -373,7 +427,7 @@ func (m *memo) observe(cluster *tiledv1alpha1.TiledCluster, byName map[string]*t
 // carryOut applies the instances the plan says to apply, and returns how many instances count as
 // ready and the ones refused (a name taken, or the API server refusing the object).
 func (r *TiledClusterReconciler) carryOut(ctx context.Context, cluster *tiledv1alpha1.TiledCluster, plan rollout.Plan, intents []intent,
-	current []*tiledv1alpha1.TiledInstance) (int, []string, error) {
+	current []*tiledv1alpha1.TiledInstance, typedOf func(int) (*tiledv1alpha1.TiledInstance, error)) (int, []string, error) {
 	ready := 0
 	var refused []string
 	for i, d := range plan.Decisions {
@@ -387,8 +441,11 @@ func (r *TiledClusterReconciler) carryOut(ctx context.Context, cluster *tiledv1a
 			}
 			continue
 		}
-		typed := intents[i].typed
 		build := func() (runtime.ApplyConfiguration, error) {
+			typed, err := typedOf(i)
+			if err != nil {
+				return nil, err
+			}
 			obj, _, err := instanceObject(cluster, typed)
 			return client.ApplyConfigurationFromUnstructured(obj), err
 		}
@@ -461,12 +518,16 @@ const (
 
 // changedFields returns the fields in which the stored instance differs from its expansion, from
 // the memo when the stored instance has not changed since they were computed.
-func (m *memo) changedFields(cur *tiledv1alpha1.TiledInstance, in intent) ([]string, error) {
+func (m *memo) changedFields(cur *tiledv1alpha1.TiledInstance, in intent, typed func() (*tiledv1alpha1.TiledInstance, error)) ([]string, error) {
 	key := fmt.Sprintf("%s@%d|%s", cur.UID, cur.Generation, labelsString(cur.Labels))
 	if c, ok := m.changed[in.name]; ok && c.storedKey == key {
 		return c.fields, nil
 	}
-	fields, err := expansion.ChangedFields(cur, in.typed)
+	desired, err := typed()
+	if err != nil {
+		return nil, err
+	}
+	fields, err := expansion.ChangedFields(cur, desired)
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unique"
 
 	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -138,8 +139,11 @@ type meta struct {
 }
 
 func (m *meta) key() Key {
-	return Key{APIVersion: m.APIVersion, Kind: m.Kind, Namespace: m.Metadata.Namespace, Name: m.Metadata.Name}
+	// The applier keeps a record per object: the strings its keys repeat are shared.
+	return Key{APIVersion: intern(m.APIVersion), Kind: intern(m.Kind), Namespace: intern(m.Metadata.Namespace), Name: m.Metadata.Name}
 }
+
+func intern(s string) string { return unique.Make(s).Value() }
 
 // token is an object's version as far as the operator's intent is concerned: the fingerprint of
 // the field set the applier's field owner manages on it, and the other writers of its spec and
@@ -296,7 +300,7 @@ func (a *Applier) ApplyPrepared(ctx context.Context, p Prepared, build func() (r
 		// Unless someone else has edited it since, nothing needs sending.
 		if len(a.foreignManagersLocked(current)) == 0 {
 			gen = current.GetGeneration()
-			a.records[key] = &record{intent: intent, post: a.token(current.GetManagedFields()), seen: true, gen: gen, preRV: current.GetResourceVersion(), group: o.group}
+			a.records[key] = &record{intent: intent, post: a.token(current.GetManagedFields()), seen: true, gen: gen, preRV: current.GetResourceVersion(), group: intern(o.group)}
 			skip = true
 		}
 	}
@@ -332,7 +336,7 @@ func (a *Applier) ApplyPrepared(ctx context.Context, p Prepared, build func() (r
 	a.records[key] = &record{
 		intent: intent,
 		at:     time.Now(),
-		group:  o.group,
+		group:  intern(o.group),
 		preRV:  preRV,
 		post:   a.token(after.Metadata.ManagedFields),
 		gen:    after.Metadata.Generation,
@@ -371,7 +375,7 @@ func (a *Applier) ApplyStatus(ctx context.Context, ac runtime.ApplyConfiguration
 	}
 	a.applies.WithLabelValues(m.Kind+"/status", "sent").Inc()
 	a.mu.Lock()
-	a.status[key] = &record{intent: intent, statusOf: uid, group: o.group}
+	a.status[key] = &record{intent: intent, statusOf: uid, group: intern(o.group)}
 	a.mu.Unlock()
 	return Result{Key: key, Sent: true}, nil
 }
