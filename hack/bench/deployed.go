@@ -548,7 +548,11 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 		}
 	}
 	r.FloorConcurrency = controllers.DefaultInstanceConcurrency
-	for _, conc := range floorConcurrencies(r.FloorConcurrency, n) {
+	concurrencies := floorConcurrencies(r.FloorConcurrency, n)
+	if o.skip["floor"] {
+		concurrencies = nil
+	}
+	for _, conc := range concurrencies {
 		logf("floor at concurrency %d", conc)
 		fl, err := runFloor(ctx, env.Config, hc, fleets, conc)
 		if err != nil {
@@ -565,8 +569,10 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 			r.FloorBestSeconds, r.FloorBestConcurrency = f.Seconds, f.Concurrency
 		}
 	}
-	r.ConvergeRatio = r.ConvergeSeconds / r.FloorSeconds
-	r.ConvergeBestRatio = r.ConvergeSeconds / r.FloorBestSeconds
+	if r.FloorSeconds > 0 {
+		r.ConvergeRatio = r.ConvergeSeconds / r.FloorSeconds
+		r.ConvergeBestRatio = r.ConvergeSeconds / r.FloorBestSeconds
+	}
 
 	// --- the naive baseline -----------------------------------------------------------------------
 	if !o.skip["naive"] {

@@ -43,7 +43,7 @@ func main() {
 	out := flag.String("out", filepath.Join(testenv.RepoRoot(), "bench", "results.json"), "where to write the JSON results (empty: nowhere)")
 	heapProfile := flag.String("heap-profile", "", "write Go heap profiles of the operator's phases: PATH.N at their end (after a GC) and PATH.N.peak when the heap in use was highest")
 	cpuProfile := flag.String("cpu-profile", "", "write a CPU profile of the stamp-out phase to this file (-child runs of one size)")
-	skip := flag.String("skip", "", "comma-separated phases to leave out: idle, naive (for quick trials; results then lack them)")
+	skip := flag.String("skip", "", "comma-separated phases to leave out: idle, floor, naive (for quick trials; results then lack them)")
 	child := flag.Bool("child", false, "internal: measure one size and print its JSON result on stdout")
 	markdown := flag.String("markdown", "", "print the table of an existing results file as Markdown and exit")
 	reportPage := flag.String("report", "", "write this page (docs/benchmarks-figures.md) from the results file -out names, and exit")
