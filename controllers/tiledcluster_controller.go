@@ -83,24 +83,48 @@ type memo struct {
 	changed map[string]changedFields
 	// pending keeps the expanded instances while a rollout waits or holds some of them: each step
 	// of it sends a few, and would otherwise expand the whole cluster again. Nil once every instance
-	// is applied (lastExpanded is this reconcile's, if it needed them).
-	pending, lastExpanded []*tiledv1alpha1.TiledInstance
+	// is applied.
+	pending []*tiledv1alpha1.TiledInstance
 }
 
-// keepWhilePending keeps the expanded instances of this reconcile in the memo while the plan still
-// has instances to apply later, and lets them go once it has none.
-func (m *memo) keepWhilePending(plan rollout.Plan, fresh []*tiledv1alpha1.TiledInstance) {
-	if fresh == nil {
-		fresh = m.lastExpanded
+// expansionView gives one reconcile the expanded instances of a memo's intents: those the engine
+// just returned, those the memo keeps while a rollout is under way, or the engine's output for the
+// same inputs, computed at most once and only when the reconcile needs one (an instance to send, a
+// held instance to compare).
+type expansionView struct {
+	// cluster is namespace/name, for errors.
+	cluster string
+	m       *memo
+	typed   []*tiledv1alpha1.TiledInstance
+	// expand runs the engine again on the memo's inputs.
+	expand func() ([]*tiledv1alpha1.TiledInstance, error)
+}
+
+// get returns the expanded instance of intent i.
+func (v *expansionView) get(i int) (*tiledv1alpha1.TiledInstance, error) {
+	if v.typed == nil {
+		typed, err := v.expand()
+		if err != nil {
+			return nil, err
+		}
+		v.typed = typed
 	}
-	m.lastExpanded = nil
+	if len(v.typed) != len(v.m.intents) || v.typed[i].Name != v.m.intents[i].name {
+		return nil, fmt.Errorf("the expansion of %s changed under the same inputs (instance %d: %s)", v.cluster, i, v.m.intents[i].name)
+	}
+	return v.typed[i], nil
+}
+
+// keepWhilePending keeps this reconcile's expanded instances in the memo while the plan still has
+// instances to apply later, and lets them go once it has none.
+func (v *expansionView) keepWhilePending(plan rollout.Plan) {
 	if plan.Pending > 0 || plan.Held > 0 {
-		if fresh != nil {
-			m.pending = fresh
+		if v.typed != nil {
+			v.m.pending = v.typed
 		}
 		return
 	}
-	m.pending = nil
+	v.m.pending = nil
 }
 
 // intent is the apply intent of one instance.
@@ -176,34 +200,26 @@ func (r *TiledClusterReconciler) expand(cluster *tiledv1alpha1.TiledCluster, can
 	return m, typed, err
 }
 
-// expanded returns, for the intents of m, the expanded instances: those expand returned, those the
-// memo keeps while a rollout is under way (keepWhilePending), or the engine's output for the same
-// inputs, computed once per reconcile and only when the reconcile needs one (an instance to send, a
-// held instance to compare).
-func (r *TiledClusterReconciler) expanded(cluster *tiledv1alpha1.TiledCluster, candidates []tiledv1alpha1.TiledProfile,
-	m *memo, typed []*tiledv1alpha1.TiledInstance) func(i int) (*tiledv1alpha1.TiledInstance, error) {
-	if typed == nil {
-		typed = m.pending
+// view returns the expanded instances of m's intents for one reconcile (fresh: what expand just
+// returned, nil when the memo answered).
+func (r *TiledClusterReconciler) view(cluster *tiledv1alpha1.TiledCluster, candidates []tiledv1alpha1.TiledProfile,
+	m *memo, fresh []*tiledv1alpha1.TiledInstance) *expansionView {
+	if fresh == nil {
+		fresh = m.pending
 	}
-	return func(i int) (*tiledv1alpha1.TiledInstance, error) {
-		if typed == nil {
-			done := r.Metrics.startExpansion()
-			result, err := expansion.Expand(cluster, candidates, r.Builtins)
-			done(err)
-			if err != nil {
-				return nil, err
-			}
-			typed = make([]*tiledv1alpha1.TiledInstance, len(result.Instances))
-			for j, inst := range result.Instances {
-				typed[j] = inst.Object
-			}
+	return &expansionView{cluster: cluster.Namespace + "/" + cluster.Name, m: m, typed: fresh, expand: func() ([]*tiledv1alpha1.TiledInstance, error) {
+		done := r.Metrics.startExpansion()
+		result, err := expansion.Expand(cluster, candidates, r.Builtins)
+		done(err)
+		if err != nil {
+			return nil, err
 		}
-		m.lastExpanded = typed
-		if len(typed) != len(m.intents) || typed[i].Name != m.intents[i].name {
-			return nil, fmt.Errorf("the expansion of %s/%s changed under the same inputs (instance %d: %s)", cluster.Namespace, cluster.Name, i, m.intents[i].name)
+		typed := make([]*tiledv1alpha1.TiledInstance, len(result.Instances))
+		for j, inst := range result.Instances {
+			typed[j] = inst.Object
 		}
-		return typed[i], nil
-	}
+		return typed, nil
+	}}
 }
 
 // SetupWithManager registers the controller: it watches TiledClusters, the TiledInstances they own,
@@ -332,17 +348,17 @@ func (r *TiledClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	}
 
 	// What is there for each desired instance, what the rollout does with it, and doing it.
-	typedOf := r.expanded(cluster, profileList.Items, expanded, fresh)
-	observed, current, held, err := expanded.observe(cluster, byName, typedOf)
+	view := r.view(cluster, profileList.Items, expanded, fresh)
+	observed, current, held, err := expanded.observe(cluster, byName, view)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	plan := rollout.Make(observed, rollout.MaxUnavailable(rolloutMaxUnavailable(cluster), len(cluster.Spec.Instances)))
-	ready, refused, err := r.carryOut(ctx, cluster, plan, expanded.intents, current, typedOf)
+	ready, refused, err := r.carryOut(ctx, cluster, plan, expanded.intents, current, view)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	expanded.keepWhilePending(plan, fresh)
+	view.keepWhilePending(plan)
 
 	// Prune instances no longer listed: only ours (controller UID checked), with a UID precondition.
 	desired := make(map[string]bool, len(expanded.intents))
@@ -385,7 +401,7 @@ func (r *TiledClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request
 // observe returns, for each intent (in order), what is there: the rollout's view of it, the
 // instance when this cluster controls it, and the status.held entries of held instances (sorted).
 func (m *memo) observe(cluster *tiledv1alpha1.TiledCluster, byName map[string]*tiledv1alpha1.TiledInstance,
-	typedOf func(int) (*tiledv1alpha1.TiledInstance, error)) (
+	view *expansionView) (
 	[]rollout.Instance, []*tiledv1alpha1.TiledInstance, []tiledv1alpha1.HeldInstance, error) {
 	hold := map[string]bool{}
 	for _, ci := range cluster.Spec.Instances {
@@ -408,7 +424,7 @@ func (m *memo) observe(cluster *tiledv1alpha1.TiledCluster, byName map[string]*t
 		}
 		// A hold protects an instance that exists; one that does not is created.
 		if hold[in.instance] && current[i] != nil && !o.UpToDate {
-			fields, err := m.changedFields(current[i], in, func() (*tiledv1alpha1.TiledInstance, error) { return typedOf(i) })
+			fields, err := m.changedFields(current[i], in, func() (*tiledv1alpha1.TiledInstance, error) { return view.get(i) })
 			if err != nil {
 				return nil, nil, nil, fmt.Errorf("comparing the held instance %s with its expansion: %w", in.name, err)
 			}
@@ -427,7 +443,7 @@ func (m *memo) observe(cluster *tiledv1alpha1.TiledCluster, byName map[string]*t
 // carryOut applies the instances the plan says to apply, and returns how many instances count as
 // ready and the ones refused (a name taken, or the API server refusing the object).
 func (r *TiledClusterReconciler) carryOut(ctx context.Context, cluster *tiledv1alpha1.TiledCluster, plan rollout.Plan, intents []intent,
-	current []*tiledv1alpha1.TiledInstance, typedOf func(int) (*tiledv1alpha1.TiledInstance, error)) (int, []string, error) {
+	current []*tiledv1alpha1.TiledInstance, view *expansionView) (int, []string, error) {
 	ready := 0
 	var refused []string
 	for i, d := range plan.Decisions {
@@ -442,7 +458,7 @@ func (r *TiledClusterReconciler) carryOut(ctx context.Context, cluster *tiledv1a
 			continue
 		}
 		build := func() (runtime.ApplyConfiguration, error) {
-			typed, err := typedOf(i)
+			typed, err := view.get(i)
 			if err != nil {
 				return nil, err
 			}

@@ -233,8 +233,8 @@ type Result struct {
 
 // Apply applies ac (a typed apply configuration, or client.ApplyConfigurationFromUnstructured)
 // unless its intent was already applied to the object as current shows it. current is the object as
-// the informer cache holds it now, or nil when the cache has no such object. After a sent apply, ac
-// holds the object the API server returned.
+// the informer cache holds it now, or nil when the cache has no such object. ac is not modified:
+// what is sent is a copy carrying the intent annotation.
 func (a *Applier) Apply(ctx context.Context, ac runtime.ApplyConfiguration, current client.Object, opts ...Option) (Result, error) {
 	p, err := Prepare(ac)
 	if err != nil {
