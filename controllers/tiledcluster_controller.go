@@ -18,7 +18,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/tools/events"
@@ -67,6 +69,54 @@ type TiledClusterReconciler struct {
 	// expansions remembers the last expansion of each cluster with the inputs it came from: Expand is
 	// pure, so a reconcile caused by an instance's status (the most common kind) need not run it again.
 	expansions sync.Map // types.NamespacedName -> *memo
+	// took remembers how long each cluster's last reconcile took, to pace the reconciles its
+	// members' changes cause (memberHandler).
+	took sync.Map // types.NamespacedName -> time.Duration
+}
+
+// memberPace is how many times its own last duration a cluster waits, after a change of one of its
+// TiledInstances, before it reconciles: the changes of that wait (during a stamp-out, a status write
+// of every instance) are taken together in one reconcile, so reconciles caused by members take at
+// most a fifth of a worker's time, whatever the fleet's size. A small cluster's reconcile takes a
+// millisecond or two, so it hardly waits; a thousand-instance one waits a fraction of a second.
+const memberPace = 4
+
+// maxMemberWait bounds that wait.
+const maxMemberWait = 2 * time.Second
+
+// memberHandler enqueues the cluster that controls a TiledInstance when the instance changes
+// (after memberPace times the cluster's last reconcile) or is deleted (at once: it is put back).
+// The creation of an instance does not enqueue: the cluster created it.
+func (r *TiledClusterReconciler) memberHandler() handler.EventHandler {
+	owner := func(o client.Object) (reconcile.Request, bool) {
+		ref := metav1.GetControllerOf(o)
+		if ref == nil || ref.Kind != "TiledCluster" || ref.APIVersion != tiledv1alpha1.GroupVersion.String() {
+			return reconcile.Request{}, false
+		}
+		return reconcile.Request{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: ref.Name}}, true
+	}
+	return handler.Funcs{
+		UpdateFunc: func(_ context.Context, e event.TypedUpdateEvent[client.Object], q workqueueAdder) {
+			if req, ok := owner(e.ObjectNew); ok {
+				q.AddAfter(req, r.memberWait(req.NamespacedName))
+			}
+		},
+		DeleteFunc: func(_ context.Context, e event.TypedDeleteEvent[client.Object], q workqueueAdder) {
+			if req, ok := owner(e.Object); ok {
+				q.Add(req)
+			}
+		},
+	}
+}
+
+// memberWait is how long a change of one of the cluster's instances waits before the cluster
+// reconciles (memberPace).
+func (r *TiledClusterReconciler) memberWait(cluster types.NamespacedName) time.Duration {
+	d, ok := r.took.Load(cluster)
+	if !ok {
+		return 0
+	}
+	return min(memberPace*d.(time.Duration), maxMemberWait)
 }
 
 type memo struct {
@@ -95,13 +145,17 @@ type expansionView struct {
 	// cluster is namespace/name, for errors.
 	cluster string
 	m       *memo
-	typed   []*tiledv1alpha1.TiledInstance
+	// mu guards typed: the instances of one reconcile are applied concurrently (carryOut).
+	mu    sync.Mutex
+	typed []*tiledv1alpha1.TiledInstance
 	// expand runs the engine again on the memo's inputs.
 	expand func() ([]*tiledv1alpha1.TiledInstance, error)
 }
 
 // get returns the expanded instance of intent i.
 func (v *expansionView) get(i int) (*tiledv1alpha1.TiledInstance, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
 	if v.typed == nil {
 		typed, err := v.expand()
 		if err != nil {
@@ -229,7 +283,7 @@ func (r *TiledClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("tiledcluster").
 		For(&tiledv1alpha1.TiledCluster{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Owns(&tiledv1alpha1.TiledInstance{}, builder.WithPredicates(notCreated)).
+		Watches(&tiledv1alpha1.TiledInstance{}, r.memberHandler()).
 		Watches(&tiledv1alpha1.TiledProfile{}, profileHandler(r.Client, true))
 	if r.Resync != nil {
 		b = b.WatchesRawSource(source.Channel(r.Resync, &handler.EnqueueRequestForObject{}))
@@ -245,10 +299,10 @@ func profileHandler(c client.Client, forClusters bool) handler.EventHandler {
 		var clusters tiledv1alpha1.TiledClusterList
 		var instances tiledv1alpha1.TiledInstanceList
 		if forClusters {
-			if err := c.List(ctx, &clusters, client.InNamespace(ns)); err != nil {
+			if err := c.List(ctx, &clusters, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil { // read only
 				return
 			}
-		} else if err := c.List(ctx, &instances, client.InNamespace(ns)); err != nil {
+		} else if err := c.List(ctx, &instances, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil { // read only
 			return
 		}
 		cl, in := profiles.Affected(old, updated, clusters.Items, instances.Items)
@@ -280,9 +334,18 @@ func profileHandler(c client.Client, forClusters bool) handler.EventHandler {
 // Reconcile expands one TiledCluster and applies its instances.
 func (r *TiledClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	logger := log.FromContext(ctx).WithValues("cluster", req.String())
+	start, gone := time.Now(), false
+	defer func() {
+		if gone {
+			r.took.Delete(req.NamespacedName)
+		} else {
+			r.took.Store(req.NamespacedName, time.Since(start))
+		}
+	}()
 	cluster := &tiledv1alpha1.TiledCluster{}
 	if err := r.Client.Get(ctx, req.NamespacedName, cluster); err != nil {
 		if apierrors.IsNotFound(err) {
+			gone = true
 			r.expansions.Delete(req.NamespacedName)
 			r.Applier.ForgetGroup(req.String())
 		}
@@ -440,23 +503,22 @@ func (m *memo) observe(cluster *tiledv1alpha1.TiledCluster, byName map[string]*t
 	return observed, current, held, nil
 }
 
-// carryOut applies the instances the plan says to apply, and returns how many instances count as
-// ready and the ones refused (a name taken, or the API server refusing the object).
+// carryOut applies the instances the plan says to apply, a few at once (the instance controller
+// starts on each as soon as it exists), and returns how many instances count as ready and the ones
+// refused (a name taken, or the API server refusing the object), in the plan's order.
 func (r *TiledClusterReconciler) carryOut(ctx context.Context, cluster *tiledv1alpha1.TiledCluster, plan rollout.Plan, intents []intent,
 	current []*tiledv1alpha1.TiledInstance, view *expansionView) (int, []string, error) {
-	ready := 0
-	var refused []string
-	for i, d := range plan.Decisions {
-		switch d.Action {
-		case rollout.Refuse:
-			refused = append(refused, fmt.Sprintf("%s (NameTaken: a TiledInstance of that name exists and %s; it is not adopted — rename the beamline or remove that object)", d.Name, d.Foreign))
-			continue
-		case rollout.Hold, rollout.Wait:
-			if d.CountsReady {
-				ready++ // held: serving, on the spec it had
-			}
-			continue
-		}
+	var (
+		mu      sync.Mutex
+		ready   int
+		refused = make([]string, len(plan.Decisions))
+		firstEr error
+		wg      sync.WaitGroup
+	)
+	work := make(chan int)
+	group := applier.Group(types.NamespacedName{Namespace: cluster.Namespace, Name: cluster.Name}.String())
+	apply := func(i int) {
+		d := plan.Decisions[i]
 		build := func() (runtime.ApplyConfiguration, error) {
 			typed, err := view.get(i)
 			if err != nil {
@@ -465,22 +527,68 @@ func (r *TiledClusterReconciler) carryOut(ctx context.Context, cluster *tiledv1a
 			obj, _, err := instanceObject(cluster, typed)
 			return client.ApplyConfigurationFromUnstructured(obj), err
 		}
-		group := applier.Group(types.NamespacedName{Namespace: cluster.Namespace, Name: cluster.Name}.String())
-		if _, err := r.Applier.ApplyPrepared(ctx, intents[i].prepared, build, curOrNil(current[i]), group); err != nil {
-			if reason := refusal(err); reason != "" {
-				// One beamline the API server refuses (e.g. a value an expression computed that the
-				// schema rejects) stalls the cluster, naming it; the other beamlines go on.
-				refused = append(refused, fmt.Sprintf("%s (%s: %v)", d.Name, reason, trimError(err)))
-				continue
+		_, err := r.Applier.ApplyPrepared(ctx, intents[i].prepared, build, curOrNil(current[i]), group)
+		mu.Lock()
+		defer mu.Unlock()
+		switch reason := refusal(err); {
+		case reason != "":
+			// One beamline the API server refuses (e.g. a value an expression computed that the
+			// schema rejects) stalls the cluster, naming it; the other beamlines go on.
+			refused[i] = fmt.Sprintf("%s (%s: %v)", d.Name, reason, trimError(err))
+		case err != nil:
+			if firstEr == nil {
+				firstEr = err
 			}
-			return 0, nil, err
-		}
-		if d.CountsReady {
+		case d.CountsReady:
 			ready++
 		}
 	}
-	return ready, refused, nil
+	for range min(applyConcurrency, len(plan.Decisions)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				apply(i)
+			}
+		}()
+	}
+	for i, d := range plan.Decisions {
+		switch d.Action {
+		case rollout.Refuse:
+			refused[i] = fmt.Sprintf("%s (NameTaken: a TiledInstance of that name exists and %s; it is not adopted — rename the beamline or remove that object)", d.Name, d.Foreign)
+			continue
+		case rollout.Hold, rollout.Wait:
+			if d.CountsReady {
+				mu.Lock()
+				ready++ // held: serving, on the spec it had
+				mu.Unlock()
+			}
+			continue
+		}
+		mu.Lock()
+		failed := firstEr != nil
+		mu.Unlock()
+		if failed {
+			break // the reconcile fails and is retried; the applies already sent stand
+		}
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	if firstEr != nil {
+		return 0, nil, firstEr
+	}
+	var out []string
+	for _, msg := range refused {
+		if msg != "" {
+			out = append(out, msg)
+		}
+	}
+	return ready, out, nil
 }
+
+// applyConcurrency is how many TiledInstances one cluster reconcile applies at once.
+const applyConcurrency = DefaultInstanceConcurrency
 
 // setRolloutStatus sets the instance counts, status.held and the Ready, Reconciling and Stalled
 // conditions of a cluster that expanded, from the rollout plan and what carrying it out gave.
@@ -634,8 +742,15 @@ func (r *TiledClusterReconciler) prune(ctx context.Context, cluster *tiledv1alph
 // goes only once its instance is gone from the cache: while the instance controller can still see
 // the instance, it would put a deleted volume back.
 func (r *TiledClusterReconciler) releaseVolumes(ctx context.Context, cluster *tiledv1alpha1.TiledCluster, desired map[string]bool) error {
+	// Only the volumes of instances the cluster no longer wants: this runs on every reconcile, and a
+	// fleet has two volumes an instance, which the cache's selector skips without copying. The
+	// cache's own objects, not copies: nothing below modifies them.
+	selector, err := releasedVolumes(cluster.Name, desired)
+	if err != nil {
+		return err
+	}
 	var pvs corev1.PersistentVolumeList
-	if err := r.Client.List(ctx, &pvs, client.MatchingLabels{tiledv1alpha1.LabelCluster: cluster.Name, tiledv1alpha1.LabelManagedBy: tiledv1alpha1.ManagedByValue}); err != nil {
+	if err := r.Client.List(ctx, &pvs, client.MatchingLabelsSelector{Selector: selector}, client.UnsafeDisableDeepCopy); err != nil {
 		return err
 	}
 	for i := range pvs.Items {
@@ -657,6 +772,33 @@ func (r *TiledClusterReconciler) releaseVolumes(ctx context.Context, cluster *ti
 	return nil
 }
 
+// releasedVolumes selects the NFS PersistentVolumes of a cluster's instances other than desired.
+func releasedVolumes(cluster string, desired map[string]bool) (labels.Selector, error) {
+	managed, err := labels.NewRequirement(tiledv1alpha1.LabelManagedBy, selection.Equals, []string{tiledv1alpha1.ManagedByValue})
+	if err != nil {
+		return nil, err
+	}
+	ofCluster, err := labels.NewRequirement(tiledv1alpha1.LabelCluster, selection.Equals, []string{cluster})
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(desired))
+	for n := range desired {
+		names = append(names, n)
+	}
+	sel := labels.NewSelector().Add(*managed, *ofCluster)
+	if len(names) == 0 {
+		return sel, nil
+	}
+	notWanted, err := labels.NewRequirement("app.kubernetes.io/instance", selection.NotIn, names)
+	if err != nil {
+		// A name that is no label value has no volume labelled with it: the caller's own check of
+		// each volume against desired does the same, with copies.
+		return sel, nil //nolint:nilerr // the selector without the requirement selects more, never less
+	}
+	return sel.Add(*notWanted), nil
+}
+
 // LabelReleased marks a data or database claim, or the Secret, kept by the Retain policy after its
 // instance was removed: `kubectl get pvc,secret -l tiled.blueskyproject.io/released=true` lists them.
 const LabelReleased = "tiled.blueskyproject.io/released"
@@ -664,8 +806,9 @@ const LabelReleased = "tiled.blueskyproject.io/released"
 // release labels the claims and the Secret an instance leaves behind under the Retain policy (they
 // have no owner reference, so the garbage collector keeps them) and returns their names.
 func (r *TiledClusterReconciler) release(ctx context.Context, ti *tiledv1alpha1.TiledInstance) ([]string, error) {
-	var claims corev1.PersistentVolumeClaimList
-	if err := r.Client.List(ctx, &claims, client.InNamespace(ti.Namespace),
+	claims := &metav1.PartialObjectMetadataList{}
+	claims.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PersistentVolumeClaimList"))
+	if err := r.Client.List(ctx, claims, client.InNamespace(ti.Namespace),
 		client.MatchingLabels{"app.kubernetes.io/instance": ti.Name, tiledv1alpha1.LabelManagedBy: tiledv1alpha1.ManagedByValue}); err != nil {
 		return nil, err
 	}

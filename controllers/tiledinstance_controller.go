@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -84,13 +86,42 @@ func serviceMonitor() *unstructured.Unstructured {
 }
 
 // ChildKinds are the namespaced kinds the instance controller owns, watches (through a cache
-// restricted to objects labelled as managed by the operator) and prunes.
+// restricted to objects labelled as managed by the operator) and prunes. The kinds whose content the
+// operator never reads — ConfigMaps, Services, claims, Ingresses, PodDisruptionBudgets: it needs
+// their existence, owner, labels, intent annotation and managers — are watched and cached as
+// metadata only (metav1.PartialObjectMetadata, MetadataOnly); the StatefulSet (its status) and the
+// Secret (its generated keys) whole.
 func ChildKinds() []client.Object {
 	return []client.Object{
-		&corev1.ConfigMap{}, &corev1.Secret{}, &corev1.Service{}, &corev1.PersistentVolumeClaim{},
-		&appsv1.StatefulSet{}, &networkingv1.Ingress{}, &policyv1.PodDisruptionBudget{},
+		metadataOnly(corev1.SchemeGroupVersion.WithKind("ConfigMap")), &corev1.Secret{},
+		metadataOnly(corev1.SchemeGroupVersion.WithKind("Service")),
+		metadataOnly(corev1.SchemeGroupVersion.WithKind("PersistentVolumeClaim")),
+		&appsv1.StatefulSet{},
+		metadataOnly(networkingv1.SchemeGroupVersion.WithKind("Ingress")),
+		metadataOnly(policyv1.SchemeGroupVersion.WithKind("PodDisruptionBudget")),
 	}
 }
+
+// metadataOnly is the metadata of an object of the kind gvk: as the cache holds the child kinds it
+// does not read the content of.
+func metadataOnly(gvk schema.GroupVersionKind) *metav1.PartialObjectMetadata {
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(gvk)
+	return m
+}
+
+// MetadataOnly says whether the operator caches the child kind gvk as metadata only (ChildKinds).
+func MetadataOnly(gvk schema.GroupVersionKind) bool { return metadataOnlyKinds[gvk] }
+
+var metadataOnlyKinds = func() map[schema.GroupVersionKind]bool {
+	out := map[schema.GroupVersionKind]bool{}
+	for _, k := range ChildKinds() {
+		if m, ok := k.(*metav1.PartialObjectMetadata); ok {
+			out[m.GroupVersionKind()] = true
+		}
+	}
+	return out
+}()
 
 // TiledInstanceReconciler renders and applies the objects of each TiledInstance: its ConfigMap,
 // Secret, StatefulSet, Services, volumes, optional Ingress, PodDisruptionBudget and ServiceMonitor,
@@ -131,6 +162,99 @@ type TiledInstanceReconciler struct {
 	// secrets remembers the Secret data last applied per instance, so that a Secret the cache has not
 	// yet seen is never regenerated.
 	secrets sync.Map // types.NamespacedName -> instanceSecrets
+	// rendered remembers, per instance, the applier's prepared form of the objects its last render
+	// gave and the inputs it came from: a reconcile caused by a child's status (the most common kind)
+	// has the same inputs, and render is pure, so it need not render nor encode them again. The
+	// objects themselves are rendered again only when one must be sent.
+	rendered sync.Map // types.NamespacedName -> *renderMemo
+}
+
+// renderMemo is an instance's last render: the hash of its inputs and the prepared objects.
+type renderMemo struct {
+	inputs   [32]byte
+	prepared []applier.Prepared
+}
+
+// intentSet is the objects one reconcile applies: their prepared form, and the objects themselves,
+// rendered at most once and only if one must be sent.
+type intentSet struct {
+	prepared []applier.Prepared
+	render   func() ([]*unstructured.Unstructured, error)
+	objects  []*unstructured.Unstructured
+}
+
+// object returns the apply configuration of intent i.
+func (s *intentSet) object(i int) (runtime.ApplyConfiguration, error) {
+	if s.objects == nil {
+		objs, err := s.render()
+		if err != nil {
+			return nil, err
+		}
+		s.objects = objs
+	}
+	if len(s.objects) != len(s.prepared) || keyOf(s.objects[i]) != s.prepared[i].Key {
+		return nil, fmt.Errorf("the render of %s changed under the same inputs", s.prepared[i].Key)
+	}
+	return client.ApplyConfigurationFromUnstructured(s.objects[i]), nil
+}
+
+func keyOf(u *unstructured.Unstructured) applier.Key {
+	return applier.Key{APIVersion: u.GetAPIVersion(), Kind: u.GetKind(), Namespace: u.GetNamespace(), Name: u.GetName()}
+}
+
+// intents renders the instance's objects — or, when the inputs are those of its last render, takes
+// their prepared form from the memo. A render error is returned as such (the instance stalls).
+func (r *TiledInstanceReconciler) intents(key types.NamespacedName, ti, spec *tiledv1alpha1.TiledInstance, in render.Inputs) (*intentSet, error) {
+	objects := func() ([]*unstructured.Unstructured, error) {
+		objs, err := render.Render(spec, in)
+		if err != nil {
+			return nil, &renderError{err}
+		}
+		return InstanceObjects(ti, objs)
+	}
+	inputs, err := renderInputs(ti, spec, in)
+	if err != nil {
+		return nil, err
+	}
+	if m, ok := r.rendered.Load(key); ok && m.(*renderMemo).inputs == inputs {
+		return &intentSet{prepared: m.(*renderMemo).prepared, render: objects}, nil
+	}
+	objs, err := objects()
+	if err != nil {
+		return nil, err
+	}
+	prepared := make([]applier.Prepared, len(objs))
+	for i, u := range objs {
+		if prepared[i], err = applier.Prepare(client.ApplyConfigurationFromUnstructured(u)); err != nil {
+			return nil, err
+		}
+	}
+	r.rendered.Store(key, &renderMemo{inputs: inputs, prepared: prepared})
+	return &intentSet{prepared: prepared, render: objects, objects: objs}, nil
+}
+
+// renderError is an error of render.Render: the instance cannot be rendered.
+type renderError struct{ err error }
+
+func (e *renderError) Error() string { return e.err.Error() }
+func (e *renderError) Unwrap() error { return e.err }
+
+// renderInputs hashes everything the objects of an instance are rendered from: the owner
+// (InstanceObjects' controller reference), the expanded instance's name, namespace, labels,
+// annotations and spec, and render's other inputs (the Secret's data, an external database's keys,
+// whether ServiceMonitors exist).
+func renderInputs(ti, spec *tiledv1alpha1.TiledInstance, in render.Inputs) ([32]byte, error) {
+	data, err := json.Marshal(struct {
+		UID, Name               string
+		SpecName, SpecNamespace string
+		Labels, Annotations     map[string]string
+		Spec                    tiledv1alpha1.TiledInstanceSpec
+		In                      render.Inputs
+	}{string(ti.UID), ti.Name, spec.Name, spec.Namespace, spec.Labels, spec.Annotations, spec.Spec, in})
+	if err != nil {
+		return [32]byte{}, err
+	}
+	return sha256.Sum256(data), nil
 }
 
 // instanceSecrets is the Secret data last applied for the instance with this UID.
@@ -159,7 +283,7 @@ func (r *TiledInstanceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	// Retained claims and the Secret under the Retain policy have no owner reference, so the watches
 	// above do not map their deletion to the instance; their instance label does.
-	for _, obj := range []client.Object{&corev1.Secret{}, &corev1.PersistentVolumeClaim{}} {
+	for _, obj := range []client.Object{&corev1.Secret{}, metadataOnly(corev1.SchemeGroupVersion.WithKind("PersistentVolumeClaim"))} {
 		gvk, err := apiutil.GVKForObject(obj, mgr.GetScheme())
 		if err != nil {
 			return err
@@ -243,7 +367,8 @@ var unpaused = predicate.Funcs{
 // clusterInstances maps a TiledCluster to its instances, from the cache.
 func (r *TiledInstanceReconciler) clusterInstances(ctx context.Context, o client.Object) []reconcile.Request {
 	var list tiledv1alpha1.TiledInstanceList
-	if err := r.Client.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingLabels{tiledv1alpha1.LabelCluster: o.GetName()}); err != nil {
+	if err := r.Client.List(ctx, &list, client.InNamespace(o.GetNamespace()), client.MatchingLabels{tiledv1alpha1.LabelCluster: o.GetName()},
+		client.UnsafeDisableDeepCopy); err != nil { // read only
 		return nil
 	}
 	out := make([]reconcile.Request, 0, len(list.Items))
@@ -307,6 +432,7 @@ func (r *TiledInstanceReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 		if apierrors.IsNotFound(err) {
 			// Gone: what was remembered for it goes too.
 			r.secrets.Delete(req.NamespacedName)
+			r.rendered.Delete(req.NamespacedName)
 			r.Applier.ForgetGroup(req.String())
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -356,12 +482,19 @@ func (r *TiledInstanceReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 		return ctrl.Result{}, err
 	}
 	in.SecretData = data
-	objs, err := render.Render(spec, in)
+	intents, err := r.intents(req.NamespacedName, ti, spec, in)
+	var renderErr *renderError
+	if errors.As(err, &renderErr) {
+		return ctrl.Result{}, r.stalled(ctx, ti, status, ReasonRenderFailed, renderErr.Error())
+	}
 	if err != nil {
-		return ctrl.Result{}, r.stalled(ctx, ti, status, ReasonRenderFailed, err.Error())
+		return ctrl.Result{}, err
 	}
 
-	applied, unseen, err := r.applyAll(ctx, ti, objs)
+	applied, unseen, err := r.applyAll(ctx, ti, intents)
+	if errors.As(err, &renderErr) {
+		return ctrl.Result{}, r.stalled(ctx, ti, status, ReasonRenderFailed, renderErr.Error())
+	}
 	var refused *childRefusedError
 	if errors.As(err, &refused) {
 		// Retrying cannot help (e.g. an immutable field of a claim): say so once, and wait for a
@@ -530,11 +663,18 @@ func (r *TiledInstanceReconciler) clusterPaused(ctx context.Context, ti *tiledv1
 	if ref == nil || ref.Kind != "TiledCluster" {
 		return false, nil
 	}
-	c := &tiledv1alpha1.TiledCluster{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: ti.Namespace, Name: ref.Name}, c); err != nil {
-		return false, client.IgnoreNotFound(err)
+	// The cache's own clusters, not a copy: a Get would copy the whole cluster, a thousand
+	// beamlines' spec, on every reconcile of every one of its instances, to read one field.
+	var clusters tiledv1alpha1.TiledClusterList
+	if err := r.Client.List(ctx, &clusters, client.InNamespace(ti.Namespace), client.UnsafeDisableDeepCopy); err != nil {
+		return false, err
 	}
-	return c.UID == ref.UID && c.Spec.Paused, nil
+	for i := range clusters.Items {
+		if c := &clusters.Items[i]; c.Name == ref.Name {
+			return c.UID == ref.UID && c.Spec.Paused, nil
+		}
+	}
+	return false, nil
 }
 
 // secretData returns the complete data of the instance's Secret: what exists (in the cache, or last
@@ -602,22 +742,19 @@ func (r *TiledInstanceReconciler) externalSecretKeys(ctx context.Context, ti *ti
 
 // applyAll applies every rendered object, owned by the instance (except retained data claims), and
 // returns their keys.
-func (r *TiledInstanceReconciler) applyAll(ctx context.Context, ti *tiledv1alpha1.TiledInstance, objs *render.Objects) (applied map[applier.Key]int64, unseen time.Duration, err error) {
-	intents, err := InstanceObjects(ti, objs)
-	if err != nil {
-		return nil, 0, err
-	}
+func (r *TiledInstanceReconciler) applyAll(ctx context.Context, ti *tiledv1alpha1.TiledInstance, intents *intentSet) (applied map[applier.Key]int64, unseen time.Duration, err error) {
 	applied = map[applier.Key]int64{}
 	group := client.ObjectKeyFromObject(ti).String()
-	for _, u := range intents {
-		current, err := r.current(ctx, u)
+	for i, p := range intents.prepared {
+		current, err := r.currentByKey(ctx, p.Key)
 		if err != nil {
 			return nil, 0, err
 		}
-		res, err := r.Applier.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), current, applier.Group(group))
+		build := func() (runtime.ApplyConfiguration, error) { return intents.object(i) }
+		res, err := r.Applier.ApplyPrepared(ctx, p, build, current, applier.Group(group))
 		if apierrors.IsConflict(err) {
 			// A conflict can be a race with another writer: one more try before calling it a refusal.
-			res, err = r.Applier.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), current, applier.Group(group))
+			res, err = r.Applier.ApplyPrepared(ctx, p, build, current, applier.Group(group))
 		}
 		if reason := refusal(err); reason != "" {
 			return nil, 0, &childRefusedError{Key: res.Key, Reason: reason, Err: err}
@@ -641,8 +778,11 @@ func (r *TiledInstanceReconciler) applyAll(ctx context.Context, ti *tiledv1alpha
 // nothing under that owner drops the label and touches no other field.
 func (r *TiledInstanceReconciler) unrelease(ctx context.Context, current client.Object) error {
 	var kind string
-	switch current.(type) {
-	case *corev1.PersistentVolumeClaim:
+	switch c := current.(type) {
+	case *metav1.PartialObjectMetadata:
+		if c.GroupVersionKind() != corev1.SchemeGroupVersion.WithKind("PersistentVolumeClaim") {
+			return nil
+		}
 		kind = "PersistentVolumeClaim"
 	case *corev1.Secret:
 		kind = "Secret"
@@ -734,7 +874,14 @@ func InstanceObjects(ti *tiledv1alpha1.TiledInstance, objs *render.Objects) ([]*
 
 // current returns the object as the cache holds it, or nil.
 func (r *TiledInstanceReconciler) current(ctx context.Context, u *unstructured.Unstructured) (client.Object, error) {
-	obj, err := r.Client.Scheme().New(u.GroupVersionKind())
+	gvk := u.GroupVersionKind()
+	var obj runtime.Object
+	var err error
+	if MetadataOnly(gvk) {
+		obj = metadataOnly(gvk)
+	} else {
+		obj, err = r.Client.Scheme().New(gvk)
+	}
 	if err != nil {
 		// Kinds outside the scheme (ServiceMonitor) are read as unstructured.
 		cur := &unstructured.Unstructured{}
@@ -787,20 +934,14 @@ func (r *TiledInstanceReconciler) prune(ctx context.Context, ti *tiledv1alpha1.T
 func (r *TiledInstanceReconciler) listOwned(ctx context.Context, proto client.Object, ti *tiledv1alpha1.TiledInstance) ([]client.Object, error) {
 	var list client.ObjectList
 	switch p := proto.(type) {
-	case *corev1.ConfigMap:
-		list = &corev1.ConfigMapList{}
+	case *metav1.PartialObjectMetadata:
+		ml := &metav1.PartialObjectMetadataList{}
+		ml.SetGroupVersionKind(p.GroupVersionKind().GroupVersion().WithKind(p.Kind + "List"))
+		list = ml
 	case *corev1.Secret:
 		list = &corev1.SecretList{}
-	case *corev1.Service:
-		list = &corev1.ServiceList{}
-	case *corev1.PersistentVolumeClaim:
-		list = &corev1.PersistentVolumeClaimList{}
 	case *appsv1.StatefulSet:
 		list = &appsv1.StatefulSetList{}
-	case *networkingv1.Ingress:
-		list = &networkingv1.IngressList{}
-	case *policyv1.PodDisruptionBudget:
-		list = &policyv1.PodDisruptionBudgetList{}
 	case *unstructured.Unstructured:
 		// ServiceMonitors: not in the scheme, not indexed; few per namespace, selected by label.
 		ul := &unstructured.UnstructuredList{}

@@ -184,11 +184,12 @@ func (r *TiledProfileReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		return ctrl.Result{}, err
 	}
 	var clusters tiledv1alpha1.TiledClusterList
-	if err := r.Client.List(ctx, &clusters, client.InNamespace(p.Namespace)); err != nil {
+	if err := r.Client.List(ctx, &clusters, client.InNamespace(p.Namespace), client.UnsafeDisableDeepCopy); err != nil { // read only
 		return ctrl.Result{}, err
 	}
 	var instances tiledv1alpha1.TiledInstanceList
-	if err := r.Client.List(ctx, &instances, client.InNamespace(p.Namespace)); err != nil {
+	// The cache's own instances, not copies (a profile selected by a thousand of them): read only.
+	if err := r.Client.List(ctx, &instances, client.InNamespace(p.Namespace), client.UnsafeDisableDeepCopy); err != nil {
 		return ctrl.Result{}, err
 	}
 	status := profileStatus(p, v, clusters.Items, instances.Items)

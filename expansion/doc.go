@@ -22,10 +22,11 @@
 // # Merging
 //
 // Each layer is converted to a structured-merge-diff typed value with the CRD's own OpenAPI schema
-// (built once per process from the embedded CRDs by the apiextensions OpenAPI builder and
-// managedfields.NewTypeConverter), and the layers are merged with TypedValue.Merge, each one as if it
-// were a field manager applying its fragment (an equivalent, faster order of the same merges is
-// described in docs/design.md). So the merge follows the schema exactly: maps and
+// (built once per process from the embedded CRDs' schemas, named and tagged as the API server
+// publishes them, by managedfields.NewTypeConverter), and the layers are merged with
+// TypedValue.Merge, each one as if it were a field manager applying its fragment (an equivalent,
+// faster order of the same merges is described in docs/design.md). So the merge follows the schema
+// exactly: maps and
 // objects merge field by field, scalars replace, lists marked +listType=map (env and OIDC providers
 // by name, read-only mounts by name) merge item by item by key, and other lists are replaced whole.
 // A field the schema does not declare is an *UnknownFieldError.

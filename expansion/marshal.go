@@ -171,30 +171,10 @@ func DecodeAll(name string, r io.Reader) ([]runtime.Object, error) {
 	return decodeAll(name, r, Decode)
 }
 
-// DecodeChecked decodes a document with Decode and then checks it as the API server would before
-// admitting it (CheckSchema): the CRD's bounds, patterns and CEL rules included.
-func DecodeChecked(doc []byte) (runtime.Object, error) {
-	obj, err := Decode(doc)
-	if err != nil {
-		return nil, err
-	}
-	j, err := yaml.YAMLToJSON(doc)
-	if err != nil {
-		return nil, err
-	}
-	var m map[string]any
-	if err := utiljson.Unmarshal(j, &m); err != nil {
-		return nil, err
-	}
-	if err := CheckSchema(&unstructured.Unstructured{Object: m}); err != nil {
-		return nil, err
-	}
-	return obj, nil
-}
-
-// DecodeAllChecked is DecodeAll with DecodeChecked: what kubectl-tiled reads.
-func DecodeAllChecked(name string, r io.Reader) ([]runtime.Object, error) {
-	return decodeAll(name, r, DecodeChecked)
+// DecodeAllWith is DecodeAll with another decoder of one document (schemacheck.DecodeChecked adds
+// the API server's schema checks).
+func DecodeAllWith(name string, r io.Reader, decode func([]byte) (runtime.Object, error)) ([]runtime.Object, error) {
+	return decodeAll(name, r, decode)
 }
 
 func decodeAll(name string, r io.Reader, decode func([]byte) (runtime.Object, error)) ([]runtime.Object, error) {

@@ -1,14 +1,15 @@
 package expansion
 
 import (
+	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	"k8s.io/apiextensions-apiserver/pkg/controller/openapi/builder"
 	"k8s.io/apimachinery/pkg/util/managedfields"
 	"k8s.io/kube-openapi/pkg/validation/spec"
 
@@ -76,13 +77,11 @@ func buildSchema() (*schemaInfo, error) {
 		if plural == "tiledinstances" {
 			instanceCRD = c
 		}
-		openapi, err := builder.BuildOpenAPIV3(c, v1alpha1.GroupVersion.Version, builder.Options{})
+		name, model, err := openAPIModel(c, v1alpha1.GroupVersion.Version)
 		if err != nil {
-			return nil, fmt.Errorf("building the OpenAPI schema of %s: %w", plural, err)
+			return nil, fmt.Errorf("the OpenAPI schema of %s: %w", plural, err)
 		}
-		for name, s := range openapi.Components.Schemas {
-			models[name] = s
-		}
+		models[name] = model
 	}
 	tc, err := managedfields.NewTypeConverter(models, false)
 	if err != nil {
@@ -111,6 +110,35 @@ func buildSchema() (*schemaInfo, error) {
 	})
 	sort.Slice(info.unions, func(i, j int) bool { return info.unions[i].parent < info.unions[j].parent })
 	return info, nil
+}
+
+// openAPIModel returns the OpenAPI model of a CRD's version as managedfields.NewTypeConverter reads
+// it: the version's schema, named like the API server names it (the group reversed, the version,
+// the kind) and tagged with its group, version and kind. The type converter reads only the
+// structure — types, properties, items, additionalProperties and the x-kubernetes list and map
+// extensions — which the CRD's schema holds as it is; the JSON forms of apiextensions' and
+// kube-openapi's schema types are the same OpenAPI v3 schema.
+func openAPIModel(c *apiextensionsv1.CustomResourceDefinition, version string) (string, *spec.Schema, error) {
+	for _, v := range c.Spec.Versions {
+		if v.Name != version || v.Schema == nil || v.Schema.OpenAPIV3Schema == nil {
+			continue
+		}
+		raw, err := json.Marshal(v.Schema.OpenAPIV3Schema)
+		if err != nil {
+			return "", nil, err
+		}
+		model := &spec.Schema{}
+		if err := json.Unmarshal(raw, model); err != nil {
+			return "", nil, err
+		}
+		model.AddExtension("x-kubernetes-group-version-kind", []any{
+			map[string]any{"group": c.Spec.Group, "version": version, "kind": c.Spec.Names.Kind},
+		})
+		parts := strings.Split(c.Spec.Group, ".")
+		slices.Reverse(parts)
+		return strings.Join(parts, ".") + "." + version + "." + c.Spec.Names.Kind, model, nil
+	}
+	return "", nil, fmt.Errorf("no %s schema in the CRD %s", version, c.Name)
 }
 
 var (

@@ -1,6 +1,10 @@
 package operator
 
 import (
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
 	"unique"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -8,6 +12,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
@@ -27,18 +32,18 @@ import (
 //     references and labels, the ExternalEdits condition from the managers;
 //   - StatefulSet: spec.replicas and the whole status (readiness: observedGeneration,
 //     readyReplicas, updatedReplicas); the pod template and claim templates are dropped;
-//   - ConfigMap: no data (the operator renders config.yml, it never reads it back);
+//   - ConfigMap, Service, PersistentVolumeClaim, Ingress, PodDisruptionBudget: watched as metadata
+//     only (controllers.ChildKinds), so the API server sends no content; were one read typed, its
+//     content would be dropped here all the same (a ConfigMap its data, the others spec and status);
 //   - Secret: kept whole — the instance controller reads its data, so that generated keys and
 //     passwords are never generated twice;
-//   - Service, PersistentVolumeClaim, Ingress, PodDisruptionBudget: metadata only (existence,
-//     ownership, labels);
 //   - PersistentVolume (the NFS volumes): spec.claimRef and spec.nfs (the cluster controller deletes
 //     a removed instance's NFS volumes, and maps a deleted volume to its instance, by them).
 //
 // The trimmed objects are never written back: every write is a server-side apply of a rendered
 // intent, and deletes carry only the UID.
-func trimTransform(owner string) toolscache.TransformFunc {
-	slim := applier.SlimManagedFields(owner)
+func trimTransform() toolscache.TransformFunc {
+	slim := applier.SlimManagedFields(tiledv1alpha1.FieldOwner)
 	return func(in any) (any, error) {
 		in, err := slim(in)
 		if err != nil {
@@ -60,27 +65,118 @@ func internStrings(obj any) {
 		return
 	}
 	o.SetNamespace(intern(o.GetNamespace()))
-	o.SetLabels(internMap(o.GetLabels()))
+	if m, ok := obj.(interface{ GetObjectMeta() metav1.Object }); ok {
+		if om, ok := m.GetObjectMeta().(*metav1.ObjectMeta); ok {
+			om.Labels = labelSets.share(om, om.Labels)
+		}
+	} else {
+		o.SetLabels(internMap(o.GetLabels()))
+	}
 	o.SetAnnotations(internMap(o.GetAnnotations()))
 	refs := o.GetOwnerReferences()
 	for i := range refs {
 		refs[i].APIVersion, refs[i].Kind = intern(refs[i].APIVersion), intern(refs[i].Kind)
+		// The children of one instance name the same owner.
+		refs[i].Name, refs[i].UID = intern(refs[i].Name), types.UID(intern(string(refs[i].UID)))
 	}
 	mf := o.GetManagedFields()
 	for i := range mf {
 		mf[i].Manager, mf[i].APIVersion = intern(mf[i].Manager), intern(mf[i].APIVersion)
 		mf[i].FieldsType, mf[i].Subresource = intern(mf[i].FieldsType), intern(mf[i].Subresource)
+		mf[i].Operation = metav1.ManagedFieldsOperationType(intern(string(mf[i].Operation)))
 	}
 	fin := o.GetFinalizers()
 	for i := range fin {
 		fin[i] = intern(fin[i])
 	}
 	if ti, ok := obj.(*tiledv1alpha1.TiledInstance); ok {
-		ti.Provenance = internMap(ti.Provenance)
+		// Instances of the same profiles and overrides have the same provenance.
+		ti.Provenance = provenanceSets.share(&ti.ObjectMeta, ti.Provenance)
 	}
 }
 
 func intern(s string) string { return unique.Make(s).Value() }
+
+// labelSets and provenanceSets share label maps and TiledInstance provenance maps among the cached
+// objects.
+var labelSets, provenanceSets = newSharedMaps(), newSharedMaps()
+
+// sharedMaps gives cached objects whose labels are equal one map between them: the children of an
+// instance carry the same labels but for their component (server or database), so a thousand
+// instances' sixteen thousand children need about two thousand maps, not sixteen thousand (a small
+// map costs some 300 bytes, however few its entries). A map is counted by the objects that hold it
+// and forgotten when the last of them is collected (runtime.AddCleanup), so the table follows the
+// cache. The maps are never written: the cache hands out deep copies, and the event handlers only
+// read.
+type sharedMaps struct {
+	mu   sync.Mutex
+	maps map[string]*sharedMap
+}
+
+type sharedMap struct {
+	key  string
+	m    map[string]string
+	refs int
+}
+
+func newSharedMaps() *sharedMaps { return &sharedMaps{maps: map[string]*sharedMap{}} }
+
+// share returns the shared map equal to m (a copy of m, interned, if it is the first of its kind),
+// counting holder (the metadata of the object that will hold it) as one of its users until it is
+// collected.
+func (s *sharedMaps) share(holder *metav1.ObjectMeta, m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return m
+	}
+	key := mapKey(m)
+	s.mu.Lock()
+	e, ok := s.maps[key]
+	if !ok {
+		e = &sharedMap{key: key, m: internMap(m)}
+		s.maps[key] = e
+	}
+	e.refs++
+	s.mu.Unlock()
+	runtime.AddCleanup(holder, s.release, e)
+	return e.m
+}
+
+func (s *sharedMaps) release(e *sharedMap) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e.refs--; e.refs <= 0 && s.maps[e.key] == e {
+		delete(s.maps, e.key)
+	}
+}
+
+// len is the number of distinct maps shared.
+func (s *sharedMaps) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.maps)
+}
+
+// mapKey is a canonical encoding of m: its entries sorted by key, each string length-prefixed.
+func mapKey(m map[string]string) string {
+	keys := make([]string, 0, len(m))
+	n := 0
+	for k, v := range m {
+		keys = append(keys, k)
+		n += len(k) + len(v) + 8
+	}
+	slices.Sort(keys)
+	b := make([]byte, 0, n)
+	for _, k := range keys {
+		b = strconv.AppendInt(b, int64(len(k)), 10)
+		b = append(b, ':')
+		b = append(b, k...)
+		v := m[k]
+		b = strconv.AppendInt(b, int64(len(v)), 10)
+		b = append(b, ':')
+		b = append(b, v...)
+	}
+	return string(b)
+}
 
 // internMap returns m with its keys and values interned (a new map of the same size).
 func internMap(m map[string]string) map[string]string {

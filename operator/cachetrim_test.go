@@ -1,6 +1,8 @@
 package operator
 
 import (
+	"reflect"
+	"runtime"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -117,7 +119,7 @@ func TestTrimTransform(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
-			trim := trimTransform(tiledv1alpha1.FieldOwner)
+			trim := trimTransform()
 			got, err := trim(tc.in(childMeta()))
 			g.Expect(err).NotTo(HaveOccurred())
 			want := tc.out(slimMeta())
@@ -135,11 +137,63 @@ func TestTrimTransformKeepsWhatTheApplierReads(t *testing.T) {
 	g := NewWithT(t)
 	a := applier.New(nil, tiledv1alpha1.FieldOwner, nil)
 	full := &appsv1.StatefulSet{ObjectMeta: childMeta()}
-	out, err := trimTransform(tiledv1alpha1.FieldOwner)(full.DeepCopy())
+	out, err := trimTransform()(full.DeepCopy())
 	g.Expect(err).NotTo(HaveOccurred())
 	trimmed := out.(*appsv1.StatefulSet)
 	g.Expect(a.ForeignManagers(trimmed)).To(Equal(a.ForeignManagers(full)))
 	g.Expect(a.ForeignManagers(trimmed)).To(Equal([]string{"ops-console"}))
 	g.Expect(trimmed.ManagedFields[0].FieldsV1.GetRawString()).To(Equal(string(applier.Fingerprint(full.ManagedFields[0].FieldsV1.GetRawBytes()))))
 	g.Expect(trimmed.ManagedFields[1].FieldsV1).To(BeNil())
+}
+
+// TestLabelMapsAreShared: cached objects with equal labels hold one map between them, objects with
+// other labels another, the labels read the same as before, and the table forgets a map once the
+// last object holding it is collected.
+func TestLabelMapsAreShared(t *testing.T) {
+	g := NewWithT(t)
+	transform := trimTransform()
+	labels := func(component string) map[string]string {
+		return map[string]string{tiledv1alpha1.LabelManagedBy: tiledv1alpha1.ManagedByValue, "app.kubernetes.io/component": component,
+			"app.kubernetes.io/instance": "nsls2-shared-labels"}
+	}
+	cached := func(name, component string) *corev1.Service {
+		m := childMeta()
+		m.Name, m.Labels = name, labels(component)
+		out, err := transform(&corev1.Service{ObjectMeta: m})
+		g.Expect(err).NotTo(HaveOccurred())
+		return out.(*corev1.Service)
+	}
+	a, b, c := cached("a", "server"), cached("b", "server"), cached("c", "database")
+	mapOf := func(s *corev1.Service) uintptr { return reflect.ValueOf(s.Labels).Pointer() }
+	g.Expect(mapOf(a)).To(Equal(mapOf(b)), "equal labels share one map")
+	g.Expect(mapOf(a)).NotTo(Equal(mapOf(c)), "other labels have their own")
+	g.Expect(a.Labels).To(Equal(labels("server")))
+	g.Expect(c.Labels).To(Equal(labels("database")))
+}
+
+// TestSharedMapsFollowTheirHolders: a shared map stays in the table while an object holds it, and
+// goes when the last one is collected.
+func TestSharedMapsFollowTheirHolders(t *testing.T) {
+	g := NewWithT(t)
+	s := newSharedMaps()
+	hold := func(v string) *metav1.ObjectMeta {
+		m := &metav1.ObjectMeta{Labels: map[string]string{"k": v}}
+		m.Labels = s.share(m, m.Labels)
+		return m
+	}
+	a, b, c := hold("1"), hold("1"), hold("2")
+	g.Expect(s.len()).To(Equal(2))
+	collected := func() int {
+		runtime.GC()
+		return s.len()
+	}
+	runtime.KeepAlive(b)
+	runtime.KeepAlive(c)
+	// b and c are not used again: the collector may free them.
+	g.Eventually(collected).Should(Equal(1), "the map of c goes with c; a still holds the other")
+	g.Consistently(collected, "200ms").Should(Equal(1))
+	g.Expect(a.Labels).To(Equal(map[string]string{"k": "1"}))
+	runtime.KeepAlive(a)
+	// Nor a, now.
+	g.Eventually(collected).Should(Equal(0))
 }

@@ -19,7 +19,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
@@ -28,8 +27,18 @@ import (
 	"github.com/bluesky/tiled-operator/controllers/podstatus"
 	"github.com/bluesky/tiled-operator/controllers/traffic"
 	"github.com/bluesky/tiled-operator/expansion"
+	"github.com/bluesky/tiled-operator/operator/metricsauth"
 	"github.com/bluesky/tiled-operator/webhooks"
 )
+
+// DefaultMemoryLimitRatio is the manager's highest soft memory limit (GOMEMLIMIT) as a fraction of
+// its container's memory limit (--memory-limit-ratio).
+const DefaultMemoryLimitRatio = 0.9
+
+// DefaultMemoryTargetRatio is the memory the manager aims to stay within while its caches allow, as
+// a fraction of its container's memory request (--memory-target-ratio; package memtarget). The rest
+// of the request is for what the runtime's limit does not count: the pages of the binary.
+const DefaultMemoryTargetRatio = 0.8
 
 // ManagerOptions configure the operator's controller-runtime manager.
 type ManagerOptions struct {
@@ -132,14 +141,14 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (*Operator, error) {
 	}}
 	metrics := metricsserver.Options{BindAddress: o.MetricsBindAddress, SecureServing: o.SecureMetrics}
 	if o.SecureMetrics {
-		metrics.FilterProvider = filters.WithAuthenticationAndAuthorization
+		metrics.FilterProvider = metricsauth.FilterProvider // TokenReview and SubjectAccessReview, cached
 	}
 	leaseDuration, renewDeadline, retryPeriod := 30*time.Second, 20*time.Second, 5*time.Second
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: scheme,
 		Cache: cache.Options{
 			ByObject: byObject, DefaultNamespaces: namespaces(o.WatchNamespaces),
-			DefaultTransform: trimTransform(tiledv1alpha1.FieldOwner), // managedFields slimmed, child kinds trimmed (cachetrim.go)
+			DefaultTransform: trimTransform(), // managedFields slimmed, child kinds trimmed (cachetrim.go)
 		},
 		// ServiceMonitors are read as unstructured: from the cache too, never past it.
 		Client:                        client.Options{Cache: &client.CacheOptions{Unstructured: true}},

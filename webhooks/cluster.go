@@ -150,7 +150,8 @@ func (h *ClusterValidator) storedAlready(req admission.Request, err error, candi
 // refused, naming both.
 func (h *ClusterValidator) collision(ctx context.Context, c *v1alpha1.TiledCluster, mine []*v1alpha1.TiledInstance) (string, error) {
 	var all v1alpha1.TiledInstanceList
-	if err := h.Reader.List(ctx, &all); err != nil {
+	// The cache's own instances, not copies (every instance of every cluster): read only.
+	if err := h.Reader.List(ctx, &all, client.UnsafeDisableDeepCopy); err != nil {
 		return "", fmt.Errorf("listing TiledInstances: %w", err)
 	}
 	others := make([]*v1alpha1.TiledInstance, 0, len(all.Items))

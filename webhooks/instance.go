@@ -249,7 +249,8 @@ func (h *InstanceValidator) checkExpanded(ctx context.Context, req admission.Req
 		expanded = obj
 	}
 	var all v1alpha1.TiledInstanceList
-	if err := h.Reader.List(ctx, &all); err != nil {
+	// The cache's own instances, not copies: read only.
+	if err := h.Reader.List(ctx, &all, client.UnsafeDisableDeepCopy); err != nil {
 		r := admission.Errored(http.StatusInternalServerError, fmt.Errorf("listing TiledInstances: %w", err))
 		return &r
 	}

@@ -85,7 +85,7 @@ func (h *ProfileValidator) Handle(ctx context.Context, req admission.Request) ad
 		}
 	}
 	var clusters v1alpha1.TiledClusterList
-	if err := h.Reader.List(ctx, &clusters, client.InNamespace(p.Namespace)); err != nil {
+	if err := h.Reader.List(ctx, &clusters, client.InNamespace(p.Namespace), client.UnsafeDisableDeepCopy); err != nil { // read only
 		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("listing TiledClusters: %w", err))
 	}
 	var current v1alpha1.TiledProfileList
@@ -171,10 +171,10 @@ func (h *ProfileValidator) deleted(ctx context.Context, req admission.Request) a
 	}
 	var clusters v1alpha1.TiledClusterList
 	var instances v1alpha1.TiledInstanceList
-	if err := h.Reader.List(ctx, &clusters, client.InNamespace(p.Namespace)); err != nil {
+	if err := h.Reader.List(ctx, &clusters, client.InNamespace(p.Namespace), client.UnsafeDisableDeepCopy); err != nil { // read only
 		return admission.Allowed("").WithWarnings("cannot tell which TiledClusters use TiledProfile " + p.Name + ": " + err.Error())
 	}
-	if err := h.Reader.List(ctx, &instances, client.InNamespace(p.Namespace)); err != nil {
+	if err := h.Reader.List(ctx, &instances, client.InNamespace(p.Namespace), client.UnsafeDisableDeepCopy); err != nil { // read only
 		return admission.Allowed("").WithWarnings("cannot tell which TiledInstances use TiledProfile " + p.Name + ": " + err.Error())
 	}
 	byStatus := map[string]bool{}

@@ -24,6 +24,7 @@ import (
 
 	"github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/expansion"
+	"github.com/bluesky/tiled-operator/expansion/schemacheck"
 	"github.com/bluesky/tiled-operator/render"
 )
 
@@ -1125,7 +1126,7 @@ fail. Values from which nothing at all is carried over are an error.`,
 				out.Write(b)
 			}
 			// The result must be something the operator accepts.
-			if _, err := expansion.DecodeAllChecked("import-helm", bytes.NewReader(out.Bytes())); err != nil {
+			if _, err := schemacheck.DecodeAllChecked("import-helm", bytes.NewReader(out.Bytes())); err != nil {
 				return fmt.Errorf("the imported objects are invalid: %w", err)
 			}
 			if _, err := streams.Out.Write(out.Bytes()); err != nil {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/expansion"
+	"github.com/bluesky/tiled-operator/expansion/schemacheck"
 )
 
 // inputOptions are the flags that say which objects to read: kubectl's -f, -R and -k, read with
@@ -96,7 +97,7 @@ type readOptions struct {
 	namespace string    // for objects that name none
 	// enforce refuses an object of another namespace (-n given), as kubectl apply does.
 	enforce bool
-	// unchecked skips the API server's schema checks (expansion.DecodeAllChecked): for diff, whose
+	// unchecked skips the API server's schema checks (schemacheck.DecodeAllChecked): for diff, whose
 	// server-side dry run makes them.
 	unchecked bool
 }
@@ -153,7 +154,7 @@ func (o *inputOptions) read(ro readOptions) ([]client.Object, error) {
 		if err != nil {
 			return err
 		}
-		decode := expansion.DecodeChecked
+		decode := schemacheck.DecodeChecked
 		if ro.unchecked {
 			decode = expansion.Decode
 		}

@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/bluesky/tiled-operator/operator"
+	"github.com/bluesky/tiled-operator/operator/memtarget"
 	"github.com/bluesky/tiled-operator/webhooks"
 )
 
@@ -61,7 +62,8 @@ func run(args []string) error {
 	fs.BoolVar(&o.LeaderElection, "leader-elect", false, "Elect a leader so that only one replica of the manager is active.")
 	fs.StringVar(&o.LeaderElectionNamespace, "leader-election-namespace", "", "Namespace of the leader-election Lease (default: the manager's own).")
 	wh, webhooksOn := webhooks.BindFlags(fs)
-	memRatio := fs.Float64("memory-limit-ratio", 0.9, "The Go runtime's soft memory limit, as a fraction of the container's limit ($"+EnvMemoryLimit+", bytes); GOMEMLIMIT, when set, wins.")
+	memRatio := fs.Float64("memory-limit-ratio", operator.DefaultMemoryLimitRatio, "The highest soft memory limit of the Go runtime, as a fraction of the container's limit ($"+EnvMemoryLimit+", bytes); GOMEMLIMIT, when set, wins.")
+	targetRatio := fs.Float64("memory-target-ratio", operator.DefaultMemoryTargetRatio, "The memory the manager aims to stay within while its caches allow, as a fraction of the container's request ($"+EnvMemoryRequest+", bytes; 0 aims at nothing); GOMEMLIMIT, when set, wins.")
 	watch := fs.String("watch-namespaces", os.Getenv(EnvWatchNamespaces), "Comma-separated namespaces to watch (default $"+EnvWatchNamespaces+"; empty: all).")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(fs)
@@ -73,7 +75,7 @@ func run(args []string) error {
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 	o.WatchNamespaces = ParseNamespaces(*watch)
 	log := ctrl.Log.WithName("setup")
-	softLimit, err := setMemoryLimit(*memRatio)
+	memory, steer, err := memorySettings(*memRatio, *targetRatio)
 	if err != nil {
 		return err
 	}
@@ -91,9 +93,13 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("setting up the manager: %w", err)
 	}
-	log.Info("operator running", "host", cfg.Host, "goMemoryLimit", softLimit, "namespaces", namespacesForLog(o.WatchNamespaces),
+	log.Info("operator running", "host", cfg.Host, "memoryTarget", memory.Target, "memoryCeiling", memory.Ceiling, "namespaces", namespacesForLog(o.WatchNamespaces),
 		"webhooks", *webhooksOn, "certManagement", certMode(o.Webhooks))
-	return mgr.Start(ctrl.SetupSignalHandler())
+	ctx := ctrl.SetupSignalHandler()
+	if steer {
+		go memtarget.Run(ctx, memory, memtarget.DefaultInterval)
+	}
+	return mgr.Start(ctx)
 }
 
 // ParseNamespaces splits a comma-separated list, dropping blanks and repeats: OLM's

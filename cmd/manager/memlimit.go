@@ -3,35 +3,62 @@ package main
 import (
 	"fmt"
 	"os"
-	"runtime/debug"
 	"strconv"
+
+	"github.com/bluesky/tiled-operator/operator/memtarget"
 )
 
-// EnvMemoryLimit is the environment variable that carries the container's memory limit in bytes
-// (config/manager/manager.yaml sets it from limits.memory through the downward API).
-const EnvMemoryLimit = "MEMORY_LIMIT"
+// EnvMemoryLimit and EnvMemoryRequest are the environment variables that carry the container's
+// memory limit and request in bytes (config/manager/manager.yaml sets them from limits.memory and
+// requests.memory through the downward API).
+const (
+	EnvMemoryLimit   = "MEMORY_LIMIT"
+	EnvMemoryRequest = "MEMORY_REQUEST"
+)
 
-// setMemoryLimit gives the Go runtime a soft memory limit of ratio times the container's limit,
-// so that the garbage collector works harder as the process nears the limit instead of the kernel
-// killing it there. The rest of the limit is headroom for what the soft limit cannot steer in time
-// (a burst of allocations between two collections). GOMEMLIMIT, when set, wins: the runtime has
-// read it already. It returns the limit set (0 when none) for the log.
-func setMemoryLimit(ratio float64) (int64, error) {
+// memorySettings works out the bounds of the Go runtime's soft memory limit (package memtarget):
+// the ceiling is limitRatio of the container's limit, so that the garbage collector works harder as
+// the process nears the limit instead of the kernel killing it there (the rest is headroom for what
+// the soft limit cannot steer in time); the target is targetRatio of the container's request. With
+// GOMEMLIMIT set, nothing is steered (ok is false): the runtime has read it already.
+func memorySettings(limitRatio, targetRatio float64) (s memtarget.Settings, ok bool, err error) {
 	if os.Getenv("GOMEMLIMIT") != "" {
-		return debug.SetMemoryLimit(-1), nil
+		return s, false, nil
 	}
-	v := os.Getenv(EnvMemoryLimit)
+	if limitRatio <= 0 || limitRatio > 1 {
+		return s, false, fmt.Errorf("--memory-limit-ratio=%v: want a ratio in (0, 1]", limitRatio)
+	}
+	if targetRatio < 0 || targetRatio > 1 {
+		return s, false, fmt.Errorf("--memory-target-ratio=%v: want a ratio in [0, 1] (0 steers nothing)", targetRatio)
+	}
+	limit, err := bytesFromEnv(EnvMemoryLimit)
+	if err != nil {
+		return s, false, err
+	}
+	request, err := bytesFromEnv(EnvMemoryRequest)
+	if err != nil {
+		return s, false, err
+	}
+	s = memtarget.Settings{
+		Ceiling:  int64(float64(limit) * limitRatio),
+		Target:   int64(float64(request) * targetRatio),
+		Headroom: memtarget.DefaultHeadroom,
+	}
+	if s.Ceiling > 0 && s.Target > s.Ceiling {
+		s.Target = s.Ceiling
+	}
+	return s, s.Ceiling > 0 || s.Target > 0, nil
+}
+
+// bytesFromEnv reads a quantity in bytes from the environment variable name (0 when unset).
+func bytesFromEnv(name string) (int64, error) {
+	v := os.Getenv(name)
 	if v == "" {
 		return 0, nil
 	}
-	limit, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || limit <= 0 {
-		return 0, fmt.Errorf("$%s=%q is not a memory limit in bytes", EnvMemoryLimit, v)
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("$%s=%q is not a quantity of memory in bytes", name, v)
 	}
-	if ratio <= 0 || ratio > 1 {
-		return 0, fmt.Errorf("--memory-limit-ratio=%v: want a ratio in (0, 1]", ratio)
-	}
-	soft := int64(float64(limit) * ratio)
-	debug.SetMemoryLimit(soft)
-	return soft, nil
+	return n, nil
 }

@@ -167,7 +167,9 @@ func (a *Applier) token(managed []metav1.ManagedFieldsEntry) string {
 	}
 	sort.Strings(foreign)
 	b.WriteString("|" + strings.Join(foreign, ","))
-	return b.String()
+	// The objects of one kind in a fleet mostly share a token (the same field set, no other
+	// manager): the records hold one copy of it.
+	return intern(b.String())
 }
 
 // Fingerprint condenses a managedFields field set (fieldsV1 JSON, always an object) to a short
@@ -177,6 +179,16 @@ func Fingerprint(raw []byte) []byte {
 	if bytes.HasPrefix(raw, fingerprintPrefix) {
 		return raw
 	}
+	// The objects of a fleet repeat a few field sets (every instance's StatefulSet has the operator
+	// manage the same fields), and the cache transform fingerprints every watch event: the canonical
+	// form of the same bytes is worked out once.
+	key := sha256.Sum256(raw)
+	fingerprints.Lock()
+	fp, ok := fingerprints.m[key]
+	fingerprints.Unlock()
+	if ok {
+		return fp
+	}
 	var v any
 	canonical := raw
 	if json.Unmarshal(raw, &v) == nil {
@@ -185,10 +197,28 @@ func Fingerprint(raw []byte) []byte {
 		}
 	}
 	sum := sha256.Sum256(canonical)
-	return append(append([]byte{}, fingerprintPrefix...), hex.EncodeToString(sum[:16])...)
+	fp = append(append(append([]byte{}, fingerprintPrefix...), hex.EncodeToString(sum[:16])...), '"')
+	fingerprints.Lock()
+	if len(fingerprints.m) >= maxFingerprints {
+		clear(fingerprints.m)
+	}
+	fingerprints.m[key] = fp
+	fingerprints.Unlock()
+	return fp
 }
 
-var fingerprintPrefix = []byte("fp:")
+// fingerprints remembers the fingerprints of the field sets seen last (by the SHA-256 of their
+// bytes), up to maxFingerprints of them. The slices are shared: callers copy, never write.
+var fingerprints = struct {
+	sync.Mutex
+	m map[[32]byte][]byte
+}{m: map[[32]byte][]byte{}}
+
+const maxFingerprints = 4096
+
+// fingerprintPrefix starts a fingerprint: a JSON string, so that an unstructured object (a cached
+// ServiceMonitor) can hold it in its managedFields as well as a typed one.
+var fingerprintPrefix = []byte(`"fp:`)
 
 // SlimManagedFields returns a cache transform that drops the field sets of managedFields before an
 // object enters the cache, keeping who manages what (manager, operation, subresource) and, for the
@@ -328,21 +358,19 @@ func (a *Applier) ApplyPrepared(ctx context.Context, p Prepared, build func() (r
 		return Result{Key: key}, fmt.Errorf("applying %s: %w", key, err)
 	}
 	a.applies.WithLabelValues(kind, "sent").Inc()
-	after, err := metaOf(sent)
-	if err != nil {
-		return Result{Key: key, Sent: true}, err
-	}
+	// u is now the object as the API server stored it.
+	post, gen := a.token(u.GetManagedFields()), u.GetGeneration()
 	a.mu.Lock()
 	a.records[key] = &record{
 		intent: intent,
 		at:     time.Now(),
 		group:  intern(o.group),
 		preRV:  preRV,
-		post:   a.token(after.Metadata.ManagedFields),
-		gen:    after.Metadata.Generation,
+		post:   post,
+		gen:    gen,
 	}
 	a.mu.Unlock()
-	return Result{Key: key, Sent: true, Generation: after.Metadata.Generation}, nil
+	return Result{Key: key, Sent: true, Generation: gen}, nil
 }
 
 // ApplyStatus applies ac to the status subresource unless the same status intent was already applied
@@ -459,13 +487,16 @@ func (a *Applier) foreignManagersLocked(o client.Object) []string {
 
 // withIntent returns ac as an unstructured object carrying AnnotationIntent.
 func withIntent(ac runtime.ApplyConfiguration, intent [32]byte) (*unstructured.Unstructured, error) {
-	data, err := json.Marshal(ac)
-	if err != nil {
-		return nil, fmt.Errorf("encoding an apply configuration: %w", err)
-	}
-	u := &unstructured.Unstructured{}
-	if err := json.Unmarshal(data, &u.Object); err != nil {
-		return nil, err
+	u, ok := copyUnstructured(ac)
+	if !ok {
+		data, err := json.Marshal(ac)
+		if err != nil {
+			return nil, fmt.Errorf("encoding an apply configuration: %w", err)
+		}
+		u = &unstructured.Unstructured{}
+		if err := json.Unmarshal(data, &u.Object); err != nil {
+			return nil, err
+		}
 	}
 	ann := u.GetAnnotations()
 	if ann == nil {
@@ -474,6 +505,22 @@ func withIntent(ac runtime.ApplyConfiguration, intent [32]byte) (*unstructured.U
 	ann[AnnotationIntent] = encodeIntent(intent)
 	u.SetAnnotations(ann)
 	return u, nil
+}
+
+// copyUnstructured returns a deep copy of an apply configuration made from an unstructured object
+// (client.ApplyConfigurationFromUnstructured), without encoding it; ok is false for other apply
+// configurations, or an object holding a value JSON has no type for.
+func copyUnstructured(ac runtime.ApplyConfiguration) (u *unstructured.Unstructured, ok bool) {
+	content, isU := ac.(interface{ UnstructuredContent() map[string]any })
+	if !isU {
+		return nil, false
+	}
+	defer func() {
+		if recover() != nil { // runtime.DeepCopyJSON panics on a value of another type
+			u, ok = nil, false
+		}
+	}()
+	return &unstructured.Unstructured{Object: runtime.DeepCopyJSON(content.UnstructuredContent())}, true
 }
 
 func metaOf(ac runtime.ApplyConfiguration) (*meta, error) {

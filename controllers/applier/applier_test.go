@@ -209,6 +209,57 @@ func TestFingerprintIgnoresKeyOrder(t *testing.T) {
 	g.Expect(Fingerprint(a)).To(Equal(a), "a fingerprint passes through")
 }
 
+// TestSlimManagedFieldsOfAnUnstructuredObject: a cached unstructured object (a ServiceMonitor)
+// holds the fingerprint too — it is valid JSON, so the object takes it — and reads the same token
+// as the object before slimming.
+func TestSlimManagedFieldsOfAnUnstructuredObject(t *testing.T) {
+	g := NewWithT(t)
+	u := &unstructured.Unstructured{}
+	u.SetAPIVersion("monitoring.coreos.com/v1")
+	u.SetKind("ServiceMonitor")
+	u.SetManagedFields([]metav1.ManagedFieldsEntry{
+		{Manager: "tiled-operator", Operation: metav1.ManagedFieldsOperationApply, APIVersion: "monitoring.coreos.com/v1", FieldsV1: metav1.NewFieldsV1(`{"f:spec":{"f:endpoints":{}}}`)},
+		{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "monitoring.coreos.com/v1", FieldsV1: metav1.NewFieldsV1(`{"f:metadata":{}}`)},
+	})
+	a := New(&server{objects: map[string]*unstructured.Unstructured{}}, "tiled-operator", nil)
+	before := a.token(u.GetManagedFields())
+	out, err := SlimManagedFields("tiled-operator")(u)
+	g.Expect(err).NotTo(HaveOccurred())
+	mf := out.(*unstructured.Unstructured).GetManagedFields()
+	g.Expect(mf).To(HaveLen(2))
+	g.Expect(string(mf[0].FieldsV1.GetRawBytes())).To(HavePrefix(`"fp:`), "the operator's field set is a fingerprint")
+	g.Expect(mf[1].FieldsV1).To(BeNil(), "another manager's field set is dropped")
+	g.Expect(a.token(mf)).To(Equal(before))
+}
+
+// TestWithIntentCopiesUnstructured: the object sent is the apply configuration plus the intent
+// annotation, made without encoding when it is unstructured (the same as the encoded way), and the
+// caller's object is left as it was.
+func TestWithIntentCopiesUnstructured(t *testing.T) {
+	g := NewWithT(t)
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": "a", "namespace": "ns", "labels": map[string]any{"x": "y"}},
+		"data":     map[string]any{"k": "v"}, "n": float64(3), "list": []any{"a", int64(2)},
+	}}
+	before := u.DeepCopy()
+	ac := client.ApplyConfigurationFromUnstructured(u)
+	_, ok := copyUnstructured(ac)
+	g.Expect(ok).To(BeTrue(), "an unstructured apply configuration is copied, not encoded")
+	intent := [32]byte{1, 2, 3}
+	got, err := withIntent(ac, intent)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(u).To(Equal(before), "the caller's object is unchanged")
+	data, err := json.Marshal(ac)
+	g.Expect(err).NotTo(HaveOccurred())
+	want := &unstructured.Unstructured{}
+	g.Expect(json.Unmarshal(data, &want.Object)).To(Succeed())
+	want.SetAnnotations(map[string]string{AnnotationIntent: encodeIntent(intent)})
+	gotJSON, _ := json.Marshal(got.Object)
+	wantJSON, _ := json.Marshal(want.Object)
+	g.Expect(string(gotJSON)).To(Equal(string(wantJSON)))
+}
+
 // TestMemoryIsFreed: records go with their owner, so a fleet created and deleted again and again
 // leaves nothing behind.
 func TestMemoryIsFreed(t *testing.T) {

@@ -9,13 +9,13 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -116,8 +116,10 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 	if err != nil {
 		return nil, err
 	}
+	// stopEnv stops the control plane once: before the floor, or when measure returns.
+	stopEnv := sync.OnceValue(env.Stop)
 	defer func() {
-		if err := env.Stop(); err != nil {
+		if err := stopEnv(); err != nil {
 			log.Printf("stopping the control plane: %v", err)
 		}
 	}()
@@ -126,7 +128,7 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 		return nil, err
 	}
 	defer audit.close()
-	memLimit, err := shippedMemoryLimit()
+	mem, err := shippedMemory()
 	if err != nil {
 		return nil, err
 	}
@@ -139,7 +141,7 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 	if err != nil {
 		return nil, err
 	}
-	r := &Result{N: n, Setup: ptrTo(recordSetup(o.flags, memLimit))}
+	r := &Result{N: n, Setup: ptrTo(recordSetup(o.flags, mem))}
 
 	// The harness's own client and informers, under a User-Agent of its own.
 	hcfg := rest.CopyConfig(env.Config)
@@ -154,7 +156,7 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 	}
 	hctx, stopInformers := context.WithCancel(ctx)
 	defer stopInformers()
-	if _, err := startProvisioner(hctx, hc, informers); err != nil {
+	if err := startProvisioner(hctx, hc, informers); err != nil {
 		return nil, err
 	}
 	for _, obj := range []client.Object{&tiledv1alpha1.TiledInstance{}, &appsv1.StatefulSet{}} {
@@ -198,7 +200,7 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 	if err != nil {
 		return nil, err
 	}
-	a, err := startManager(bin, "a", env, systemNS, memLimit, webhookPort, webhookPort)
+	a, err := startManager(bin, "a", env, systemNS, mem, webhookPort, webhookPort)
 	if err != nil {
 		return nil, err
 	}
@@ -426,7 +428,7 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 	r.RSSMiB = float64(a.statusKiB("VmHWM")) / 1024
 	r.RSSAnonPeakMiB = float64(sampler.peakAnonKiB()) / 1024
 	r.RSSFileMiB = float64(a.statusKiB("RssFile")) / 1024
-	r.MemoryLimitMiB = memMiB(memLimit)
+	r.MemoryLimitMiB, r.MemoryRequestMiB = memMiB(mem.limit), memMiB(mem.request)
 	if o.heapProfile != "" {
 		end, err := a.heapProfile(ctx)
 		if err != nil {
@@ -459,7 +461,7 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 		return nil, err
 	}
 	start = time.Now()
-	b, err := startManager(bin, "b", env, systemNS, memLimit, webhookPort, webhookPort)
+	b, err := startManager(bin, "b", env, systemNS, mem, webhookPort, webhookPort)
 	if err != nil {
 		return nil, err
 	}
@@ -489,7 +491,7 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 	if err != nil {
 		return nil, err
 	}
-	c, err := startManager(bin, "c", env, systemNS, memLimit, standbyPort, webhookPort)
+	c, err := startManager(bin, "c", env, systemNS, mem, standbyPort, webhookPort)
 	if err != nil {
 		return nil, err
 	}
@@ -530,7 +532,8 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 
 	// --- the floor ------------------------------------------------------------------------------
 	// The same children applied directly, by a plain loop at the operator's concurrency, and at
-	// other concurrencies to find a plain loop's best.
+	// other concurrencies to find a plain loop's best, each on a fresh control plane as the
+	// operator's stamp-out had (a plain loop has no webhooks).
 	names := first.names
 	if n > clusterSize {
 		names = nil
@@ -538,14 +541,19 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 			names = append(names, f.names...)
 		}
 	}
-	// No replica runs now: the webhook configurations go, as a plain loop has none.
-	for _, obj := range []client.Object{
-		&admissionregistrationv1.MutatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: webhooks.MutatingConfigurationName}},
-		&admissionregistrationv1.ValidatingWebhookConfiguration{ObjectMeta: metav1.ObjectMeta{Name: webhooks.ValidatingConfigurationName}},
-	} {
-		if err := hc.Delete(ctx, obj); client.IgnoreNotFound(err) != nil {
-			return nil, err
+	// --- the naive baseline -----------------------------------------------------------------------
+	if !o.skip["naive"] {
+		logf("naive baseline")
+		if err := runNaive(ctx, env, names, o, r); err != nil {
+			return nil, fmt.Errorf("naive baseline: %w", err)
 		}
+	}
+
+	// The operator's control plane goes (its volume binder and garbage collector would otherwise keep
+	// resyncing the fleet beside the floor); each floor run starts a control plane of its own.
+	stopInformers()
+	if err := stopEnv(); err != nil {
+		return nil, err
 	}
 	r.FloorConcurrency = controllers.DefaultInstanceConcurrency
 	concurrencies := floorConcurrencies(r.FloorConcurrency, n)
@@ -554,7 +562,7 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 	}
 	for _, conc := range concurrencies {
 		logf("floor at concurrency %d", conc)
-		fl, err := runFloor(ctx, env.Config, hc, fleets, conc)
+		fl, err := runFreshFloor(ctx, fleets, conc)
 		if err != nil {
 			return nil, err
 		}
@@ -572,14 +580,6 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 	if r.FloorSeconds > 0 {
 		r.ConvergeRatio = r.ConvergeSeconds / r.FloorSeconds
 		r.ConvergeBestRatio = r.ConvergeSeconds / r.FloorBestSeconds
-	}
-
-	// --- the naive baseline -----------------------------------------------------------------------
-	if !o.skip["naive"] {
-		logf("naive baseline")
-		if err := runNaive(ctx, env, names, o, r); err != nil {
-			return nil, fmt.Errorf("naive baseline: %w", err)
-		}
 	}
 
 	// --- the engine alone -------------------------------------------------------------------------

@@ -263,6 +263,7 @@ func writeTable(w io.Writer, rs []*Result, md bool) {
 	row("  file-backed part (the binary's pages) at the end (MiB)", func(r *Result) string { return f1(r.RSSFileMiB) })
 	row("  after a restart (MiB)", func(r *Result) string { return f1(r.RestartRSSMiB) })
 	row("  container memory limit (MiB)", func(r *Result) string { return fmt.Sprintf("%.0f", r.MemoryLimitMiB) })
+	row("  container memory request (MiB)", func(r *Result) string { return fmt.Sprintf("%.0f", r.MemoryRequestMiB) })
 	_ = tw.Flush()
 }
 

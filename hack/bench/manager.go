@@ -50,12 +50,16 @@ func managerFlags(systemNS string, ports managerPorts) []string {
 
 type managerPorts struct{ webhook, webhookURL, metrics, probe, pprof int }
 
-// shippedMemoryLimit reads the manager container's memory limit from config/manager/manager.yaml:
-// the Deployment passes it to the manager as $MEMORY_LIMIT, and so does the harness.
-func shippedMemoryLimit() (int64, error) {
+// containerMemory is the manager container's memory limit and request, in bytes.
+type containerMemory struct{ limit, request int64 }
+
+// shippedMemory reads the manager container's memory limit and request from
+// config/manager/manager.yaml: the Deployment passes them to the manager as $MEMORY_LIMIT and
+// $MEMORY_REQUEST, and so does the harness.
+func shippedMemory() (containerMemory, error) {
 	data, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "config", "manager", "manager.yaml"))
 	if err != nil {
-		return 0, err
+		return containerMemory{}, err
 	}
 	for _, doc := range strings.Split(string(data), "\n---") {
 		var d appsv1.Deployment
@@ -66,14 +70,15 @@ func shippedMemoryLimit() (int64, error) {
 			if c.Name != "manager" {
 				continue
 			}
-			q, ok := c.Resources.Limits["memory"]
-			if !ok {
-				return 0, fmt.Errorf("config/manager/manager.yaml: the manager container has no memory limit")
+			limit, ok := c.Resources.Limits["memory"]
+			request, ok2 := c.Resources.Requests["memory"]
+			if !ok || !ok2 {
+				return containerMemory{}, fmt.Errorf("config/manager/manager.yaml: the manager container has no memory limit or request")
 			}
-			return q.Value(), nil
+			return containerMemory{limit: limit.Value(), request: request.Value()}, nil
 		}
 	}
-	return 0, fmt.Errorf("config/manager/manager.yaml: no Deployment with a container named manager")
+	return containerMemory{}, fmt.Errorf("config/manager/manager.yaml: no Deployment with a container named manager")
 }
 
 // buildManager builds cmd/manager into dir as the Dockerfile does (CGO off, -trimpath, no symbol table).
@@ -117,7 +122,7 @@ func (l *lockedBuffer) String() string {
 
 // startManager starts a replica with the shipped flags against env's control plane. It serves the
 // webhooks on webhookPort; the webhook configurations call urlPort (the first replica's).
-func startManager(bin, name string, env *testenv.Env, systemNS string, memLimit int64, webhookPort, urlPort int) (*managerProc, error) {
+func startManager(bin, name string, env *testenv.Env, systemNS string, mem containerMemory, webhookPort, urlPort int) (*managerProc, error) {
 	ports := managerPorts{webhook: webhookPort, webhookURL: urlPort}
 	for _, p := range []*int{&ports.metrics, &ports.probe, &ports.pprof} {
 		var err error
@@ -131,7 +136,8 @@ func startManager(bin, name string, env *testenv.Env, systemNS string, memLimit 
 		"KUBECONFIG="+env.Kubeconfig,
 		"POD_NAMESPACE="+systemNS,
 		"SERVICE_ACCOUNT_NAME=tiled-operator-controller-manager",
-		"MEMORY_LIMIT="+strconv.FormatInt(memLimit, 10),
+		"MEMORY_LIMIT="+strconv.FormatInt(mem.limit, 10),
+		"MEMORY_REQUEST="+strconv.FormatInt(mem.request, 10),
 		"GOMEMLIMIT=", // unset: the manager derives it from MEMORY_LIMIT, as in the Deployment
 	)
 	m.cmd.Stdout, m.cmd.Stderr = m.log, m.log

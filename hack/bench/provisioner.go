@@ -28,12 +28,12 @@ type provisioner struct {
 	cache cache.Cache
 }
 
-func startProvisioner(ctx context.Context, c client.Client, informers cache.Cache) (*provisioner, error) {
+func startProvisioner(ctx context.Context, c client.Client, informers cache.Cache) error {
 	p := &provisioner{c: c, cache: informers, done: map[client.ObjectKey]bool{},
 		queue: workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[client.ObjectKey]())}
 	inf, err := informers.GetInformer(ctx, &corev1.PersistentVolumeClaim{})
 	if err != nil {
-		return nil, err
+		return err
 	}
 	enqueue := func(obj any) {
 		if pvc, ok := obj.(*corev1.PersistentVolumeClaim); ok && pvc.Spec.VolumeName == "" {
@@ -43,7 +43,7 @@ func startProvisioner(ctx context.Context, c client.Client, informers cache.Cach
 	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 		AddFunc: enqueue, UpdateFunc: func(_, obj any) { enqueue(obj) },
 	}); err != nil {
-		return nil, err
+		return err
 	}
 	for i := 0; i < 2; i++ {
 		go func() {
@@ -62,7 +62,7 @@ func startProvisioner(ctx context.Context, c client.Client, informers cache.Cach
 		}()
 	}
 	go func() { <-ctx.Done(); p.queue.ShutDown() }()
-	return p, nil
+	return nil
 }
 
 func (p *provisioner) provision(ctx context.Context, key client.ObjectKey) error {

@@ -107,6 +107,7 @@ type Result struct {
 	RSSAnonPeakMiB      float64 `json:"rss_anon_peak_mib"`
 	RSSFileMiB          float64 `json:"rss_file_mib"`
 	MemoryLimitMiB      float64 `json:"memory_limit_mib"`
+	MemoryRequestMiB    float64 `json:"memory_request_mib,omitempty"`
 	// HeapProfiles are the manager's heap profiles written with -heap-profile (end of the first
 	// replica's phases, and when its resident set was highest), relative to the repository.
 	HeapProfiles []string `json:"heap_profiles,omitempty"`

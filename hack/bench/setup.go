@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/bluesky/tiled-operator/hack/testenv"
+	"github.com/bluesky/tiled-operator/operator"
 )
 
 // Setup records how a size was measured, printed with its figures by the report (docs/benchmarks.md
@@ -29,7 +30,7 @@ type Setup struct {
 	Machine string `json:"machine"`
 }
 
-func recordSetup(flags string, memLimit int64) Setup {
+func recordSetup(flags string, mem containerMemory) Setup {
 	return Setup{
 		Date:   time.Now().UTC().Format(time.RFC3339),
 		Commit: gitCommit(),
@@ -38,7 +39,10 @@ func recordSetup(flags string, memLimit int64) Setup {
 			"kube-controller-manager with " + strings.Join(kcmControllers, ", ") + "; " +
 			"a static volume provisioner in the harness (a PersistentVolume per waiting claim); no kubelet, no scheduler (pods stay Pending)",
 		Manager: "bin/manager (cmd/manager) in its own process, watching all namespaces, with " + strings.Join(managerFlags("NS", managerPorts{}), " ") +
-			" and MEMORY_LIMIT=" + strconv.FormatInt(memLimit, 10) + " (the memory limit of config/manager/manager.yaml; the Go soft limit is --memory-limit-ratio, 0.9, of it); " +
+			" and MEMORY_LIMIT=" + strconv.FormatInt(mem.limit, 10) + ", MEMORY_REQUEST=" + strconv.FormatInt(mem.request, 10) +
+			" (the memory limit and request of config/manager/manager.yaml: the Go soft memory limit is steered between --memory-target-ratio, " +
+			strconv.FormatFloat(operator.DefaultMemoryTargetRatio, 'g', -1, 64) + ", of the request and --memory-limit-ratio, " +
+			strconv.FormatFloat(operator.DefaultMemoryLimitRatio, 'g', -1, 64) + ", of the limit, operator/memtarget); " +
 			"ports and NS chosen per run",
 		Machine: machine(),
 	}

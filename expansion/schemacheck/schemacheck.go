@@ -1,8 +1,9 @@
-package expansion
+package schemacheck
 
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 
@@ -15,12 +16,42 @@ import (
 	apiextensionsvalidation "k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
+	"sigs.k8s.io/yaml"
 
 	"github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/config/crd"
+	"github.com/bluesky/tiled-operator/expansion"
 )
+
+// DecodeChecked decodes a document with expansion.Decode and then checks it as the API server would
+// before admitting it (CheckSchema): the CRD's bounds, patterns and CEL rules included.
+func DecodeChecked(doc []byte) (runtime.Object, error) {
+	obj, err := expansion.Decode(doc)
+	if err != nil {
+		return nil, err
+	}
+	j, err := yaml.YAMLToJSON(doc)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	if err := utiljson.Unmarshal(j, &m); err != nil {
+		return nil, err
+	}
+	if err := CheckSchema(&unstructured.Unstructured{Object: m}); err != nil {
+		return nil, err
+	}
+	return obj, nil
+}
+
+// DecodeAllChecked is expansion.DecodeAll with DecodeChecked: what kubectl-tiled reads.
+func DecodeAllChecked(name string, r io.Reader) ([]runtime.Object, error) {
+	return expansion.DecodeAllWith(name, r, DecodeChecked)
+}
 
 // CheckSchema validates an object as the API server validates a custom resource of its kind before
 // any webhook sees it: the CRD's defaults applied (to a copy), then its OpenAPI schema (types, enums,
@@ -61,7 +92,7 @@ func CheckSchema(obj *unstructured.Unstructured) error {
 		}
 		reason += fmt.Sprintf(" (and %d more: %s)", len(errs)-1, strings.Join(more, ", "))
 	}
-	return &InvalidFieldError{Object: object, Field: errs[0].Field, Reason: reason}
+	return &expansion.InvalidFieldError{Object: object, Field: errs[0].Field, Reason: reason}
 }
 
 type crdValidator struct {
