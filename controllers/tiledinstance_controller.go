@@ -89,7 +89,7 @@ func serviceMonitor() *unstructured.Unstructured {
 // restricted to objects labelled as managed by the operator) and prunes. The kinds whose content the
 // operator never reads — ConfigMaps, Services, claims, Ingresses, PodDisruptionBudgets: it needs
 // their existence, owner, labels, intent annotation and managers — are watched and cached as
-// metadata only (metav1.PartialObjectMetadata, MetadataOnly); the StatefulSet (its status) and the
+// metadata only (metav1.PartialObjectMetadata); the StatefulSet (its status) and the
 // Secret (its generated keys) whole.
 func ChildKinds() []client.Object {
 	return []client.Object{
@@ -110,8 +110,8 @@ func metadataOnly(gvk schema.GroupVersionKind) *metav1.PartialObjectMetadata {
 	return m
 }
 
-// MetadataOnly says whether the operator caches the child kind gvk as metadata only (ChildKinds).
-func MetadataOnly(gvk schema.GroupVersionKind) bool { return metadataOnlyKinds[gvk] }
+// metadataOnlyKind says whether the operator caches the child kind gvk as metadata only (ChildKinds).
+func metadataOnlyKind(gvk schema.GroupVersionKind) bool { return metadataOnlyKinds[gvk] }
 
 var metadataOnlyKinds = func() map[schema.GroupVersionKind]bool {
 	out := map[schema.GroupVersionKind]bool{}
@@ -877,7 +877,7 @@ func (r *TiledInstanceReconciler) current(ctx context.Context, u *unstructured.U
 	gvk := u.GroupVersionKind()
 	var obj runtime.Object
 	var err error
-	if MetadataOnly(gvk) {
+	if metadataOnlyKind(gvk) {
 		obj = metadataOnly(gvk)
 	} else {
 		obj, err = r.Client.Scheme().New(gvk)

@@ -104,15 +104,50 @@ type fleetNamespace struct {
 	names []string
 }
 
+// startControlPlane starts a control plane as the harness measures on: kube-apiserver with an audit
+// log and etcd, kube-controller-manager with kcmControllers.
+func startControlPlane() (*testenv.Env, error) {
+	return testenv.Start(testenv.Options{
+		APIServerFlags:    map[string]string{"service-cluster-ip-range": serviceRange},
+		ControllerManager: true, Controllers: kcmControllers, AuditLog: true,
+	})
+}
+
+// startHarness starts the harness's own client and informers on env, under a User-Agent of its own,
+// with the static provisioner and informers of the watch kinds, and returns once they have synced.
+// They stop with ctx.
+func startHarness(ctx context.Context, env *testenv.Env, watch ...client.Object) (client.Client, cache.Cache, error) {
+	hcfg := rest.CopyConfig(env.Config)
+	hcfg.UserAgent = "tiled-bench/harness"
+	hc, err := client.New(hcfg, client.Options{Scheme: env.Scheme})
+	if err != nil {
+		return nil, nil, err
+	}
+	informers, err := cache.New(hcfg, cache.Options{Scheme: env.Scheme})
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := startProvisioner(ctx, hc, informers); err != nil {
+		return nil, nil, err
+	}
+	for _, obj := range watch {
+		if _, err := informers.GetInformer(ctx, obj); err != nil {
+			return nil, nil, err
+		}
+	}
+	go func() { _ = informers.Start(ctx) }()
+	if !informers.WaitForCacheSync(ctx) {
+		return nil, nil, fmt.Errorf("the harness's informers did not sync")
+	}
+	return hc, informers, nil
+}
+
 // measure runs every phase for a fleet of n beamlines on one control plane and returns the figures.
 func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, error) {
 	logf := func(format string, args ...any) {
 		fmt.Fprintf(logw, "[n=%d %s] "+format+"\n", append([]any{n, time.Now().Format("15:04:05")}, args...)...)
 	}
-	env, err := testenv.Start(testenv.Options{
-		APIServerFlags:    map[string]string{"service-cluster-ip-range": serviceRange},
-		ControllerManager: true, Controllers: kcmControllers, AuditLog: true,
-	})
+	env, err := startControlPlane()
 	if err != nil {
 		return nil, err
 	}
@@ -143,30 +178,11 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 	}
 	r := &Result{N: n, Setup: ptrTo(recordSetup(o.flags, mem))}
 
-	// The harness's own client and informers, under a User-Agent of its own.
-	hcfg := rest.CopyConfig(env.Config)
-	hcfg.UserAgent = "tiled-bench/harness"
-	hc, err := client.New(hcfg, client.Options{Scheme: env.Scheme})
-	if err != nil {
-		return nil, err
-	}
-	informers, err := cache.New(hcfg, cache.Options{Scheme: env.Scheme})
-	if err != nil {
-		return nil, err
-	}
 	hctx, stopInformers := context.WithCancel(ctx)
 	defer stopInformers()
-	if err := startProvisioner(hctx, hc, informers); err != nil {
+	hc, informers, err := startHarness(hctx, env, &tiledv1alpha1.TiledInstance{}, &appsv1.StatefulSet{})
+	if err != nil {
 		return nil, err
-	}
-	for _, obj := range []client.Object{&tiledv1alpha1.TiledInstance{}, &appsv1.StatefulSet{}} {
-		if _, err := informers.GetInformer(ctx, obj); err != nil {
-			return nil, err
-		}
-	}
-	go func() { _ = informers.Start(hctx) }()
-	if !informers.WaitForCacheSync(ctx) {
-		return nil, fmt.Errorf("the harness's informers did not sync")
 	}
 
 	// The fleet: clusters of at most clusterSize beamlines, one namespace each, with the profiles.

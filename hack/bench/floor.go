@@ -10,7 +10,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
@@ -134,10 +133,7 @@ func runFloor(ctx context.Context, cfg *rest.Config, hc client.Client, fleets []
 // harness's static provisioner binding the claims) and stopped after: the floor then starts from
 // an empty etcd as the operator's stamp-out did, not on top of the operator's fleet.
 func runFreshFloor(ctx context.Context, fleets []fleetNamespace, concurrency int) (*floorResult, error) {
-	env, err := testenv.Start(testenv.Options{
-		APIServerFlags:    map[string]string{"service-cluster-ip-range": serviceRange},
-		ControllerManager: true, Controllers: kcmControllers, AuditLog: true,
-	})
+	env, err := startControlPlane()
 	if err != nil {
 		return nil, err
 	}
@@ -146,24 +142,11 @@ func runFreshFloor(ctx context.Context, fleets []fleetNamespace, concurrency int
 			log.Printf("stopping the floor's control plane: %v", err)
 		}
 	}()
-	hcfg := rest.CopyConfig(env.Config)
-	hcfg.UserAgent = "tiled-bench/harness"
-	hc, err := client.New(hcfg, client.Options{Scheme: env.Scheme})
-	if err != nil {
-		return nil, err
-	}
-	informers, err := cache.New(hcfg, cache.Options{Scheme: env.Scheme})
-	if err != nil {
-		return nil, err
-	}
 	pctx, stop := context.WithCancel(ctx)
 	defer stop()
-	if err := startProvisioner(pctx, hc, informers); err != nil {
+	hc, _, err := startHarness(pctx, env)
+	if err != nil {
 		return nil, err
-	}
-	go func() { _ = informers.Start(pctx) }()
-	if !informers.WaitForCacheSync(ctx) {
-		return nil, fmt.Errorf("the floor's informers did not sync")
 	}
 	return runFloor(ctx, env.Config, hc, fleets, concurrency)
 }
