@@ -18,9 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/tools/events"
@@ -280,6 +278,9 @@ func (r *TiledClusterReconciler) view(cluster *tiledv1alpha1.TiledCluster, candi
 // and TiledProfiles (re-enqueuing only the clusters whose selectors match a profile's old or new
 // labels).
 func (r *TiledClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.PersistentVolume{}, pvClusterIndex, indexVolumeCluster); err != nil {
+		return err
+	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("tiledcluster").
 		For(&tiledv1alpha1.TiledCluster{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
@@ -742,22 +743,17 @@ func (r *TiledClusterReconciler) prune(ctx context.Context, cluster *tiledv1alph
 // goes only once its instance is gone from the cache: while the instance controller can still see
 // the instance, it would put a deleted volume back.
 func (r *TiledClusterReconciler) releaseVolumes(ctx context.Context, cluster *tiledv1alpha1.TiledCluster, desired map[string]bool) error {
-	// Only the volumes of instances the cluster no longer wants: this runs on every reconcile, and a
-	// fleet has two volumes an instance, which the cache's selector skips without copying. The
-	// cache's own objects, not copies: nothing below modifies them.
-	selector, err := releasedVolumes(cluster.Name, desired)
-	if err != nil {
-		return err
-	}
+	// This runs on every reconcile, and a fleet has two volumes an instance: the index hands over
+	// this cluster's volumes alone, and the cache's own objects, not copies (nothing below modifies
+	// them).
 	var pvs corev1.PersistentVolumeList
-	if err := r.Client.List(ctx, &pvs, client.MatchingLabelsSelector{Selector: selector}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := r.Client.List(ctx, &pvs, client.MatchingFields{pvClusterIndex: cluster.Namespace + "/" + cluster.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return err
 	}
 	for i := range pvs.Items {
 		pv := &pvs.Items[i]
 		instance := pv.Labels["app.kubernetes.io/instance"]
-		if pv.Spec.ClaimRef == nil || pv.Spec.ClaimRef.Namespace != cluster.Namespace || pv.Spec.NFS == nil || instance == "" ||
-			desired[instance] || !pv.DeletionTimestamp.IsZero() {
+		if pv.Spec.NFS == nil || instance == "" || desired[instance] || !pv.DeletionTimestamp.IsZero() {
 			continue
 		}
 		err := r.Client.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: instance}, &tiledv1alpha1.TiledInstance{})
@@ -772,31 +768,20 @@ func (r *TiledClusterReconciler) releaseVolumes(ctx context.Context, cluster *ti
 	return nil
 }
 
-// releasedVolumes selects the NFS PersistentVolumes of a cluster's instances other than desired.
-func releasedVolumes(cluster string, desired map[string]bool) (labels.Selector, error) {
-	managed, err := labels.NewRequirement(tiledv1alpha1.LabelManagedBy, selection.Equals, []string{tiledv1alpha1.ManagedByValue})
-	if err != nil {
-		return nil, err
+// pvClusterIndex indexes the operator's PersistentVolumes by the namespace of their claim and the
+// cluster label: "namespace/cluster".
+const pvClusterIndex = ".metadata.labels.cluster"
+
+// indexVolumeCluster is pvClusterIndex's function.
+func indexVolumeCluster(o client.Object) []string {
+	pv, ok := o.(*corev1.PersistentVolume)
+	if !ok || pv.Labels[tiledv1alpha1.LabelManagedBy] != tiledv1alpha1.ManagedByValue || pv.Spec.ClaimRef == nil {
+		return nil
 	}
-	ofCluster, err := labels.NewRequirement(tiledv1alpha1.LabelCluster, selection.Equals, []string{cluster})
-	if err != nil {
-		return nil, err
+	if c := pv.Labels[tiledv1alpha1.LabelCluster]; c != "" {
+		return []string{pv.Spec.ClaimRef.Namespace + "/" + c}
 	}
-	names := make([]string, 0, len(desired))
-	for n := range desired {
-		names = append(names, n)
-	}
-	sel := labels.NewSelector().Add(*managed, *ofCluster)
-	if len(names) == 0 {
-		return sel, nil
-	}
-	notWanted, err := labels.NewRequirement("app.kubernetes.io/instance", selection.NotIn, names)
-	if err != nil {
-		// A name that is no label value has no volume labelled with it: the caller's own check of
-		// each volume against desired does the same, with copies.
-		return sel, nil //nolint:nilerr // the selector without the requirement selects more, never less
-	}
-	return sel.Add(*notWanted), nil
+	return nil
 }
 
 // LabelReleased marks a data or database claim, or the Secret, kept by the Retain policy after its

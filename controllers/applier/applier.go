@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -352,14 +353,17 @@ func (a *Applier) ApplyPrepared(ctx context.Context, p Prepared, build func() (r
 	if err != nil {
 		return Result{Key: key}, err
 	}
-	sent := client.ApplyConfigurationFromUnstructured(u)
-	if err := a.c.Apply(ctx, sent, client.FieldOwner(a.owner), client.ForceOwnership); err != nil {
+	data, err := json.Marshal(u.Object)
+	if err != nil {
+		return Result{Key: key}, fmt.Errorf("encoding %s: %w", key, err)
+	}
+	stored := metadataOf(key)
+	if err := a.c.Patch(ctx, stored, applyPatch(data), client.FieldOwner(a.owner), client.ForceOwnership); err != nil {
 		a.forget(key)
 		return Result{Key: key}, fmt.Errorf("applying %s: %w", key, err)
 	}
 	a.applies.WithLabelValues(kind, "sent").Inc()
-	// u is now the object as the API server stored it.
-	post, gen := a.token(u.GetManagedFields()), u.GetGeneration()
+	post, gen := a.token(stored.GetManagedFields()), stored.GetGeneration()
 	a.mu.Lock()
 	a.records[key] = &record{
 		intent: intent,
@@ -398,7 +402,12 @@ func (a *Applier) ApplyStatus(ctx context.Context, ac runtime.ApplyConfiguration
 		a.applies.WithLabelValues(m.Kind+"/status", "skipped").Inc()
 		return Result{Key: key}, nil
 	}
-	if err := a.c.Status().Apply(ctx, ac, client.FieldOwner(a.owner), client.ForceOwnership); err != nil {
+	data, err := json.Marshal(ac)
+	if err != nil {
+		return Result{Key: key}, fmt.Errorf("encoding the status of %s: %w", key, err)
+	}
+	stored := metadataOf(key)
+	if err := a.c.Status().Patch(ctx, stored, applyPatch(data), client.FieldOwner(a.owner), client.ForceOwnership); err != nil {
 		return Result{Key: key}, fmt.Errorf("applying the status of %s: %w", key, err)
 	}
 	a.applies.WithLabelValues(m.Kind+"/status", "sent").Inc()
@@ -537,4 +546,24 @@ func truncate(b []byte) string {
 		return string(b[:200]) + "…"
 	}
 	return string(b)
+}
+
+// applyPatch is a server-side apply of an encoded apply configuration. The applier sends it through
+// the metadata client with a PartialObjectMetadata (metadataOf): the API server then answers with the
+// stored object's metadata alone (as=PartialObjectMetadata, protobuf), which is all the applier reads
+// of the answer (managed fields and generation), not with the whole object for the operator to
+// decode and throw away.
+type applyPatch []byte
+
+func (p applyPatch) Type() types.PatchType              { return types.ApplyPatchType }
+func (p applyPatch) Data(client.Object) ([]byte, error) { return p, nil }
+
+// metadataOf is the PartialObjectMetadata naming the object k: the metadata client's object to send
+// an applyPatch for k with, which the answer fills in.
+func metadataOf(k Key) *metav1.PartialObjectMetadata {
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(schema.FromAPIVersionAndKind(k.APIVersion, k.Kind))
+	m.SetNamespace(k.Namespace)
+	m.SetName(k.Name)
+	return m
 }

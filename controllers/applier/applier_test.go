@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -25,15 +26,24 @@ type server struct {
 	objects map[string]*unstructured.Unstructured
 }
 
-func (s *server) Apply(_ context.Context, ac runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
-	u, ok := ac.(interface {
-		UnstructuredContent() map[string]any
-		SetUnstructuredContent(map[string]any)
-	})
-	if !ok {
-		return fmt.Errorf("unexpected apply configuration %T", ac)
+// Patch takes a server-side apply as the API server would, and answers with the stored object's
+// metadata, as the API server does to the metadata client.
+func (s *server) Patch(_ context.Context, obj client.Object, patch client.Patch, _ ...client.PatchOption) error {
+	m, ok := obj.(*metav1.PartialObjectMetadata)
+	if !ok || patch.Type() != types.ApplyPatchType {
+		return fmt.Errorf("unexpected patch %s of %T", patch.Type(), obj)
 	}
-	o := &unstructured.Unstructured{Object: runtime.DeepCopyJSON(u.UnstructuredContent())}
+	data, err := patch.Data(obj)
+	if err != nil {
+		return err
+	}
+	o := &unstructured.Unstructured{}
+	if err := json.Unmarshal(data, &o.Object); err != nil {
+		return err
+	}
+	if o.GroupVersionKind() != m.GroupVersionKind() || o.GetName() != m.GetName() || o.GetNamespace() != m.GetNamespace() {
+		return fmt.Errorf("the patch of %s names %s", m.GetName(), o.GetName())
+	}
 	s.rv++
 	s.applies++
 	fields, _ := json.Marshal(o.Object["spec"])
@@ -43,8 +53,7 @@ func (s *server) Apply(_ context.Context, ac runtime.ApplyConfiguration, opts ..
 		FieldsV1: metav1.NewFieldsV1(`{"f:spec":` + string(fields) + `}`),
 	}})
 	s.objects[o.GetName()] = o
-	u.SetUnstructuredContent(o.DeepCopy().Object)
-	return nil
+	return runtime.DefaultUnstructuredConverter.FromUnstructured(o.DeepCopy().Object["metadata"].(map[string]any), &m.ObjectMeta)
 }
 
 func intent(name, value string) runtime.ApplyConfiguration {
