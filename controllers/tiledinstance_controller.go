@@ -491,7 +491,7 @@ func (r *TiledInstanceReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 		return ctrl.Result{}, err
 	}
 
-	applied, unseen, err := r.applyAll(ctx, ti, intents)
+	applied, unsent, unseen, err := r.applyAll(ctx, ti, intents)
 	if errors.As(err, &renderErr) {
 		return ctrl.Result{}, r.stalled(ctx, ti, status, ReasonRenderFailed, renderErr.Error())
 	}
@@ -511,7 +511,7 @@ func (r *TiledInstanceReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 
 	// Status from what the cache shows: the StatefulSets' readiness, the pods' statuses, and fields
 	// other writers manage.
-	obs, recheck, err := r.observe(ctx, ti, spec, mode == "External", applied)
+	obs, recheck, err := r.observe(ctx, ti, spec, mode == "External", applied, unsent)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -562,7 +562,7 @@ func (r *TiledInstanceReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 // other writers manage; and when to look again (a container not ready yet reaches the probe grace
 // period then, with no pod update to say so).
 func (r *TiledInstanceReconciler) observe(ctx context.Context, ti, spec *tiledv1alpha1.TiledInstance, external bool,
-	applied map[applier.Key]int64) (observedInstance, time.Duration, error) {
+	applied map[applier.Key]int64, unsent cachedChildren) (observedInstance, time.Duration, error) {
 	names := render.NamesFor(spec)
 	obs := observedInstance{
 		Generation: ti.Generation, Namespace: ti.Namespace, TiledName: names.Tiled, Replicas: 1,
@@ -570,7 +570,7 @@ func (r *TiledInstanceReconciler) observe(ctx context.Context, ti, spec *tiledv1
 		External:     external,
 		PostgresPod:  names.Postgres + "-0", PostgresApplied: applied[stsKey(ti.Namespace, names.Postgres)],
 		IngressHostWithoutEnabled: expansion.IngressHostWithoutEnabled(&spec.Spec.InstanceTemplate),
-		ExternalEdits:             r.externalEdits(ctx, applied),
+		ExternalEdits:             r.externalEdits(ctx, applied, unsent),
 	}
 	if t := spec.Spec.Tiled; t != nil {
 		obs.Image = &t.Image
@@ -578,9 +578,7 @@ func (r *TiledInstanceReconciler) observe(ctx context.Context, ti, spec *tiledv1
 			obs.Replicas = *t.Replicas
 		}
 	}
-	if sts := (&appsv1.StatefulSet{}); r.Client.Get(ctx, client.ObjectKey{Namespace: ti.Namespace, Name: names.Tiled}, sts) == nil {
-		obs.Tiled = sts
-	}
+	obs.Tiled = r.statefulSet(ctx, unsent, stsKey(ti.Namespace, names.Tiled))
 	serverPods, dbPods, err := r.pods(ctx, ti)
 	if err != nil {
 		return obs, 0, err
@@ -593,9 +591,7 @@ func (r *TiledInstanceReconciler) observe(ctx context.Context, ti, spec *tiledv1
 	var recheck time.Duration
 	obs.ServerProblem, recheck = podstatus.Diagnose(serverPods, now, grace)
 	if !obs.External {
-		if pg := (&appsv1.StatefulSet{}); r.Client.Get(ctx, client.ObjectKey{Namespace: ti.Namespace, Name: names.Postgres}, pg) == nil {
-			obs.Postgres = pg
-		}
+		obs.Postgres = r.statefulSet(ctx, unsent, stsKey(ti.Namespace, names.Postgres))
 		var dbRecheck time.Duration
 		obs.DatabaseProblem, dbRecheck = podstatus.Diagnose(dbPods, now, grace)
 		if dbRecheck > 0 && (recheck == 0 || dbRecheck < recheck) {
@@ -605,10 +601,24 @@ func (r *TiledInstanceReconciler) observe(ctx context.Context, ti, spec *tiledv1
 	return obs, recheck, nil
 }
 
-// pods returns the instance's Tiled pods and database pods from the cache.
+// statefulSet returns the StatefulSet k as cached (from unsent when this reconcile read it and sent
+// nothing), or nil when the cache does not hold it.
+func (r *TiledInstanceReconciler) statefulSet(ctx context.Context, unsent cachedChildren, k applier.Key) *appsv1.StatefulSet {
+	if sts, ok := unsent[k].(*appsv1.StatefulSet); ok {
+		return sts
+	}
+	sts := &appsv1.StatefulSet{}
+	if r.Client.Get(ctx, client.ObjectKey{Namespace: k.Namespace, Name: k.Name}, sts) != nil {
+		return nil
+	}
+	return sts
+}
+
+// pods returns the instance's Tiled pods and database pods from the cache (the cache's own objects:
+// read only).
 func (r *TiledInstanceReconciler) pods(ctx context.Context, ti *tiledv1alpha1.TiledInstance) (server, database []corev1.Pod, err error) {
 	var list corev1.PodList
-	if err := r.Client.List(ctx, &list, client.InNamespace(ti.Namespace), client.MatchingFields{podInstanceIndex: ti.Name}); err != nil {
+	if err := r.Client.List(ctx, &list, client.InNamespace(ti.Namespace), client.MatchingFields{podInstanceIndex: ti.Name}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, nil, err
 	}
 	for _, p := range list.Items {
@@ -741,14 +751,16 @@ func (r *TiledInstanceReconciler) externalSecretKeys(ctx context.Context, ti *ti
 }
 
 // applyAll applies every rendered object, owned by the instance (except retained data claims), and
-// returns their keys.
-func (r *TiledInstanceReconciler) applyAll(ctx context.Context, ti *tiledv1alpha1.TiledInstance, intents *intentSet) (applied map[applier.Key]int64, unseen time.Duration, err error) {
+// returns the generation each has by key, the children it read from the cache and did not send
+// (unsent), and how soon to look again for a child just created that the cache does not show yet.
+func (r *TiledInstanceReconciler) applyAll(ctx context.Context, ti *tiledv1alpha1.TiledInstance, intents *intentSet) (applied map[applier.Key]int64, unsent cachedChildren, unseen time.Duration, err error) {
 	applied = map[applier.Key]int64{}
+	unsent = cachedChildren{}
 	group := client.ObjectKeyFromObject(ti).String()
 	for i, p := range intents.prepared {
 		current, err := r.currentByKey(ctx, p.Key)
 		if err != nil {
-			return nil, 0, err
+			return nil, nil, 0, err
 		}
 		build := func() (runtime.ApplyConfiguration, error) { return intents.object(i) }
 		res, err := r.Applier.ApplyPrepared(ctx, p, build, current, applier.Group(group))
@@ -757,20 +769,36 @@ func (r *TiledInstanceReconciler) applyAll(ctx context.Context, ti *tiledv1alpha
 			res, err = r.Applier.ApplyPrepared(ctx, p, build, current, applier.Group(group))
 		}
 		if reason := refusal(err); reason != "" {
-			return nil, 0, &childRefusedError{Key: res.Key, Reason: reason, Err: err}
+			return nil, nil, 0, &childRefusedError{Key: res.Key, Reason: reason, Err: err}
 		}
 		if err != nil {
-			return nil, 0, err
+			return nil, nil, 0, err
 		}
 		applied[res.Key] = res.Generation
+		if !res.Sent && current != nil {
+			unsent[res.Key] = current
+		}
 		if res.Recheck > 0 && (unseen == 0 || res.Recheck < unseen) {
 			unseen = res.Recheck
 		}
 		if err := r.unrelease(ctx, current); err != nil {
-			return nil, 0, err
+			return nil, nil, 0, err
 		}
 	}
-	return applied, unseen, nil
+	return applied, unsent, unseen, nil
+}
+
+// cachedChildren are children as this reconcile read them from the cache, by key: those it did not
+// send, which are as the cache showed them a moment ago. Reading them again later in the same
+// reconcile (status, external edits) would only copy them once more.
+type cachedChildren map[applier.Key]client.Object
+
+// cachedChild returns the child k from c, or reads it from the cache.
+func (r *TiledInstanceReconciler) cachedChild(ctx context.Context, c cachedChildren, k applier.Key) (client.Object, error) {
+	if o, ok := c[k]; ok {
+		return o, nil
+	}
+	return r.currentByKey(ctx, k)
 }
 
 // unrelease removes the released label from a retained claim or Secret the instance uses again (a
@@ -930,7 +958,9 @@ func (r *TiledInstanceReconciler) prune(ctx context.Context, ti *tiledv1alpha1.T
 	return nil
 }
 
-// listOwned lists, from the cache, the objects of proto's kind whose controller is ti.
+// listOwned lists, from the cache, the objects of proto's kind whose controller is ti: the cache's
+// own objects, not copies, so they are read only (prune reads their names, UIDs and deletion
+// timestamps, and deletes by UID).
 func (r *TiledInstanceReconciler) listOwned(ctx context.Context, proto client.Object, ti *tiledv1alpha1.TiledInstance) ([]client.Object, error) {
 	var list client.ObjectList
 	switch p := proto.(type) {
@@ -946,7 +976,7 @@ func (r *TiledInstanceReconciler) listOwned(ctx context.Context, proto client.Ob
 		// ServiceMonitors: not in the scheme, not indexed; few per namespace, selected by label.
 		ul := &unstructured.UnstructuredList{}
 		ul.SetGroupVersionKind(p.GroupVersionKind().GroupVersion().WithKind(p.GetKind() + "List"))
-		if err := r.Client.List(ctx, ul, client.InNamespace(ti.Namespace), client.MatchingLabels{"app.kubernetes.io/instance": ti.Name}); err != nil {
+		if err := r.Client.List(ctx, ul, client.InNamespace(ti.Namespace), client.MatchingLabels{"app.kubernetes.io/instance": ti.Name}, client.UnsafeDisableDeepCopy); err != nil {
 			return nil, err
 		}
 		var out []client.Object
@@ -959,7 +989,7 @@ func (r *TiledInstanceReconciler) listOwned(ctx context.Context, proto client.Ob
 	default:
 		return nil, fmt.Errorf("no list type for %T", proto)
 	}
-	if err := r.Client.List(ctx, list, client.InNamespace(ti.Namespace), client.MatchingFields{ownerIndex: string(ti.UID)}); err != nil {
+	if err := r.Client.List(ctx, list, client.InNamespace(ti.Namespace), client.MatchingFields{ownerIndex: string(ti.UID)}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, err
 	}
 	items, err := meta.ExtractList(list)
@@ -975,7 +1005,7 @@ func (r *TiledInstanceReconciler) listOwned(ctx context.Context, proto client.Ob
 
 // externalEdits lists the applied objects (from the cache) that have spec or metadata fields
 // managed by a writer other than the operator.
-func (r *TiledInstanceReconciler) externalEdits(ctx context.Context, applied map[applier.Key]int64) string {
+func (r *TiledInstanceReconciler) externalEdits(ctx context.Context, applied map[applier.Key]int64, unsent cachedChildren) string {
 	var found []string
 	keys := make([]applier.Key, 0, len(applied))
 	for k := range applied {
@@ -983,7 +1013,7 @@ func (r *TiledInstanceReconciler) externalEdits(ctx context.Context, applied map
 	}
 	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
 	for _, k := range keys {
-		cur, err := r.currentByKey(ctx, k)
+		cur, err := r.cachedChild(ctx, unsent, k)
 		if err != nil || cur == nil {
 			continue
 		}
