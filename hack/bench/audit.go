@@ -46,6 +46,7 @@ type auditEvent struct {
 // auditLog reads the audit log as it grows.
 type auditLog struct {
 	mu      sync.Mutex
+	path    string
 	f       *os.File
 	r       *bufio.Reader
 	partial []byte
@@ -65,7 +66,7 @@ func openAuditLog(path string) (*auditLog, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening the audit log: %w", err)
 	}
-	return &auditLog{f: f, r: bufio.NewReaderSize(f, 1<<20), started: map[string]bool{}}, nil
+	return &auditLog{path: path, f: f, r: bufio.NewReaderSize(f, 1<<20), started: map[string]bool{}}, nil
 }
 
 type rawAuditEvent struct {
@@ -118,12 +119,29 @@ func (a *auditLog) sync() error {
 			}
 		}
 		if err == io.EOF {
-			return nil
+			return a.notRotated()
 		}
 		if err != nil {
 			return err
 		}
 	}
+}
+
+// notRotated fails when the apiserver has started a new file at the log's path: the events after
+// it would never be read, and every later phase would count none (hack/testenv turns rotation off).
+func (a *auditLog) notRotated() error {
+	open, err := a.f.Stat()
+	if err != nil {
+		return err
+	}
+	now, err := os.Stat(a.path)
+	if err != nil {
+		return fmt.Errorf("the audit log %s: %w", a.path, err)
+	}
+	if !os.SameFile(open, now) {
+		return fmt.Errorf("the audit log %s was rotated: the events after it cannot be counted", a.path)
+	}
+	return nil
 }
 
 func (a *auditLog) add(e rawAuditEvent) {

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -147,14 +146,36 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 	logf := func(format string, args ...any) {
 		fmt.Fprintf(logw, "[n=%d %s] "+format+"\n", append([]any{n, time.Now().Format("15:04:05")}, args...)...)
 	}
+	mem, err := shippedMemory()
+	if err != nil {
+		return nil, err
+	}
+	r := &Result{N: n, Setup: ptrTo(recordSetup(o.flags, mem))}
+
+	// The fleet's beamlines: clusters of at most clusterSize beamlines.
+	var clusterNames [][]string
+	for left := n; left > 0; left -= clusterSize {
+		names, err := fleet.Beamlines(min(left, clusterSize))
+		if err != nil {
+			return nil, err
+		}
+		clusterNames = append(clusterNames, names)
+	}
+
+	// --- the floor ----------------------------------------------------------------------------------
+	// First, each run on a control plane of its own that is stopped after it, so that the floor and
+	// the operator's stamp-out, which follows, are measured a minute apart on this shared machine
+	// rather than a quarter of an hour (the operator's other phases come between them otherwise).
+	if err := measureFloors(ctx, n, clusterNames, o, r, logf); err != nil {
+		return nil, err
+	}
+
 	env, err := startControlPlane()
 	if err != nil {
 		return nil, err
 	}
-	// stopEnv stops the control plane once: before the floor, or when measure returns.
-	stopEnv := sync.OnceValue(env.Stop)
 	defer func() {
-		if err := stopEnv(); err != nil {
+		if err := env.Stop(); err != nil {
 			log.Printf("stopping the control plane: %v", err)
 		}
 	}()
@@ -163,10 +184,6 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 		return nil, err
 	}
 	defer audit.close()
-	mem, err := shippedMemory()
-	if err != nil {
-		return nil, err
-	}
 	binDir, err := os.MkdirTemp("", "tiled-bench-bin-")
 	if err != nil {
 		return nil, err
@@ -176,8 +193,6 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 	if err != nil {
 		return nil, err
 	}
-	r := &Result{N: n, Setup: ptrTo(recordSetup(o.flags, mem))}
-
 	hctx, stopInformers := context.WithCancel(ctx)
 	defer stopInformers()
 	hc, informers, err := startHarness(hctx, env, &tiledv1alpha1.TiledInstance{}, &appsv1.StatefulSet{})
@@ -187,11 +202,7 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 
 	// The fleet: clusters of at most clusterSize beamlines, one namespace each, with the profiles.
 	var fleets []fleetNamespace
-	for left := n; left > 0; left -= clusterSize {
-		names, err := fleet.Beamlines(min(left, clusterSize))
-		if err != nil {
-			return nil, err
-		}
+	for _, names := range clusterNames {
 		ns, err := fleet.NewNamespace(ctx, hc, "bench-operator")
 		if err != nil {
 			return nil, err
@@ -252,7 +263,12 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 	if err != nil {
 		return nil, err
 	}
+	cpu0 := readProcessCPU()
 	start := time.Now()
+	waitProfiles := func() error { return nil }
+	if o.cpuProfile != "" {
+		waitProfiles = cpuProfiles(ctx, env.Config, a, o.cpuWindow, o.cpuProfile+".stampout")
+	}
 	for _, f := range fleets {
 		cl := fleet.Cluster(f.ns, "nsls2", f.names)
 		if err := fleet.Poll(ctx, 500*time.Millisecond, time.Minute, "creating the cluster", func(ctx context.Context) (bool, error) {
@@ -270,6 +286,10 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 	}
 	if err := waitQuiet(ctx, a, o.quiet, o.timeout); err != nil {
 		return nil, err
+	}
+	r.StampoutCPU = readProcessCPU().since(cpu0)
+	if err := waitProfiles(); err != nil {
+		return nil, fmt.Errorf("CPU profiles of the stamp-out: %w", err)
 	}
 	stampAudit, err := phaseAudit(audit, mark)
 	if err != nil {
@@ -565,34 +585,6 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 		}
 	}
 
-	// The operator's control plane goes (its volume binder and garbage collector would otherwise keep
-	// resyncing the fleet beside the floor); each floor run starts a control plane of its own.
-	stopInformers()
-	if err := stopEnv(); err != nil {
-		return nil, err
-	}
-	r.FloorConcurrency = controllers.DefaultInstanceConcurrency
-	concurrencies := floorConcurrencies(r.FloorConcurrency, n)
-	if o.skip["floor"] {
-		concurrencies = nil
-	}
-	for _, conc := range concurrencies {
-		logf("floor at concurrency %d", conc)
-		fl, err := runFreshFloor(ctx, fleets, conc)
-		if err != nil {
-			return nil, err
-		}
-		r.Floors = append(r.Floors, FloorRun{Concurrency: conc, Seconds: fl.Seconds, Requests: fl.Requests.Total(), Objects: fl.Objects})
-		logf("floor at %d: %d objects in %.1fs", conc, fl.Objects, fl.Seconds)
-	}
-	for _, f := range r.Floors {
-		if f.Concurrency == r.FloorConcurrency {
-			r.FloorSeconds, r.FloorRequests, r.FloorObjects = f.Seconds, f.Requests, f.Objects
-		}
-		if r.FloorBestSeconds == 0 || f.Seconds < r.FloorBestSeconds {
-			r.FloorBestSeconds, r.FloorBestConcurrency = f.Seconds, f.Concurrency
-		}
-	}
 	if r.FloorSeconds > 0 {
 		r.ConvergeRatio = r.ConvergeSeconds / r.FloorSeconds
 		r.ConvergeBestRatio = r.ConvergeSeconds / r.FloorBestSeconds
@@ -622,6 +614,43 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 	r.ExpandBytesPerInst = float64(br.AllocedBytesPerOp()) / per
 	logf("done")
 	return r, nil
+}
+
+// measureFloors runs the floor at each of floorConcurrencies (none with -skip floor), each on a
+// fresh control plane, and records the runs in r: the one at the operator's concurrency as the
+// floor, and the fastest.
+func measureFloors(ctx context.Context, n int, clusterNames [][]string, o options, r *Result, logf func(string, ...any)) error {
+	fleets := make([]fleetNamespace, len(clusterNames))
+	for i, names := range clusterNames {
+		fleets[i] = fleetNamespace{names: names}
+	}
+	r.FloorConcurrency = controllers.DefaultInstanceConcurrency
+	concurrencies := floorConcurrencies(r.FloorConcurrency, n)
+	if o.skip["floor"] {
+		concurrencies = nil
+	}
+	for _, conc := range concurrencies {
+		logf("floor at concurrency %d", conc)
+		profile := ""
+		if o.cpuProfile != "" && conc == r.FloorConcurrency {
+			profile = o.cpuProfile + ".floor"
+		}
+		fl, err := runFreshFloor(ctx, fleets, conc, profile, o.cpuWindow)
+		if err != nil {
+			return err
+		}
+		r.Floors = append(r.Floors, FloorRun{Concurrency: conc, Seconds: fl.Seconds, Requests: fl.Requests.Total(), Objects: fl.Objects, CPU: fl.CPU})
+		logf("floor at %d: %d objects in %.1fs", conc, fl.Objects, fl.Seconds)
+	}
+	for _, f := range r.Floors {
+		if f.Concurrency == r.FloorConcurrency {
+			r.FloorSeconds, r.FloorRequests, r.FloorObjects, r.FloorCPU = f.Seconds, f.Requests, f.Objects, f.CPU
+		}
+		if r.FloorBestSeconds == 0 || f.Seconds < r.FloorBestSeconds {
+			r.FloorBestSeconds, r.FloorBestConcurrency = f.Seconds, f.Concurrency
+		}
+	}
+	return nil
 }
 
 // floorConcurrencies are the concurrencies the floor runs at: the operator's, twice that, and up to

@@ -25,6 +25,9 @@ type floorResult struct {
 	Seconds  float64
 	Requests traffic.Snapshot
 	Objects  int
+	// CPU is the CPU time each process used during the run (runFreshFloor's control plane and the
+	// harness, which runs the floor's client).
+	CPU map[string]float64
 }
 
 // runFloor applies the very objects the operator creates — each expanded TiledInstance and the
@@ -132,7 +135,10 @@ func runFloor(ctx context.Context, cfg *rest.Config, hc client.Client, fleets []
 // same apiserver flags and audit log, kube-controller-manager with the same controllers, the
 // harness's static provisioner binding the claims) and stopped after: the floor then starts from
 // an empty etcd as the operator's stamp-out did, not on top of the operator's fleet.
-func runFreshFloor(ctx context.Context, fleets []fleetNamespace, concurrency int) (*floorResult, error) {
+//
+// With a profile path, a CPU profile of kube-apiserver over the first cpuWindow of the floor is
+// written to PROFILE.apiserver.
+func runFreshFloor(ctx context.Context, fleets []fleetNamespace, concurrency int, profile string, cpuWindow time.Duration) (*floorResult, error) {
 	env, err := startControlPlane()
 	if err != nil {
 		return nil, err
@@ -148,5 +154,18 @@ func runFreshFloor(ctx context.Context, fleets []fleetNamespace, concurrency int
 	if err != nil {
 		return nil, err
 	}
-	return runFloor(ctx, env.Config, hc, fleets, concurrency)
+	waitProfile := func() error { return nil }
+	if profile != "" {
+		waitProfile = cpuProfiles(ctx, env.Config, nil, cpuWindow, profile)
+	}
+	cpu0 := readProcessCPU()
+	fl, err := runFloor(ctx, env.Config, hc, fleets, concurrency)
+	if err != nil {
+		return nil, err
+	}
+	fl.CPU = readProcessCPU().since(cpu0)
+	if err := waitProfile(); err != nil {
+		return nil, fmt.Errorf("CPU profile of the floor: %w", err)
+	}
+	return fl, nil
 }

@@ -42,7 +42,8 @@ func main() {
 	timeout := flag.Duration("timeout", 30*time.Minute, "longest wait for any one phase")
 	out := flag.String("out", filepath.Join(testenv.RepoRoot(), "bench", "results.json"), "where to write the JSON results (empty: nowhere)")
 	heapProfile := flag.String("heap-profile", "", "write Go heap profiles of the operator's phases: PATH.N at their end (after a GC) and PATH.N.peak when the heap in use was highest")
-	cpuProfile := flag.String("cpu-profile", "", "write a CPU profile of the stamp-out phase to this file (-child runs of one size)")
+	cpuProfile := flag.String("cpu-profile", "", "write CPU profiles of the manager and kube-apiserver over the first -cpu-window of the stamp-out (PATH.N.stampout.manager, .apiserver) and of kube-apiserver during the floor at the operator's concurrency (PATH.N.floor.apiserver)")
+	cpuWindow := flag.Duration("cpu-window", 30*time.Second, "how long each -cpu-profile profile lasts")
 	skip := flag.String("skip", "", "comma-separated phases to leave out: idle, floor, naive (for quick trials; results then lack them)")
 	child := flag.Bool("child", false, "internal: measure one size and print its JSON result on stdout")
 	markdown := flag.String("markdown", "", "print the table of an existing results file as Markdown and exit")
@@ -74,7 +75,7 @@ func main() {
 
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	o := options{idle: *idle, quiet: *quiet, timeout: *timeout, skip: map[string]bool{}, heapProfile: *heapProfile, cpuProfile: *cpuProfile,
+	o := options{idle: *idle, quiet: *quiet, timeout: *timeout, skip: map[string]bool{}, heapProfile: *heapProfile, cpuProfile: *cpuProfile, cpuWindow: *cpuWindow,
 		flags: fmt.Sprintf("-idle %s -quiet %s -skip %q", *idle, *quiet, *skip)}
 	for _, s := range strings.Split(*skip, ",") {
 		if s = strings.TrimSpace(s); s != "" {
@@ -121,7 +122,7 @@ func main() {
 			args = append(args, "-heap-profile", *heapProfile+"."+s)
 		}
 		if *cpuProfile != "" {
-			args = append(args, "-cpu-profile", *cpuProfile+"."+s)
+			args = append(args, "-cpu-profile", *cpuProfile+"."+s, "-cpu-window", cpuWindow.String())
 		}
 		cmd := exec.CommandContext(ctx, self, args...)
 		var stdout bytes.Buffer
@@ -233,6 +234,14 @@ func writeTable(w io.Writer, rs []*Result, md bool) {
 		return fmt.Sprintf("%.2f (%d)", r.FloorBestSeconds, r.FloorBestConcurrency)
 	})
 	row("  converge / best floor", func(r *Result) string { return f2(r.ConvergeBestRatio) })
+	row("stamp-out CPU by process (s)", func(r *Result) string { return cpuSummary(r.StampoutCPU) })
+	row("floor CPU by process (s)", func(r *Result) string { return cpuSummary(r.FloorCPU) })
+	row("  CPU, stamp-out / floor", func(r *Result) string {
+		if len(r.StampoutCPU) == 0 || len(r.FloorCPU) == 0 {
+			return "—"
+		}
+		return f2(cpuTotal(r.StampoutCPU) / cpuTotal(r.FloorCPU))
+	})
 	idle := func(r *Result) bool { return r.IdleSeconds > 0 }
 	row("idle window (s)", measured(idle, func(r *Result) string { return fmt.Sprintf("%.0f", r.IdleSeconds) }))
 	row("  Lease renewals", measured(idle, func(r *Result) string { return i(r.IdleLease) }))

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -183,23 +182,7 @@ func (m *managerProc) stop(sig syscall.Signal) error {
 }
 
 func (m *managerProc) get(ctx context.Context, port int, path string) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d%s", port, path), nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := m.http.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", path, resp.Status)
-	}
-	return body, nil
+	return httpGet(ctx, m.http, fmt.Sprintf("http://127.0.0.1:%d%s", port, path))
 }
 
 // metrics scrapes the replica's Prometheus metrics.
@@ -263,6 +246,13 @@ func (m *managerProc) heapProfile(ctx context.Context) ([]byte, error) {
 	return m.get(ctx, m.ports.pprof, "/debug/pprof/heap?gc=1")
 }
 
+// heapProfileAsIs fetches a heap profile without forcing a collection: the heap in use as of the
+// last one the manager ran by itself. The sampler takes these while a phase runs, so that measuring
+// the peak adds no collections to the phase it measures.
+func (m *managerProc) heapProfileAsIs(ctx context.Context) ([]byte, error) {
+	return m.get(ctx, m.ports.pprof, "/debug/pprof/heap")
+}
+
 // statusKiB reads a "Name:  123 kB" field of the process's /proc status, in KiB.
 func (m *managerProc) statusKiB(field string) int64 {
 	return procStatusKiBOf(fmt.Sprintf("/proc/%d/status", m.cmd.Process.Pid), field)
@@ -314,7 +304,7 @@ func startRSSSampler(ctx context.Context, m *managerProc, profile bool) *rssSamp
 			s.peakAnon = max(s.peakAnon, anon)
 			s.mu.Unlock()
 			if profile && rss > s.profiledAt+s.profiledAt/10 {
-				if p, err := m.heapProfile(ctx); err == nil {
+				if p, err := m.heapProfileAsIs(ctx); err == nil {
 					s.mu.Lock()
 					s.profiledAt, s.peakProfile = rss, p
 					s.mu.Unlock()

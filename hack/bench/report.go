@@ -113,7 +113,7 @@ func report(rs []*Result, src string) []byte {
 	}
 	if len(profiles) > 0 {
 		w("\nHeap profiles of the first replica (`go tool pprof -top FILE`; `.peak` was taken when its RSS last passed\n")
-		w("its previous peak by 10 %%, the other after a collection at the end of its phases): %s.\n", strings.Join(profiles, ", "))
+		w("its previous peak by 10 %% (as of the manager's last collection: the sampler forces none), the other after a collection at\nthe end of its phases): %s.\n", strings.Join(profiles, ", "))
 	}
 
 	w("\n## Goals\n\n")

@@ -59,6 +59,12 @@ type Result struct {
 	Floors               []FloorRun `json:"floors"`
 	ConvergeRatio        float64    `json:"converge_to_floor_ratio"`
 	ConvergeBestRatio    float64    `json:"converge_to_best_floor_ratio"`
+	// StampoutCPU is the CPU time, in seconds, each process used from the first TiledCluster's
+	// creation until the operator was quiet (kube-apiserver, etcd, kube-controller-manager, the
+	// manager, the harness); FloorCPU the same for the floor at the operator's concurrency, whose
+	// client runs in the harness.
+	StampoutCPU map[string]float64 `json:"stampout_cpu_seconds,omitempty"`
+	FloorCPU    map[string]float64 `json:"floor_cpu_seconds,omitempty"`
 
 	IdleSeconds          float64 `json:"idle_seconds"`
 	IdleRequests         int64   `json:"idle_requests"`
@@ -119,6 +125,8 @@ type FloorRun struct {
 	Seconds     float64 `json:"seconds"`
 	Requests    int64   `json:"requests"`
 	Objects     int     `json:"objects"`
+	// CPU is the CPU time, in seconds, each process used during the run.
+	CPU map[string]float64 `json:"cpu_seconds,omitempty"`
 }
 
 type options struct {
@@ -129,6 +137,7 @@ type options struct {
 
 	heapProfile string
 	cpuProfile  string
+	cpuWindow   time.Duration
 	// flags are the harness flags of this size, recorded in Setup.
 	flags string
 }

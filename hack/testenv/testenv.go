@@ -182,6 +182,10 @@ func Start(opts Options) (*Env, error) {
 		opts.APIServerFlags["audit-log-path"] = e.AuditLogPath
 		opts.APIServerFlags["audit-log-mode"] = "blocking"
 		opts.APIServerFlags["audit-log-format"] = "json"
+		// Never rotated: the apiserver's log library rotates at 100 MB by default, which a fleet of
+		// 3,000 instances passes, and a reader of the log (the benchmark) would then read nothing
+		// more. The unit is MB.
+		opts.APIServerFlags["audit-log-maxsize"] = "1000000"
 	}
 	e.env = &envtest.Environment{
 		BinaryAssetsDirectory: dir,
