@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -174,8 +175,10 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 	if err != nil {
 		return nil, err
 	}
+	// Stopped before the convergence trials, which start control planes of their own.
+	stopEnv := sync.OnceValue(env.Stop)
 	defer func() {
-		if err := env.Stop(); err != nil {
+		if err := stopEnv(); err != nil {
 			log.Printf("stopping the control plane: %v", err)
 		}
 	}()
@@ -200,23 +203,11 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 		return nil, err
 	}
 
-	// The fleet: clusters of at most clusterSize beamlines, one namespace each, with the profiles.
-	var fleets []fleetNamespace
-	for _, names := range clusterNames {
-		ns, err := fleet.NewNamespace(ctx, hc, "bench-operator")
-		if err != nil {
-			return nil, err
-		}
-		if err := fleet.Create(ctx, hc, fleet.ProfileObjects(fleet.Profiles(ns))...); err != nil {
-			return nil, err
-		}
-		fleets = append(fleets, fleetNamespace{ns: ns, names: names})
-	}
-	r.Clusters = len(fleets)
-	systemNS, err := fleet.NewNamespace(ctx, hc, "tiled-operator-system")
+	fleets, systemNS, err := setUpFleets(ctx, hc, clusterNames)
 	if err != nil {
 		return nil, err
 	}
+	r.Clusters = len(fleets)
 
 	// --- the operator, first replica ------------------------------------------------------------
 	webhookPort, err := testenv.FreePort()
@@ -238,13 +229,7 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 		}
 	}()
 	sampler := startRSSSampler(ctx, a, o.heapProfile != "")
-	if err := waitLeading(ctx, a, 2*time.Minute); err != nil {
-		return nil, err
-	}
-	if err := waitWebhooksPublished(ctx, hc); err != nil {
-		return nil, err
-	}
-	if err := waitQuiet(ctx, a, o.quiet, o.timeout); err != nil {
+	if err := waitStarted(ctx, hc, a, o); err != nil {
 		return nil, err
 	}
 	startup, err := audit.since(mark0, actorOperator)
@@ -264,27 +249,12 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 		return nil, err
 	}
 	cpu0 := readProcessCPU()
-	start := time.Now()
 	waitProfiles := func() error { return nil }
 	if o.cpuProfile != "" {
 		waitProfiles = cpuProfiles(ctx, env.Config, a, o.cpuWindow, o.cpuProfile+".stampout")
 	}
-	for _, f := range fleets {
-		cl := fleet.Cluster(f.ns, "nsls2", f.names)
-		if err := fleet.Poll(ctx, 500*time.Millisecond, time.Minute, "creating the cluster", func(ctx context.Context) (bool, error) {
-			return hc.Create(ctx, cl) == nil, nil
-		}); err != nil {
-			return nil, err
-		}
-	}
-	for _, f := range fleets {
-		if err := fleet.Poll(ctx, time.Second, o.timeout, "stamp-out", func(ctx context.Context) (bool, error) {
-			return fleet.StampedOut(ctx, informers, f.ns, "nsls2", len(f.names))
-		}); err != nil {
-			return nil, err
-		}
-	}
-	if err := waitQuiet(ctx, a, o.quiet, o.timeout); err != nil {
+	start, err := stampOut(ctx, hc, informers, a, fleets, o)
+	if err != nil {
 		return nil, err
 	}
 	r.StampoutCPU = readProcessCPU().since(cpu0)
@@ -612,8 +582,165 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 	r.ExpandNsPerInstance = float64(br.NsPerOp()) / per
 	r.ExpandAllocsPerInst = float64(br.AllocsPerOp()) / per
 	r.ExpandBytesPerInst = float64(br.AllocedBytesPerOp()) / per
+
+	// --- convergence trials -----------------------------------------------------------------------
+	// One run's converge/floor is one sample of a ratio of two times on a shared machine: the pairs
+	// after the first are run again, each on control planes of their own, with nothing else running.
+	if r.FloorSeconds > 0 && n <= clusterSize && o.trials > 0 {
+		stopInformers()
+		if err := stopEnv(); err != nil {
+			return nil, err
+		}
+		r.ConvergeTrials = []ConvergeTrial{{
+			FloorSeconds: r.FloorSeconds, ConvergeSeconds: r.ConvergeSeconds, Ratio: r.ConvergeRatio,
+			FloorCPU: cpuTotal(r.FloorCPU), StampoutCPU: cpuTotal(r.StampoutCPU),
+		}}
+		for i := 2; i <= o.trials; i++ {
+			logf("convergence trial %d of %d", i, o.trials)
+			t, err := convergeTrial(ctx, clusterNames, bin, mem, o)
+			if err != nil {
+				return nil, fmt.Errorf("convergence trial %d: %w", i, err)
+			}
+			logf("convergence trial %d: floor %.1fs, converge %.1fs, ratio %.2f", i, t.FloorSeconds, t.ConvergeSeconds, t.Ratio)
+			r.ConvergeTrials = append(r.ConvergeTrials, t)
+		}
+		r.ConvergeRatioMedian = medianRatio(r.ConvergeTrials)
+	}
 	logf("done")
 	return r, nil
+}
+
+// setUpFleets creates, for each cluster's beamlines, a namespace with the profiles, and the
+// operator's namespace.
+func setUpFleets(ctx context.Context, hc client.Client, clusterNames [][]string) ([]fleetNamespace, string, error) {
+	var fleets []fleetNamespace
+	for _, names := range clusterNames {
+		ns, err := fleet.NewNamespace(ctx, hc, "bench-operator")
+		if err != nil {
+			return nil, "", err
+		}
+		if err := fleet.Create(ctx, hc, fleet.ProfileObjects(fleet.Profiles(ns))...); err != nil {
+			return nil, "", err
+		}
+		fleets = append(fleets, fleetNamespace{ns: ns, names: names})
+	}
+	systemNS, err := fleet.NewNamespace(ctx, hc, "tiled-operator-system")
+	if err != nil {
+		return nil, "", err
+	}
+	return fleets, systemNS, nil
+}
+
+// waitStarted waits until the replica m leads, has published the webhook configurations and is
+// quiet after its cache sync.
+func waitStarted(ctx context.Context, hc client.Client, m *managerProc, o options) error {
+	if err := waitLeading(ctx, m, 2*time.Minute); err != nil {
+		return err
+	}
+	if err := waitWebhooksPublished(ctx, hc); err != nil {
+		return err
+	}
+	return waitQuiet(ctx, m, o.quiet, o.timeout)
+}
+
+// stampOut creates every cluster at once, through the webhooks, and waits until each is stamped
+// out and the operator m is quiet. It returns when the first creation was sent.
+func stampOut(ctx context.Context, hc client.Client, informers cache.Cache, m *managerProc, fleets []fleetNamespace, o options) (time.Time, error) {
+	start := time.Now()
+	for _, f := range fleets {
+		cl := fleet.Cluster(f.ns, "nsls2", f.names)
+		if err := fleet.Poll(ctx, 500*time.Millisecond, time.Minute, "creating the cluster", func(ctx context.Context) (bool, error) {
+			return hc.Create(ctx, cl) == nil, nil
+		}); err != nil {
+			return start, err
+		}
+	}
+	for _, f := range fleets {
+		if err := fleet.Poll(ctx, time.Second, o.timeout, "stamp-out", func(ctx context.Context) (bool, error) {
+			return fleet.StampedOut(ctx, informers, f.ns, "nsls2", len(f.names))
+		}); err != nil {
+			return start, err
+		}
+	}
+	return start, waitQuiet(ctx, m, o.quiet, o.timeout)
+}
+
+// convergeTrial runs the floor at the operator's concurrency on a control plane of its own, then
+// the operator's stamp-out on another, as the full run does, and returns the pair.
+func convergeTrial(ctx context.Context, clusterNames [][]string, bin string, mem containerMemory, o options) (ConvergeTrial, error) {
+	fleets := make([]fleetNamespace, len(clusterNames))
+	for i, names := range clusterNames {
+		fleets[i] = fleetNamespace{names: names}
+	}
+	fl, err := runFreshFloor(ctx, fleets, controllers.DefaultInstanceConcurrency, "", 0)
+	if err != nil {
+		return ConvergeTrial{}, fmt.Errorf("floor: %w", err)
+	}
+	converge, cpu, err := freshStampOut(ctx, clusterNames, bin, mem, o)
+	if err != nil {
+		return ConvergeTrial{}, fmt.Errorf("stamp-out: %w", err)
+	}
+	return ConvergeTrial{
+		FloorSeconds: fl.Seconds, ConvergeSeconds: converge, Ratio: converge / fl.Seconds,
+		FloorCPU: cpuTotal(fl.CPU), StampoutCPU: cpuTotal(cpu),
+	}, nil
+}
+
+// freshStampOut starts a control plane, the fleet's profiles and one replica of the operator, and
+// measures the stamp-out as the full run does: from the first TiledCluster's creation to the
+// apiserver's timestamp of the operator's last request, and the CPU every process used.
+func freshStampOut(ctx context.Context, clusterNames [][]string, bin string, mem containerMemory, o options) (float64, processCPU, error) {
+	env, err := startControlPlane()
+	if err != nil {
+		return 0, nil, err
+	}
+	defer func() {
+		if err := env.Stop(); err != nil {
+			log.Printf("stopping the trial's control plane: %v", err)
+		}
+	}()
+	audit, err := openAuditLog(env.AuditLogPath)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer audit.close()
+	hctx, stop := context.WithCancel(ctx)
+	defer stop()
+	hc, informers, err := startHarness(hctx, env, &tiledv1alpha1.TiledInstance{}, &appsv1.StatefulSet{})
+	if err != nil {
+		return 0, nil, err
+	}
+	fleets, systemNS, err := setUpFleets(ctx, hc, clusterNames)
+	if err != nil {
+		return 0, nil, err
+	}
+	port, err := testenv.FreePort()
+	if err != nil {
+		return 0, nil, err
+	}
+	m, err := startManager(bin, "trial", env, systemNS, mem, port, port)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer func() { _ = m.stop(syscall.SIGKILL) }()
+	if err := waitStarted(ctx, hc, m, o); err != nil {
+		return 0, nil, err
+	}
+	mark, err := audit.mark()
+	if err != nil {
+		return 0, nil, err
+	}
+	cpu0 := readProcessCPU()
+	start, err := stampOut(ctx, hc, informers, m, fleets, o)
+	if err != nil {
+		return 0, nil, err
+	}
+	cpu := readProcessCPU().since(cpu0)
+	st, err := phaseAudit(audit, mark)
+	if err != nil {
+		return 0, nil, err
+	}
+	return st.Last.Sub(start).Seconds(), cpu, nil
 }
 
 // measureFloors runs the floor at each of floorConcurrencies (none with -skip floor), each on a

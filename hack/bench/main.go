@@ -44,6 +44,7 @@ func main() {
 	heapProfile := flag.String("heap-profile", "", "write Go heap profiles of the operator's phases: PATH.N at their end (after a GC) and PATH.N.peak when the heap in use was highest")
 	cpuProfile := flag.String("cpu-profile", "", "write CPU profiles of the manager and kube-apiserver over the first -cpu-window of the stamp-out (PATH.N.stampout.manager, .apiserver) and of kube-apiserver during the floor at the operator's concurrency (PATH.N.floor.apiserver)")
 	cpuWindow := flag.Duration("cpu-window", 30*time.Second, "how long each -cpu-profile profile lasts")
+	trials := flag.Int("trials", 3, "paired runs of the floor (at the operator's concurrency) and the stamp-out at each size of one cluster or less, each on fresh control planes; converge/floor is the median of their ratios (the first pair is the full run's own)")
 	skip := flag.String("skip", "", "comma-separated phases to leave out: idle, floor, naive (for quick trials; results then lack them)")
 	child := flag.Bool("child", false, "internal: measure one size and print its JSON result on stdout")
 	markdown := flag.String("markdown", "", "print the table of an existing results file as Markdown and exit")
@@ -75,8 +76,8 @@ func main() {
 
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	o := options{idle: *idle, quiet: *quiet, timeout: *timeout, skip: map[string]bool{}, heapProfile: *heapProfile, cpuProfile: *cpuProfile, cpuWindow: *cpuWindow,
-		flags: fmt.Sprintf("-idle %s -quiet %s -skip %q", *idle, *quiet, *skip)}
+	o := options{idle: *idle, quiet: *quiet, timeout: *timeout, skip: map[string]bool{}, heapProfile: *heapProfile, cpuProfile: *cpuProfile, cpuWindow: *cpuWindow, trials: *trials,
+		flags: fmt.Sprintf("-idle %s -quiet %s -trials %d -skip %q", *idle, *quiet, *trials, *skip)}
 	for _, s := range strings.Split(*skip, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			o.skip[s] = true
@@ -117,7 +118,7 @@ func main() {
 				sizeIdle = *idle
 			}
 		}
-		args := []string{"-child", "-n", s, "-idle", sizeIdle.String(), "-quiet", quiet.String(), "-timeout", timeout.String(), "-skip", *skip}
+		args := []string{"-child", "-n", s, "-idle", sizeIdle.String(), "-quiet", quiet.String(), "-timeout", timeout.String(), "-trials", strconv.Itoa(*trials), "-skip", *skip}
 		if *heapProfile != "" {
 			args = append(args, "-heap-profile", *heapProfile+"."+s)
 		}
@@ -230,6 +231,12 @@ func writeTable(w io.Writer, rs []*Result, md bool) {
 		return fmt.Sprintf("%.2f (%d)", r.FloorSeconds, r.FloorConcurrency)
 	})
 	row("  converge / floor", func(r *Result) string { return f2(r.ConvergeRatio) })
+	row("  converge / floor, median of paired trials", func(r *Result) string {
+		if len(r.ConvergeTrials) == 0 {
+			return "—"
+		}
+		return fmt.Sprintf("%.2f (%s)", r.ConvergeRatioMedian, trialRatios(r.ConvergeTrials))
+	})
 	row("floor, best concurrency (s)", func(r *Result) string {
 		return fmt.Sprintf("%.2f (%d)", r.FloorBestSeconds, r.FloorBestConcurrency)
 	})

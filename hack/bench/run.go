@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"sort"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -59,6 +60,11 @@ type Result struct {
 	Floors               []FloorRun `json:"floors"`
 	ConvergeRatio        float64    `json:"converge_to_floor_ratio"`
 	ConvergeBestRatio    float64    `json:"converge_to_best_floor_ratio"`
+	// ConvergeTrials are paired runs of the floor at the operator's concurrency and the stamp-out,
+	// each on a fresh control plane, the first the full run's own; ConvergeRatioMedian is the median
+	// of their ratios.
+	ConvergeTrials      []ConvergeTrial `json:"converge_trials,omitempty"`
+	ConvergeRatioMedian float64         `json:"converge_to_floor_ratio_median,omitempty"`
 	// StampoutCPU is the CPU time, in seconds, each process used from the first TiledCluster's
 	// creation until the operator was quiet (kube-apiserver, etcd, kube-controller-manager, the
 	// manager, the harness); FloorCPU the same for the floor at the operator's concurrency, whose
@@ -129,7 +135,47 @@ type FloorRun struct {
 	CPU map[string]float64 `json:"cpu_seconds,omitempty"`
 }
 
+// ConvergeTrial is one paired run of the floor at the operator's concurrency and the operator's
+// stamp-out, one after the other.
+type ConvergeTrial struct {
+	FloorSeconds    float64 `json:"floor_seconds"`
+	ConvergeSeconds float64 `json:"converge_seconds"`
+	Ratio           float64 `json:"ratio"`
+	// FloorCPU and StampoutCPU are the CPU seconds of all processes together in each.
+	FloorCPU    float64 `json:"floor_cpu_seconds"`
+	StampoutCPU float64 `json:"stampout_cpu_seconds"`
+}
+
+// trialRatios lists the trials' ratios, "1.21, 1.30, 1.18".
+func trialRatios(ts []ConvergeTrial) string {
+	s := make([]string, len(ts))
+	for i, t := range ts {
+		s[i] = fmt.Sprintf("%.2f", t.Ratio)
+	}
+	return strings.Join(s, ", ")
+}
+
+// medianRatio is the median of the trials' ratios (the mean of the middle two of an even number).
+func medianRatio(ts []ConvergeTrial) float64 {
+	if len(ts) == 0 {
+		return 0
+	}
+	r := make([]float64, len(ts))
+	for i, t := range ts {
+		r[i] = t.Ratio
+	}
+	sort.Float64s(r)
+	if len(r)%2 == 1 {
+		return r[len(r)/2]
+	}
+	return (r[len(r)/2-1] + r[len(r)/2]) / 2
+}
+
 type options struct {
+	// trials is the number of paired floor and stamp-out runs (ConvergeTrials) at sizes of one
+	// cluster or less.
+	trials int
+
 	idle    time.Duration
 	quiet   time.Duration
 	timeout time.Duration
