@@ -199,6 +199,18 @@ type auditCounts struct {
 	// Written are the objects the phase wrote, by resource: "resource ns/name" (not their status,
 	// Events, the Lease or the webhook configurations).
 	Written map[string]bool
+	// LastWrite is the apiserver's time of the phase's last write of each resource
+	// ("tiledinstances/status", "events", …), the Lease left out.
+	LastWrite map[string]time.Time
+}
+
+// lastWriteSeconds is LastWrite as seconds after start.
+func (c auditCounts) lastWriteSeconds(start time.Time) map[string]float64 {
+	out := make(map[string]float64, len(c.LastWrite))
+	for res, at := range c.LastWrite {
+		out[res] = at.Sub(start).Seconds()
+	}
+	return out
 }
 
 func isWriteVerb(v string) bool {
@@ -210,7 +222,7 @@ func isWriteVerb(v string) bool {
 }
 
 func countAudit(events []auditEvent) auditCounts {
-	c := auditCounts{ByKey: map[string]int64{}, Written: map[string]bool{}}
+	c := auditCounts{ByKey: map[string]int64{}, Written: map[string]bool{}, LastWrite: map[string]time.Time{}}
 	for _, e := range events {
 		c.Total++
 		c.ByKey[e.Verb+" "+e.Resource]++
@@ -222,6 +234,9 @@ func countAudit(events []auditEvent) auditCounts {
 		}
 		if isWriteVerb(e.Verb) {
 			c.Writes++
+			if e.Resource != "leases" && e.At.After(c.LastWrite[e.Resource]) {
+				c.LastWrite[e.Resource] = e.At
+			}
 			switch e.Resource {
 			case "events":
 				c.Events++

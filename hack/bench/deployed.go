@@ -266,6 +266,7 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 		return nil, err
 	}
 	r.ConvergeSeconds = stampAudit.Last.Sub(start).Seconds()
+	r.StampoutLastWrite = stampAudit.lastWriteSeconds(start)
 	now, err := a.traffic(ctx)
 	if err != nil {
 		return nil, err

@@ -14,7 +14,8 @@ func TestReport(t *testing.T) {
 		Manager: "bin/manager", Machine: "2 CPUs"}
 	small := &Result{N: 30, Clusters: 1, Setup: setup, ObjectsCreated: 480, StampoutWrites: 512, StampoutObjectWrites: 480, WritesPerObject: 512.0 / 480,
 		StampoutAuditRequests: 520, FloorSeconds: 2, ConvergeSeconds: 1, ConvergeRatio: 0.5, RSSMiB: 90, IdleSeconds: 30, IdleLease: 6, IdleWatches: 2,
-		RestartSeconds: 1, FailoverSeconds: 31, HeapProfiles: []string{"bench/heap.30", "bench/heap.30.peak"}}
+		RestartSeconds: 1, FailoverSeconds: 31, HeapProfiles: []string{"bench/heap.30", "bench/heap.30.peak"},
+		StampoutLastWrite: map[string]float64{"events": 3.5, "statefulsets": 2.25, "tiledinstances": 0.5}}
 	large := &Result{N: 1000, Clusters: 1, ObjectsCreated: 16000, StampoutWrites: 17000, StampoutObjectWrites: 16000, WritesPerObject: 17000.0 / 16000,
 		StampoutAuditRequests: 17000, FloorSeconds: 100, ConvergeSeconds: 200, ConvergeRatio: 2, RSSMiB: 200, ReadsAfterSync: 0,
 		RestartSeconds: 2, RestartObjectWrites: 3, FailoverSeconds: 40, IdleSeconds: 600, IdleOther: 1}
@@ -28,6 +29,7 @@ func TestReport(t *testing.T) {
 			"- **N = 30**:\n  - when: 2026-12-01T10:00:00Z; commit `abc123`\n  - harness flags: `-idle 30s`",
 			"- **N = 1000**: measured by an earlier version of the harness, which recorded no setup.",
 			"Heap profiles of the first replica", "`bench/heap.30.peak`",
+			"last write of each resource, seconds after the first TiledCluster's creation: tiledinstances 0.50, statefulsets 2.25, events 3.50.",
 		}},
 		{"goals computed from the figures", []*Result{small, large}, []string{
 			"| stamp-out writes ≤ 1.05 × objects created | 1.067 × | 1.062 × | no |",

@@ -50,6 +50,9 @@ type Result struct {
 	StartupRequests          int64   `json:"startup_requests"`
 	ReadsAfterSync           int64   `json:"reads_after_sync"`
 	ConvergeSeconds          float64 `json:"converge_seconds"`
+	// StampoutLastWrite is, by resource, when the operator's last write of the stamp-out was
+	// received, in seconds after the first TiledCluster's creation: where the time to converge ends.
+	StampoutLastWrite map[string]float64 `json:"stampout_last_write_seconds,omitempty"`
 
 	FloorConcurrency     int        `json:"floor_concurrency"`
 	FloorSeconds         float64    `json:"floor_seconds"`
