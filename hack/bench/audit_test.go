@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 )
@@ -26,4 +27,26 @@ func TestAuditLogRotated(t *testing.T) {
 	g.Expect(os.WriteFile(path, []byte(event), 0o600)).To(Succeed())
 	_, err = a.mark()
 	g.Expect(err).To(MatchError(ContainSubstring("was rotated")))
+}
+
+// TestLastWriteByResource: a phase's last write of each resource, in seconds after its start; reads,
+// watches and the Lease leave no mark, and a resource's later write replaces its earlier one.
+func TestLastWriteByResource(t *testing.T) {
+	g := NewWithT(t)
+	start := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return start.Add(time.Duration(ms) * time.Millisecond) }
+	c := countAudit([]auditEvent{
+		{At: at(100), Verb: "patch", Resource: "tiledinstances", Object: "ns/a"},
+		{At: at(900), Verb: "patch", Resource: "statefulsets", Object: "ns/a"},
+		{At: at(400), Verb: "patch", Resource: "tiledinstances", Object: "ns/b"},
+		{At: at(1500), Verb: "patch", Resource: "tiledinstances/status", Object: "ns/a"},
+		{At: at(2000), Verb: "get", Resource: "statefulsets", Object: "ns/a"},
+		{At: at(2100), Verb: "watch", Resource: "pods"},
+		{At: at(2200), Verb: "update", Resource: "leases", Object: "system/lock"},
+		{At: at(1700), Verb: "create", Resource: "events", Object: "ns/e"},
+	})
+	g.Expect(c.lastWriteSeconds(start)).To(Equal(map[string]float64{
+		"tiledinstances": 0.4, "statefulsets": 0.9, "tiledinstances/status": 1.5, "events": 1.7,
+	}))
+	g.Expect(c.Last).To(Equal(at(2000)), "the end of the phase is its last request but watches and the Lease")
 }
