@@ -537,10 +537,7 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 		return nil, err
 	}
 
-	// --- the floor ------------------------------------------------------------------------------
-	// The same children applied directly, by a plain loop at the operator's concurrency, and at
-	// other concurrencies to find a plain loop's best, each on a fresh control plane as the
-	// operator's stamp-out had (a plain loop has no webhooks).
+	// The naive baseline's beamlines: the first cluster's, or every cluster's past one cluster.
 	names := first.names
 	if n > clusterSize {
 		names = nil
@@ -669,10 +666,7 @@ func stampOut(ctx context.Context, hc client.Client, informers cache.Cache, m *m
 // convergeTrial runs the floor at the operator's concurrency on a control plane of its own, then
 // the operator's stamp-out on another, as the full run does, and returns the pair.
 func convergeTrial(ctx context.Context, clusterNames [][]string, bin string, mem containerMemory, o options) (ConvergeTrial, error) {
-	fleets := make([]fleetNamespace, len(clusterNames))
-	for i, names := range clusterNames {
-		fleets[i] = fleetNamespace{names: names}
-	}
+	fleets := floorFleets(clusterNames)
 	fl, err := runFreshFloor(ctx, fleets, controllers.DefaultInstanceConcurrency, "", 0)
 	if err != nil {
 		return ConvergeTrial{}, fmt.Errorf("floor: %w", err)
@@ -748,10 +742,7 @@ func freshStampOut(ctx context.Context, clusterNames [][]string, bin string, mem
 // fresh control plane, and records the runs in r: the one at the operator's concurrency as the
 // floor, and the fastest.
 func measureFloors(ctx context.Context, n int, clusterNames [][]string, o options, r *Result, logf func(string, ...any)) error {
-	fleets := make([]fleetNamespace, len(clusterNames))
-	for i, names := range clusterNames {
-		fleets[i] = fleetNamespace{names: names}
-	}
+	fleets := floorFleets(clusterNames)
 	r.FloorConcurrency = controllers.DefaultInstanceConcurrency
 	concurrencies := floorConcurrencies(r.FloorConcurrency, n)
 	if o.skip["floor"] {
@@ -779,6 +770,16 @@ func measureFloors(ctx context.Context, n int, clusterNames [][]string, o option
 		}
 	}
 	return nil
+}
+
+// floorFleets are the fleet's clusters as a floor run takes them: beamlines only, the run creates
+// their namespaces on its own control plane.
+func floorFleets(clusterNames [][]string) []fleetNamespace {
+	fleets := make([]fleetNamespace, len(clusterNames))
+	for i, names := range clusterNames {
+		fleets[i] = fleetNamespace{names: names}
+	}
+	return fleets
 }
 
 // floorConcurrencies are the concurrencies the floor runs at: the operator's, twice that, and up to
