@@ -40,9 +40,11 @@ func memorySettings(limitRatio, targetRatio float64) (s memtarget.Settings, ok b
 		return s, false, err
 	}
 	s = memtarget.Settings{
-		Ceiling:  int64(float64(limit) * limitRatio),
-		Target:   int64(float64(request) * targetRatio),
-		Headroom: memtarget.DefaultHeadroom,
+		Ceiling:     int64(float64(limit) * limitRatio),
+		Target:      int64(float64(request) * targetRatio),
+		Headroom:    memtarget.DefaultHeadroom,
+		MaxHeadroom: memtarget.DefaultMaxHeadroom,
+		GCBudget:    memtarget.DefaultGCBudget,
 	}
 	if s.Ceiling > 0 && s.Target > s.Ceiling {
 		s.Target = s.Ceiling

@@ -20,12 +20,12 @@ func TestMemorySettings(t *testing.T) {
 		err                              string
 	}{
 		{name: "limit and request", limit: "536870912", request: "134217728", limitRatio: 0.9, targetRatio: 0.8,
-			want: memtarget.Settings{Ceiling: 483183820, Target: 107374182, Headroom: memtarget.DefaultHeadroom}, steer: true},
+			want: memtarget.Settings{Ceiling: 483183820, Target: 107374182, Headroom: memtarget.DefaultHeadroom, MaxHeadroom: memtarget.DefaultMaxHeadroom, GCBudget: memtarget.DefaultGCBudget}, steer: true},
 		{name: "a limit only: the ceiling", limit: "536870912", limitRatio: 0.9, targetRatio: 0.8,
-			want: memtarget.Settings{Ceiling: 483183820, Headroom: memtarget.DefaultHeadroom}, steer: true},
+			want: memtarget.Settings{Ceiling: 483183820, Headroom: memtarget.DefaultHeadroom, MaxHeadroom: memtarget.DefaultMaxHeadroom, GCBudget: memtarget.DefaultGCBudget}, steer: true},
 		{name: "a request above the limit: the target is the ceiling", limit: "100", request: "1000", limitRatio: 0.9, targetRatio: 0.8,
-			want: memtarget.Settings{Ceiling: 90, Target: 90, Headroom: memtarget.DefaultHeadroom}, steer: true},
-		{name: "nothing set", limitRatio: 0.9, targetRatio: 0.8, want: memtarget.Settings{Headroom: memtarget.DefaultHeadroom}},
+			want: memtarget.Settings{Ceiling: 90, Target: 90, Headroom: memtarget.DefaultHeadroom, MaxHeadroom: memtarget.DefaultMaxHeadroom, GCBudget: memtarget.DefaultGCBudget}, steer: true},
+		{name: "nothing set", limitRatio: 0.9, targetRatio: 0.8, want: memtarget.Settings{Headroom: memtarget.DefaultHeadroom, MaxHeadroom: memtarget.DefaultMaxHeadroom, GCBudget: memtarget.DefaultGCBudget}},
 		{name: "GOMEMLIMIT wins", gomemlimit: "100MiB", limit: "536870912", request: "134217728", limitRatio: 0.9, targetRatio: 0.8},
 		{name: "a limit that is no number", limit: "512Mi", limitRatio: 0.9, targetRatio: 0.8, err: `$MEMORY_LIMIT="512Mi" is not a quantity of memory in bytes`},
 		{name: "a request that is no number", request: "-1", limitRatio: 0.9, targetRatio: 0.8, err: `$MEMORY_REQUEST="-1" is not a quantity of memory in bytes`},

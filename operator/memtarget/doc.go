@@ -8,7 +8,12 @@
 // small fleets would pay collector CPU for memory they do not need to save. Instead the soft limit
 // is the target (a share of the container's memory request) while the live heap leaves room under
 // it — the collector then runs at its default pace until the heap reaches the target, and more
-// often only past it — and a quarter above the live heap once the caches need more than the target,
-// so that a large fleet never makes the collector run without pause. It never exceeds the ceiling
-// (a share of the container's memory limit), below which the kernel does not kill the pod.
+// often only past it — and a quarter above the live heap once the caches need more than the target.
+// That quarter is a floor, not a fixed pace: when the collector takes more than its budget of the
+// process's CPU (half), as it does when a large fleet's caches outgrow the target by far and the
+// allocations of a stamp-out keep filling so small a margin, the headroom grows, up to the default
+// pacing's (the heap doubles), and shrinks back once the load passes — a large fleet never makes
+// the collector run without pause (with a fixed quarter, the collector took most of the manager's
+// CPU through a stamp-out of three thousand instances). The limit never exceeds the ceiling (a
+// share of the container's memory limit), below which the kernel does not kill the pod.
 package memtarget

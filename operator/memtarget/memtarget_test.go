@@ -30,9 +30,61 @@ func TestLimit(t *testing.T) {
 		{"nothing", Settings{}, 20 * mib, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			NewWithT(t).Expect(tc.s.Limit(tc.live)).To(Equal(tc.want))
+			NewWithT(t).Expect(NewPacer(tc.s).Limit(tc.live)).To(Equal(tc.want))
 		})
 	}
+}
+
+// TestPacerFollowsTheCollector: past the target, the headroom grows by half while the collector
+// takes more than its budget, up to the most; it shrinks by a third under half the budget, down to
+// the least; between the two it stays; under the target, without a budget, or with no room to
+// grow, it never grows.
+func TestPacerFollowsTheCollector(t *testing.T) {
+	s := Settings{Target: 100 * mib, Ceiling: 1000 * mib, Headroom: 0.25, MaxHeadroom: 1, GCBudget: 0.25}
+	for _, tc := range []struct {
+		name   string
+		s      Settings
+		shares []float64
+		want   float64
+		live   int64
+	}{
+		{"under the target the collector works for it", s, []float64{0.9, 0.9, 0.9}, 0.25, 70 * mib},
+		{"within the budget", s, []float64{0.2, 0.15, 0.25}, 0.25, 0},
+		{"past it once", s, []float64{0.6}, 0.375, 0},
+		{"past it for long: the most", s, []float64{0.6, 0.6, 0.6, 0.6, 0.6}, 1, 0},
+		{"between half the budget and the budget: it stays", s, []float64{0.6, 0.6, 0.2, 0.13}, 0.5625, 0},
+		{"the load passes: back to the least", s, []float64{0.6, 0.6, 0.6, 0, 0.1, 0, 0, 0}, 0.25, 0},
+		{"no budget", Settings{Target: 100 * mib, Headroom: 0.25, MaxHeadroom: 1}, []float64{0.9, 0.9}, 0.25, 0},
+		{"no room to grow", Settings{Target: 100 * mib, Headroom: 0.25, MaxHeadroom: 0.25, GCBudget: 0.25}, []float64{0.9}, 0.25, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			p := NewPacer(tc.s)
+			live := tc.live
+			if live == 0 {
+				live = 200 * mib
+			}
+			for _, share := range tc.shares {
+				p.Observe(share, live)
+			}
+			g.Expect(p.Headroom()).To(BeNumerically("~", tc.want, 1e-9))
+		})
+	}
+}
+
+// TestPacerLimitWithHeadroom: a grown headroom raises the limit above a live heap past the target,
+// still never above the ceiling, and leaves the target alone while the live heap is under it.
+func TestPacerLimitWithHeadroom(t *testing.T) {
+	g := NewWithT(t)
+	p := NewPacer(Settings{Target: 100 * mib, Ceiling: 460 * mib, Headroom: 0.25, MaxHeadroom: 1, GCBudget: 0.25})
+	g.Expect(p.Limit(200 * mib)).To(Equal(int64(250 * mib)))
+	for range 4 {
+		p.Observe(0.9, 200*mib)
+	}
+	g.Expect(p.Headroom()).To(Equal(1.0))
+	g.Expect(p.Limit(40 * mib)).To(Equal(int64(100 * mib)))
+	g.Expect(p.Limit(200 * mib)).To(Equal(int64(400 * mib)))
+	g.Expect(p.Limit(300 * mib)).To(Equal(int64(460 * mib)))
 }
 
 // TestRunSetsTheLimit: Run gives the runtime the limit for its live heap, and stops with its context.
