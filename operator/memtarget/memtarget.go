@@ -31,13 +31,13 @@ type Settings struct {
 const DefaultHeadroom = 0.25
 
 // DefaultMaxHeadroom is the headroom of Go's default pacing (GOGC=100): the heap may double what
-// the last collection left live. Past it, memory would be spent that the default spends neither.
+// the last collection left live. More would spend memory that even the default pacing does not.
 const DefaultMaxHeadroom = 1.0
 
 // DefaultGCBudget is the collector's share of the process's CPU time above which the headroom
 // grows: half, where the collector takes as much CPU as the program it collects for. Below it the
-// memory target wins, and the collector may work hard for it (at a thousand instances it takes a
-// fifth to a third of the manager's CPU); above it the collector runs without pause.
+// memory target wins, and the collector may work hard for it (at a thousand instances, a good share
+// of the manager's CPU); above it the collector runs without pause.
 const DefaultGCBudget = 0.5
 
 // Pacer holds the headroom the limit currently gives the live heap: Headroom while the collector
