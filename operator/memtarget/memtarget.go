@@ -47,6 +47,9 @@ const DefaultGCBudget = 0.5
 type Pacer struct {
 	s        Settings
 	headroom float64
+	// gc and user are the runtime's CPU counters at the last ObserveCPU; sampled says there was one.
+	gc, user float64
+	sampled  bool
 }
 
 // NewPacer starts at the settings' headroom.
@@ -85,6 +88,21 @@ func (p *Pacer) Observe(gcShare float64, live int64) {
 	}
 }
 
+// ObserveCPU takes the runtime's cumulative CPU counters of the collector and of the program's own
+// code, in seconds, and from the second call on observes the collector's share of the CPU time
+// since the last call (Observe). A window in which the process spent less than minBusy is idle: its
+// share counts as none.
+func (p *Pacer) ObserveCPU(gc, user float64, live int64) {
+	if p.sampled {
+		share := 0.0
+		if busy := (gc - p.gc) + (user - p.user); busy >= minBusy {
+			share = (gc - p.gc) / busy
+		}
+		p.Observe(share, live)
+	}
+	p.gc, p.user, p.sampled = gc, user, true
+}
+
 // DefaultInterval is how often Run reads the live heap: the collector runs several times a second
 // while a fleet is stamped out, and the limit follows within a few of its cycles.
 const DefaultInterval = 250 * time.Millisecond
@@ -112,22 +130,13 @@ func Run(ctx context.Context, s Settings, interval time.Duration) {
 	p := NewPacer(s)
 	sample := []metrics.Sample{{Name: liveHeap}, {Name: gcCPU}, {Name: userCPU}}
 	var current int64 = -1
-	var gc0, user0 float64
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for i := 0; ; i++ {
 		metrics.Read(sample)
 		if i%window == 0 && sample[0].Value.Kind() == metrics.KindUint64 &&
 			sample[1].Value.Kind() == metrics.KindFloat64 && sample[2].Value.Kind() == metrics.KindFloat64 {
-			gc, user := sample[1].Value.Float64(), sample[2].Value.Float64()
-			if i > 0 {
-				share := 0.0
-				if busy := (gc - gc0) + (user - user0); busy >= minBusy {
-					share = (gc - gc0) / busy
-				}
-				p.Observe(share, int64(sample[0].Value.Uint64()))
-			}
-			gc0, user0 = gc, user
+			p.ObserveCPU(sample[1].Value.Float64(), sample[2].Value.Float64(), int64(sample[0].Value.Uint64()))
 		}
 		if sample[0].Value.Kind() == metrics.KindUint64 {
 			if limit := p.Limit(int64(sample[0].Value.Uint64())); limit > 0 && abs(limit-current) > 1<<20 {

@@ -72,6 +72,21 @@ func TestPacerFollowsTheCollector(t *testing.T) {
 	}
 }
 
+// TestPacerObserveCPU: the first counters are the baseline; the share is the collector's part of
+// the CPU time between two calls; a window with almost no CPU time is idle and counts as none.
+func TestPacerObserveCPU(t *testing.T) {
+	g := NewWithT(t)
+	p := NewPacer(Settings{Target: 100 * mib, Headroom: 0.25, MaxHeadroom: 1, GCBudget: 0.5})
+	p.ObserveCPU(60, 40, 200*mib) // the baseline (0.6 of all so far): a share over the whole life would say nothing of now
+	g.Expect(p.Headroom()).To(Equal(0.25))
+	p.ObserveCPU(60.6, 40.4, 200*mib) // 0.6 of 1 s: over the budget
+	g.Expect(p.Headroom()).To(Equal(0.375))
+	p.ObserveCPU(60.9, 41.1, 200*mib) // 0.3 of 1 s: between half the budget and the budget
+	g.Expect(p.Headroom()).To(Equal(0.375))
+	p.ObserveCPU(60.93, 41.11, 200*mib) // 0.03 of 0.04 s: idle, none
+	g.Expect(p.Headroom()).To(Equal(0.25))
+}
+
 // TestPacerLimitWithHeadroom: a grown headroom raises the limit above a live heap past the target,
 // still never above the ceiling, and leaves the target alone while the live heap is under it.
 func TestPacerLimitWithHeadroom(t *testing.T) {
