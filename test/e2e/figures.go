@@ -9,6 +9,9 @@ type Figures struct {
 	InstanceReadySeconds          map[string]float64 `json:"instanceReadySeconds"`
 	FloorReadySeconds             float64            `json:"floorReadySeconds"`
 	OperatorOverFloor             float64            `json:"operatorOverFloor"`
+	OperatorDispatchSeconds       float64            `json:"operatorDispatchSeconds"`
+	OperatorReportSeconds         float64            `json:"operatorReportSeconds"`
+	OperatorOverFloorSameStart    float64            `json:"operatorOverFloorSameStart"`
 	RestartCount                  int                `json:"restartCount"`
 	RestartsByContainer           map[string]int32   `json:"restartsByContainer,omitempty"`
 	RolloutBudget                 int                `json:"rolloutBudget"`

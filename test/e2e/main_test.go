@@ -38,6 +38,7 @@ type env struct {
 var (
 	e   env
 	cl  client.Client
+	wcl client.WithWatch // for the watches that time readiness (latency_test.go)
 	fig = &Figures{InstanceReadySeconds: map[string]float64{}}
 )
 
@@ -69,6 +70,10 @@ func TestMain(m *testing.M) {
 	_ = v1alpha1.AddToScheme(scheme)
 	if cl, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: client: %v\n", err)
+		os.Exit(2)
+	}
+	if wcl, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme}); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: watch client: %v\n", err)
 		os.Exit(2)
 	}
 	code := m.Run()

@@ -73,7 +73,10 @@ func render(f *e2e.Figures, src string) string {
 	w("\n| figure | value | goal |\n|---|--:|---|\n")
 	w("| apply → every pod Ready (operator) | %.1f s | |\n", f.FleetReadySeconds)
 	w("| the same children applied directly (floor) | %.1f s | |\n", f.FloorReadySeconds)
-	w("| operator / floor | %.2f | ≤ 1.2 |\n", f.OperatorOverFloor)
+	w("| operator / floor, one start-up of the pods each (reported) | %.2f | |\n", f.OperatorOverFloor)
+	w("| apply → the operator's last child write | %.2f s | |\n", f.OperatorDispatchSeconds)
+	w("| last pod Ready → TiledCluster Ready | %.2f s | |\n", f.OperatorReportSeconds)
+	w("| operator / floor, the pods' start taken from the floor (asserted) | %.2f | ≤ 1.2 |\n", f.OperatorOverFloorSameStart)
 	names := make([]string, 0, len(f.InstanceReadySeconds))
 	for k := range f.InstanceReadySeconds {
 		names = append(names, k)

@@ -1,0 +1,141 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	v1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
+)
+
+// readyWatch records, from watches opened before a TiledCluster is applied, when each pod of a
+// namespace and the TiledCluster were first seen Ready, by this process's clock. It splits the
+// fleet's time to Ready into what the pods take to start (the same as in the floor, up to the
+// machine's noise) and what the operator adds before and after them.
+type readyWatch struct {
+	mu           sync.Mutex
+	podReady     map[string]time.Time
+	clusterReady time.Time
+	closedEarly  []string
+	cancel       context.CancelFunc
+	wg           sync.WaitGroup
+}
+
+// watchReadiness opens the watches on pods and TiledClusters in ns; stop ends them.
+func watchReadiness(t *testing.T, ns, cluster string) *readyWatch {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &readyWatch{podReady: map[string]time.Time{}, cancel: cancel}
+	pods, err := wcl.Watch(ctx, &corev1.PodList{}, client.InNamespace(ns))
+	if err != nil {
+		cancel()
+		t.Fatalf("watch pods in %s: %v", ns, err)
+	}
+	tcs, err := wcl.Watch(ctx, &v1alpha1.TiledClusterList{}, client.InNamespace(ns))
+	if err != nil {
+		pods.Stop()
+		cancel()
+		t.Fatalf("watch TiledClusters in %s: %v", ns, err)
+	}
+	consume := func(what string, wi watch.Interface, seen func(obj any, at time.Time)) {
+		defer w.wg.Done()
+		defer wi.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case ev, ok := <-wi.ResultChan():
+				if !ok {
+					if ctx.Err() == nil {
+						w.mu.Lock()
+						w.closedEarly = append(w.closedEarly, what)
+						w.mu.Unlock()
+					}
+					return
+				}
+				if ev.Type == watch.Added || ev.Type == watch.Modified {
+					seen(ev.Object, time.Now())
+				}
+			}
+		}
+	}
+	w.wg.Add(2)
+	go consume("pods", pods, func(obj any, at time.Time) {
+		p, ok := obj.(*corev1.Pod)
+		if !ok || !podReady(p) {
+			return
+		}
+		w.mu.Lock()
+		if _, done := w.podReady[p.Name]; !done {
+			w.podReady[p.Name] = at
+		}
+		w.mu.Unlock()
+	})
+	go consume("tiledclusters", tcs, func(obj any, at time.Time) {
+		tc, ok := obj.(*v1alpha1.TiledCluster)
+		if !ok || tc.Name != cluster || !meta.IsStatusConditionTrue(tc.Status.Conditions, "Ready") {
+			return
+		}
+		w.mu.Lock()
+		if w.clusterReady.IsZero() {
+			w.clusterReady = at
+		}
+		w.mu.Unlock()
+	})
+	return w
+}
+
+// stop ends the watches and returns what they saw. A watch the server closed before stop is an
+// error: its figures would be missing, not zero.
+func (w *readyWatch) stop(t *testing.T) (podReady map[string]time.Time, clusterReady time.Time) {
+	t.Helper()
+	w.cancel()
+	w.wg.Wait()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.closedEarly) > 0 {
+		t.Errorf("the server closed the watch on %v before the fleet was Ready", w.closedEarly)
+	}
+	return w.podReady, w.clusterReady
+}
+
+// operatorLatency is what the operator adds to the pods' own start in a stamp-out that began at
+// start: dispatch is start → its last write of a child (any non-status, non-event write in ns)
+// before the last pod was Ready, from the apiserver's audit log; report is the last pod Ready →
+// the TiledCluster Ready, both seen by watches. A controller that created the Tiled StatefulSet
+// only after PostgreSQL was up, rewrote a child mid-start or polled for status would show here.
+func operatorLatency(t *testing.T, ns string, start time.Time, readyAt map[string]time.Time, clusterReady time.Time) (dispatch, report time.Duration, lastPod string) {
+	t.Helper()
+	var lastReady time.Time
+	for name, at := range readyAt {
+		if at.After(lastReady) {
+			lastReady, lastPod = at, name
+		}
+	}
+	if lastReady.IsZero() || clusterReady.IsZero() {
+		t.Errorf("readiness not observed: %d pods seen Ready, TiledCluster Ready seen %t", len(readyAt), !clusterReady.IsZero())
+		return 0, 0, ""
+	}
+	lastWrite := start
+	for _, ev := range auditSince(t, operatorUser, start, lastReady) {
+		if ev.ObjectRef == nil || ev.ObjectRef.Namespace != ns || ev.ObjectRef.Subresource != "" ||
+			ev.ObjectRef.Resource == "events" || !isWrite(ev.Verb) {
+			continue
+		}
+		if ev.RequestReceived.After(lastWrite) {
+			lastWrite = ev.RequestReceived
+		}
+	}
+	if lastWrite.Equal(start) {
+		t.Errorf("no write of the operator in %s between the apply and the last pod Ready in the audit log", ns)
+	}
+	return lastWrite.Sub(start), clusterReady.Sub(lastReady), lastPod
+}
