@@ -243,6 +243,7 @@ func measure(ctx context.Context, n int, o options, logw io.Writer) (*Result, er
 	}
 
 	// Stamp-out: every cluster is created at once, through the webhooks.
+	settle(ctx, "the stamp-out")
 	logf("stamp-out (%d clusters)", len(fleets))
 	mark, err := audit.mark()
 	if err != nil {
@@ -721,6 +722,7 @@ func freshStampOut(ctx context.Context, clusterNames [][]string, bin string, mem
 	if err := waitStarted(ctx, hc, m, o); err != nil {
 		return 0, nil, err
 	}
+	settle(ctx, "the trial's stamp-out")
 	mark, err := audit.mark()
 	if err != nil {
 		return 0, nil, err

@@ -158,6 +158,7 @@ func runFreshFloor(ctx context.Context, fleets []fleetNamespace, concurrency int
 	if profile != "" {
 		waitProfile = cpuProfiles(ctx, env.Config, nil, cpuWindow, profile)
 	}
+	settle(ctx, fmt.Sprintf("the floor at concurrency %d", concurrency))
 	cpu0 := readProcessCPU()
 	fl, err := runFloor(ctx, env.Config, hc, fleets, concurrency)
 	if err != nil {
