@@ -69,33 +69,31 @@ func readCPUSample() (cpuSample, error) {
 }
 
 // settle waits until a window of settleWindow has the machine's CPUs busy less than settleBusy of
-// the time, or settleTimeout passes (then the phase runs anyway, and the log says so). It returns
-// how long it waited.
-func settle(ctx context.Context, what string) time.Duration {
+// the time, or settleTimeout passes (then the phase runs anyway, and the log says so).
+func settle(ctx context.Context, what string) {
 	start := time.Now()
 	prev, err := readCPUSample()
 	if err != nil {
 		log.Printf("settle before %s: %v", what, err)
-		return 0
+		return
 	}
 	last := 1.0
 	for time.Since(start) < settleTimeout {
 		select {
 		case <-ctx.Done():
-			return time.Since(start)
+			return
 		case <-time.After(settleWindow):
 		}
 		cur, err := readCPUSample()
 		if err != nil {
 			log.Printf("settle before %s: %v", what, err)
-			return time.Since(start)
+			return
 		}
 		last = busyFraction(prev, cur)
 		if last < settleBusy {
-			return time.Since(start)
+			return
 		}
 		prev = cur
 	}
 	log.Printf("settle before %s: the machine was still %.0f%% busy after %s; timing it anyway", what, 100*last, settleTimeout)
-	return time.Since(start)
 }
