@@ -34,13 +34,12 @@ func parseProcStat(data string) (cpuSample, error) {
 			continue
 		}
 		var s cpuSample
-		for i, v := range f[1:] {
+		// user nice system idle iowait irq softirq steal; guest and guest_nice, after them, are
+		// already counted in user and nice.
+		for i, v := range f[1:min(len(f), 9)] {
 			n, err := strconv.ParseUint(v, 10, 64)
 			if err != nil {
 				return cpuSample{}, fmt.Errorf("/proc/stat: cpu field %d: %w", i+1, err)
-			}
-			if i >= 8 { // guest and guest_nice are already counted in user and nice
-				break
 			}
 			s.total += n
 			if i != 3 && i != 4 { // idle, iowait

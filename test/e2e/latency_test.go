@@ -34,12 +34,12 @@ func watchReadiness(t *testing.T, ns, cluster string) *readyWatch {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	w := &readyWatch{podReady: map[string]time.Time{}, cancel: cancel}
-	pods, err := wcl.Watch(ctx, &corev1.PodList{}, client.InNamespace(ns))
+	pods, err := cl.Watch(ctx, &corev1.PodList{}, client.InNamespace(ns))
 	if err != nil {
 		cancel()
 		t.Fatalf("watch pods in %s: %v", ns, err)
 	}
-	tcs, err := wcl.Watch(ctx, &v1alpha1.TiledClusterList{}, client.InNamespace(ns))
+	tcs, err := cl.Watch(ctx, &v1alpha1.TiledClusterList{}, client.InNamespace(ns))
 	if err != nil {
 		pods.Stop()
 		cancel()

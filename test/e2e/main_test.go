@@ -37,8 +37,7 @@ type env struct {
 
 var (
 	e   env
-	cl  client.Client
-	wcl client.WithWatch // for the watches that time readiness (latency_test.go)
+	cl  client.WithWatch // a client that can also watch (latency_test.go times readiness with it)
 	fig = &Figures{InstanceReadySeconds: map[string]float64{}}
 )
 
@@ -68,12 +67,8 @@ func TestMain(m *testing.M) {
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = v1alpha1.AddToScheme(scheme)
-	if cl, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+	if cl, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme}); err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: client: %v\n", err)
-		os.Exit(2)
-	}
-	if wcl, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme}); err != nil {
-		fmt.Fprintf(os.Stderr, "e2e: watch client: %v\n", err)
 		os.Exit(2)
 	}
 	code := m.Run()
