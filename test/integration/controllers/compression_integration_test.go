@@ -1,0 +1,87 @@
+package controllers_test
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"k8s.io/client-go/rest"
+
+	"github.com/bluesky/tiled-operator/hack/fleet"
+	"github.com/bluesky/tiled-operator/operator"
+)
+
+// responseRecorder counts the responses a client received, and those that came compressed (the
+// transport asked for gzip and decoded it: Uncompressed, or a Content-Encoding left in place).
+type responseRecorder struct {
+	mu         sync.Mutex
+	total      int
+	compressed []string
+}
+
+// wrap is a rest.Config's WrapTransport: every transport the manager builds reports to r.
+func (r *responseRecorder) wrap(next http.RoundTripper) http.RoundTripper {
+	return roundTripper(func(req *http.Request) (*http.Response, error) { return r.record(req, next) })
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+func (r *responseRecorder) record(req *http.Request, next http.RoundTripper) (*http.Response, error) {
+	resp, err := next.RoundTrip(req)
+	if resp != nil {
+		r.mu.Lock()
+		r.total++
+		if resp.Uncompressed || resp.Header.Get("Content-Encoding") != "" {
+			r.compressed = append(r.compressed, req.Method+" "+req.URL.RequestURI())
+		}
+		r.mu.Unlock()
+	}
+	return resp, err
+}
+
+// The operator asks the API server for no compression (as kube-controller-manager does): its
+// informers' initial lists and every watch event it receives during a stamp-out come plain.
+func TestOperatorRequestsNoCompression(t *testing.T) {
+	g := NewWithT(t)
+	ctx := ctxT(t)
+	rec := &responseRecorder{}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.WrapTransport = rec.wrap
+
+	ns, err := fleet.NewNamespace(ctx, env.Client, "compression")
+	g.Expect(err).NotTo(HaveOccurred())
+	op, err := operator.NewManager(cfg, operator.ManagerOptions{
+		MetricsBindAddress: "0", HealthProbeBindAddress: "0", WatchNamespaces: []string{ns}, Restartable: true,
+	})
+	g.Expect(err).NotTo(HaveOccurred())
+	mctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := op.Start(mctx); err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	syncCtx, syncCancel := context.WithTimeout(ctx, time.Minute)
+	defer syncCancel()
+	g.Expect(op.GetCache().WaitForCacheSync(syncCtx)).To(BeTrue())
+
+	names, err := fleet.Beamlines(3)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(fleet.Create(ctx, env.Client, fleet.ProfileObjects(fleet.Profiles(ns))...)).To(Succeed())
+	g.Expect(env.Client.Create(ctx, fleet.Cluster(ns, "nsls2", names))).To(Succeed())
+	g.Expect(fleet.Poll(ctx, 200*time.Millisecond, time.Minute, "stamp-out", func(ctx context.Context) (bool, error) {
+		return fleet.StampedOut(ctx, env.Client, ns, "nsls2", len(names))
+	})).To(Succeed())
+
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	g.Expect(rec.total).To(BeNumerically(">", 20), "the recorder saw the operator's requests")
+	g.Expect(rec.compressed).To(BeEmpty(), "responses the API server compressed for the operator")
+}
