@@ -472,7 +472,13 @@ func intentOf(ac runtime.ApplyConfiguration) ([32]byte, *meta, error) {
 		return [32]byte{}, nil, fmt.Errorf("encoding an apply configuration: %w", err)
 	}
 	m := &meta{}
-	if err := json.Unmarshal(data, m); err != nil {
+	if content, ok := ac.(interface{ UnstructuredContent() map[string]any }); ok {
+		// Read from the object itself: decoding the whole encoding again for four strings costs
+		// more than encoding it did.
+		u := unstructured.Unstructured{Object: content.UnstructuredContent()}
+		m.APIVersion, m.Kind = u.GetAPIVersion(), u.GetKind()
+		m.Metadata.Name, m.Metadata.Namespace = u.GetName(), u.GetNamespace()
+	} else if err := json.Unmarshal(data, m); err != nil {
 		return [32]byte{}, nil, err
 	}
 	if m.Kind == "" || m.Metadata.Name == "" {
