@@ -44,7 +44,7 @@ func main() {
 	heapProfile := flag.String("heap-profile", "", "write Go heap profiles of the operator's phases: PATH.N at their end (after a GC) and PATH.N.peak when the heap in use was highest")
 	cpuProfile := flag.String("cpu-profile", "", "write CPU profiles of the manager and kube-apiserver over the first -cpu-window of the stamp-out (PATH.N.stampout.manager, .apiserver) and of kube-apiserver during the floor at the operator's concurrency (PATH.N.floor.apiserver)")
 	cpuWindow := flag.Duration("cpu-window", 30*time.Second, "how long each -cpu-profile profile lasts")
-	trials := flag.Int("trials", 3, "paired runs of the floor (at the operator's concurrency) and the stamp-out at each size of one cluster or less, each on fresh control planes; converge/floor is the median of their ratios (the first pair is the full run's own)")
+	trials := flag.Int("trials", 5, "paired runs of the floor (at the operator's concurrency) and the stamp-out at each size of one cluster or less, each on fresh control planes; converge/floor is the median of their ratios (the first pair is the full run's own)")
 	skip := flag.String("skip", "", "comma-separated phases to leave out: idle, floor, naive (for quick trials; results then lack them)")
 	child := flag.Bool("child", false, "internal: measure one size and print its JSON result on stdout")
 	markdown := flag.String("markdown", "", "print the table of an existing results file as Markdown and exit")
