@@ -11,7 +11,6 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/bluesky/tiled-operator/hack/fleet"
-	"github.com/bluesky/tiled-operator/operator"
 )
 
 // responseRecorder counts the responses a client received, and those that came compressed (the
@@ -55,22 +54,7 @@ func TestOperatorRequestsNoCompression(t *testing.T) {
 
 	ns, err := fleet.NewNamespace(ctx, env.Client, "compression")
 	g.Expect(err).NotTo(HaveOccurred())
-	op, err := operator.NewManager(cfg, operator.ManagerOptions{
-		MetricsBindAddress: "0", HealthProbeBindAddress: "0", WatchNamespaces: []string{ns}, Restartable: true,
-	})
-	g.Expect(err).NotTo(HaveOccurred())
-	mctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := op.Start(mctx); err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	syncCtx, syncCancel := context.WithTimeout(ctx, time.Minute)
-	defer syncCancel()
-	g.Expect(op.GetCache().WaitForCacheSync(syncCtx)).To(BeTrue())
+	startOperatorWith(t, cfg, ns)
 
 	names, err := fleet.Beamlines(3)
 	g.Expect(err).NotTo(HaveOccurred())

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -41,8 +42,14 @@ type runningOperator struct {
 // other's objects.
 func startOperator(t *testing.T, namespaces ...string) *runningOperator {
 	t.Helper()
+	return startOperatorWith(t, env.Config, namespaces...)
+}
+
+// startOperatorWith is startOperator with the rest config the manager is built from.
+func startOperatorWith(t *testing.T, cfg *rest.Config, namespaces ...string) *runningOperator {
+	t.Helper()
 	g := NewWithT(t)
-	op, err := operator.NewManager(env.Config, operator.ManagerOptions{
+	op, err := operator.NewManager(cfg, operator.ManagerOptions{
 		MetricsBindAddress: "0", HealthProbeBindAddress: "0", WatchNamespaces: namespaces, Restartable: true,
 	})
 	g.Expect(err).NotTo(HaveOccurred())
