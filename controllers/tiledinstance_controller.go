@@ -77,8 +77,10 @@ const labelComponent = "app.kubernetes.io/component"
 // (30 s and 15 s), short enough that a failing probe is reported within two minutes.
 const DefaultProbeGrace = 60 * time.Second
 
-// serviceMonitor is the prometheus-operator kind, outside the scheme.
-func serviceMonitor() *unstructured.Unstructured {
+// ServiceMonitorKind is the prometheus-operator kind, outside the scheme: an empty ServiceMonitor,
+// read as unstructured. When its CRD exists the operator caches the ServiceMonitors labelled as
+// managed by it, whole (operator.NewManager).
+func ServiceMonitorKind() *unstructured.Unstructured {
 	u := &unstructured.Unstructured{}
 	u.SetAPIVersion("monitoring.coreos.com/v1")
 	u.SetKind("ServiceMonitor")
@@ -932,7 +934,7 @@ func (r *TiledInstanceReconciler) current(ctx context.Context, u *unstructured.U
 func (r *TiledInstanceReconciler) prune(ctx context.Context, ti *tiledv1alpha1.TiledInstance, applied map[applier.Key]int64) error {
 	kinds := ChildKinds()
 	if r.ServiceMonitorAvailable {
-		kinds = append(kinds, serviceMonitor())
+		kinds = append(kinds, ServiceMonitorKind())
 	}
 	for _, proto := range kinds {
 		gvk, err := r.Client.GroupVersionKindFor(proto)
@@ -973,7 +975,8 @@ func (r *TiledInstanceReconciler) listOwned(ctx context.Context, proto client.Ob
 	case *appsv1.StatefulSet:
 		list = &appsv1.StatefulSetList{}
 	case *unstructured.Unstructured:
-		// ServiceMonitors: not in the scheme, not indexed; few per namespace, selected by label.
+		// ServiceMonitors: not in the scheme, not indexed; the cache holds the managed ones only, and
+		// of those this instance's are selected by label.
 		ul := &unstructured.UnstructuredList{}
 		ul.SetGroupVersionKind(p.GroupVersionKind().GroupVersion().WithKind(p.GetKind() + "List"))
 		if err := r.Client.List(ctx, ul, client.InNamespace(ti.Namespace), client.MatchingLabels{"app.kubernetes.io/instance": ti.Name}, client.UnsafeDisableDeepCopy); err != nil {

@@ -3,9 +3,11 @@ package operator
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -15,6 +17,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -137,6 +140,24 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (*Operator, error) {
 	for _, obj := range controllers.ChildKinds() {
 		byObject[obj] = cache.ByObject{Label: managedSelector}
 	}
+	// One REST mapper for the manager and for this question: whether ServiceMonitors exist, asked
+	// before the cache is built so that, when they do, their cache too holds only managed ones
+	// (controller-runtime maps every ByObject kind when the cache is built, so an absent CRD cannot
+	// be named there). Sharing the mapper asks discovery nothing more than the manager would; its
+	// client (counted, uncompressed, from cfg) is the mapper's own.
+	httpClient, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating the HTTP client: %w", err)
+	}
+	mapper, err := apiutil.NewDynamicRESTMapper(cfg, httpClient)
+	if err != nil {
+		return nil, fmt.Errorf("creating the REST mapper: %w", err)
+	}
+	_, smErr := mapper.RESTMapping(schema.GroupKind{Group: "monitoring.coreos.com", Kind: "ServiceMonitor"})
+	serviceMonitors := smErr == nil
+	if serviceMonitors {
+		byObject[controllers.ServiceMonitorKind()] = cache.ByObject{Label: managedSelector}
+	}
 	// The operator's pods, for the instances' conditions: only their status is kept.
 	byObject[&corev1.Pod{}] = cache.ByObject{Label: managedSelector, Transform: func(in any) (any, error) {
 		out, err := podstatus.Trim(in)
@@ -149,7 +170,8 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (*Operator, error) {
 	}
 	leaseDuration, renewDeadline, retryPeriod := 30*time.Second, 20*time.Second, 5*time.Second
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme: scheme,
+		Scheme:         scheme,
+		MapperProvider: func(*rest.Config, *http.Client) (meta.RESTMapper, error) { return mapper, nil },
 		Cache: cache.Options{
 			ByObject: byObject, DefaultNamespaces: namespaces(o.WatchNamespaces),
 			DefaultTransform: trimTransform(), // managedFields slimmed, child kinds trimmed (cachetrim.go)
@@ -202,10 +224,9 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (*Operator, error) {
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the TiledProfile controller: %w", err)
 	}
-	_, smErr := mgr.GetRESTMapper().RESTMapping(schema.GroupKind{Group: "monitoring.coreos.com", Kind: "ServiceMonitor"})
 	if err := (&controllers.TiledInstanceReconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Applier: op.Applier, Recorder: recorder,
-		Builtins: builtins, ServiceMonitorAvailable: smErr == nil, Resync: op.instanceResync,
+		Builtins: builtins, ServiceMonitorAvailable: serviceMonitors, Resync: op.instanceResync,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the TiledInstance controller: %w", err)
 	}

@@ -29,14 +29,7 @@ import (
 // wanted.
 func TestOptionalObjects(t *testing.T) {
 	g := NewWithT(t)
-	data, err := os.ReadFile(filepath.Join("testdata", "servicemonitor-crd.yaml"))
-	g.Expect(err).NotTo(HaveOccurred())
-	crd := &apiextensionsv1.CustomResourceDefinition{}
-	g.Expect(yaml.Unmarshal(data, crd)).To(Succeed())
-	if err := env.Client.Create(ctxT(t), crd); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	g.Expect(env.WaitForResource(ctxT(t), schema.GroupVersionResource{Group: "monitoring.coreos.com", Version: "v1", Resource: "servicemonitors"})).To(Succeed())
+	installServiceMonitorCRD(t, g)
 
 	ns := newNamespace(t, g, "optional")
 	op := startOperator(t, ns) // after the CRD: the operator looks for it at start
@@ -114,4 +107,18 @@ func TestOptionalObjects(t *testing.T) {
 	before := op.Traffic.Snapshot()
 	time.Sleep(5 * time.Second)
 	g.Expect(op.Traffic.Snapshot().Sub(before).Total()).To(BeZero(), "the operator retries a refused change")
+}
+
+// installServiceMonitorCRD installs prometheus-operator's ServiceMonitor CRD (testdata) if it is not
+// there yet, and waits until it is served. It stays for the rest of the package's tests.
+func installServiceMonitorCRD(t *testing.T, g Gomega) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("testdata", "servicemonitor-crd.yaml"))
+	g.Expect(err).NotTo(HaveOccurred())
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	g.Expect(yaml.Unmarshal(data, crd)).To(Succeed())
+	if err := env.Client.Create(ctxT(t), crd); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	g.Expect(env.WaitForResource(ctxT(t), schema.GroupVersionResource{Group: "monitoring.coreos.com", Version: "v1", Resource: "servicemonitors"})).To(Succeed())
 }

@@ -107,7 +107,8 @@ func watchedResource(u *url.URL) string {
 
 // The manager's informers are the design's and no more: one watch at a time per kind it caches, the child
 // kinds it never reads the content of (controllers.ChildKinds) as metadata only, and every child
-// kind, PersistentVolumes and Pods only as far as they carry the operator's managed-by label. A
+// kind (ServiceMonitors too: the test installs their CRD), PersistentVolumes and Pods only as far as they
+// carry the operator's managed-by label. A
 // typed read of a metadata-only kind somewhere in a controller would start a second, whole-object
 // informer of that kind, with a copy of every such object in the cluster; this fails on it.
 func TestOperatorWatchesEachKindOnceAsDeclared(t *testing.T) {
@@ -116,6 +117,10 @@ func TestOperatorWatchesEachKindOnceAsDeclared(t *testing.T) {
 	rec := &watchRecorder{open: map[string]int{}, maxOpen: map[string]int{}}
 	cfg := rest.CopyConfig(env.Config)
 	cfg.WrapTransport = rec.wrap
+
+	// With the ServiceMonitor CRD the operator caches ServiceMonitors too (it looks for the CRD at
+	// start).
+	installServiceMonitorCRD(t, g)
 
 	ns, err := fleet.NewNamespace(ctx, env.Client, "watches")
 	g.Expect(err).NotTo(HaveOccurred())
@@ -143,6 +148,7 @@ func TestOperatorWatchesEachKindOnceAsDeclared(t *testing.T) {
 		_, meta := obj.(*metav1.PartialObjectMetadata)
 		expected[resourceOf(gvk)] = want{metadataOnly: meta, selected: true}
 	}
+	expected["monitoring.coreos.com/servicemonitors"] = want{selected: true}
 	expected["/persistentvolumes"] = want{selected: true}
 	expected["/pods"] = want{selected: true}
 	for _, r := range []string{"tiledinstances", "tiledclusters", "tiledprofiles"} {
