@@ -47,12 +47,25 @@ func (r *responseRecorder) record(req *http.Request, next http.RoundTripper) (*h
 // informers' initial lists and every watch event it receives during a stamp-out come plain.
 func TestOperatorRequestsNoCompression(t *testing.T) {
 	g := NewWithT(t)
-	ctx := ctxT(t)
 	rec := &responseRecorder{}
 	cfg := rest.CopyConfig(env.Config)
 	cfg.WrapTransport = rec.wrap
 
-	ns, err := fleet.NewNamespace(ctx, env.Client, "compression")
+	stampOutWith(t, g, cfg, "compression")
+
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	g.Expect(rec.total).To(BeNumerically(">", 20), "the recorder saw the operator's requests")
+	g.Expect(rec.compressed).To(BeEmpty(), "responses the API server compressed for the operator")
+}
+
+// stampOutWith starts the operator on cfg, watching a new namespace (named from prefix), and stamps
+// out a TiledCluster of three beamlines there with the fleet's profiles; it returns when the
+// instances are stamped out.
+func stampOutWith(t *testing.T, g Gomega, cfg *rest.Config, prefix string) {
+	t.Helper()
+	ctx := ctxT(t)
+	ns, err := fleet.NewNamespace(ctx, env.Client, prefix)
 	g.Expect(err).NotTo(HaveOccurred())
 	startOperatorWith(t, cfg, ns)
 
@@ -63,9 +76,4 @@ func TestOperatorRequestsNoCompression(t *testing.T) {
 	g.Expect(fleet.Poll(ctx, 200*time.Millisecond, time.Minute, "stamp-out", func(ctx context.Context) (bool, error) {
 		return fleet.StampedOut(ctx, env.Client, ns, "nsls2", len(names))
 	})).To(Succeed())
-
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	g.Expect(rec.total).To(BeNumerically(">", 20), "the recorder saw the operator's requests")
-	g.Expect(rec.compressed).To(BeEmpty(), "responses the API server compressed for the operator")
 }

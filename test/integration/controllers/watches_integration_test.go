@@ -1,7 +1,6 @@
 package controllers_test
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,7 +18,6 @@ import (
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/controllers"
-	"github.com/bluesky/tiled-operator/hack/fleet"
 )
 
 // watchCall is one watch the manager opened: the resource, whether it asked for metadata only
@@ -113,7 +110,6 @@ func watchedResource(u *url.URL) string {
 // informer of that kind, with a copy of every such object in the cluster; this fails on it.
 func TestOperatorWatchesEachKindOnceAsDeclared(t *testing.T) {
 	g := NewWithT(t)
-	ctx := ctxT(t)
 	rec := &watchRecorder{open: map[string]int{}, maxOpen: map[string]int{}}
 	cfg := rest.CopyConfig(env.Config)
 	cfg.WrapTransport = rec.wrap
@@ -122,17 +118,7 @@ func TestOperatorWatchesEachKindOnceAsDeclared(t *testing.T) {
 	// start).
 	installServiceMonitorCRD(t, g)
 
-	ns, err := fleet.NewNamespace(ctx, env.Client, "watches")
-	g.Expect(err).NotTo(HaveOccurred())
-	startOperatorWith(t, cfg, ns)
-
-	names, err := fleet.Beamlines(3)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(fleet.Create(ctx, env.Client, fleet.ProfileObjects(fleet.Profiles(ns))...)).To(Succeed())
-	g.Expect(env.Client.Create(ctx, fleet.Cluster(ns, "nsls2", names))).To(Succeed())
-	g.Expect(fleet.Poll(ctx, 200*time.Millisecond, time.Minute, "stamp-out", func(ctx context.Context) (bool, error) {
-		return fleet.StampedOut(ctx, env.Client, ns, "nsls2", len(names))
-	})).To(Succeed())
+	stampOutWith(t, g, cfg, "watches")
 
 	// What the design says: resource -> metadata only, and whether it is label-selected.
 	type want struct{ metadataOnly, selected bool }
