@@ -10,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -143,8 +142,8 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (*Operator, error) {
 	// One REST mapper for the manager and for this question: whether ServiceMonitors exist, asked
 	// before the cache is built so that, when they do, their cache too holds only managed ones
 	// (controller-runtime maps every ByObject kind when the cache is built, so an absent CRD cannot
-	// be named there). Sharing the mapper asks discovery nothing more than the manager would; its
-	// client (counted, uncompressed, from cfg) is the mapper's own.
+	// be named there). The manager is handed the same mapper, so discovery is not asked twice; the
+	// mapper's HTTP client is its own, built from cfg (counted, uncompressed).
 	httpClient, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("creating the HTTP client: %w", err)
@@ -153,7 +152,7 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (*Operator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the REST mapper: %w", err)
 	}
-	_, smErr := mapper.RESTMapping(schema.GroupKind{Group: "monitoring.coreos.com", Kind: "ServiceMonitor"})
+	_, smErr := mapper.RESTMapping(controllers.ServiceMonitorKind().GroupVersionKind().GroupKind())
 	serviceMonitors := smErr == nil
 	if serviceMonitors {
 		byObject[controllers.ServiceMonitorKind()] = cache.ByObject{Label: managedSelector}

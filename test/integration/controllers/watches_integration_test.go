@@ -102,12 +102,12 @@ func watchedResource(u *url.URL) string {
 	return group + "/" + parts[len(parts)-1]
 }
 
-// The manager's informers are the design's and no more: one watch at a time per kind it caches, the child
-// kinds it never reads the content of (controllers.ChildKinds) as metadata only, and every child
-// kind (ServiceMonitors too: the test installs their CRD), PersistentVolumes and Pods only as far as they
-// carry the operator's managed-by label. A
-// typed read of a metadata-only kind somewhere in a controller would start a second, whole-object
-// informer of that kind, with a copy of every such object in the cluster; this fails on it.
+// The manager's informers are the design's and no more: one watch at a time per kind it caches,
+// the child kinds it never reads the content of (controllers.ChildKinds) as metadata only, and
+// every child kind (ServiceMonitors too: the test installs their CRD), PersistentVolumes and Pods
+// only as far as they carry the operator's managed-by label. A typed read of a metadata-only kind
+// somewhere in a controller would start a second, whole-object informer of that kind, with a copy
+// of every such object in the cluster; this fails on it.
 func TestOperatorWatchesEachKindOnceAsDeclared(t *testing.T) {
 	g := NewWithT(t)
 	rec := &watchRecorder{open: map[string]int{}, maxOpen: map[string]int{}}
