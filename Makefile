@@ -115,7 +115,7 @@ test-bundle: ## Validate the committed bundle (operator-framework/api: bundle, C
 
 .PHONY: test-packaging
 test-packaging: ## Test config/ (renders, accepted by the real apiserver, RBAC, Pod Security), the image and kubectl explain.
-	hack/test.sh ./hack/packaging/
+	hack/test.sh ./test/packaging/
 
 .PHONY: docs
 docs: ## Generate docs/profile-reference.md from the CRDs.
@@ -167,7 +167,7 @@ FAULTS_SEED ?= 1
 .PHONY: test-faults
 test-faults: ## Fault-injection suite on the real control plane (FAULTS_N, FAULTS_TRIALS, FAULTS_SEED); prints "N passed, N failed".
 	TILED_FAULTS=1 TILED_FAULTS_N=$(FAULTS_N) TILED_FAULTS_TRIALS=$(FAULTS_TRIALS) TILED_FAULTS_SEED=$(FAULTS_SEED) \
-	  TEST_TIMEOUT=$${TEST_TIMEOUT:-25m} hack/test.sh ./hack/faults/ -v -run 'TestFaults'
+	  TEST_TIMEOUT=$${TEST_TIMEOUT:-25m} hack/test.sh ./test/faults/ -v -run 'TestFaults'
 
 .PHONY: test-tiled
 test-tiled: ## Conformance with real Tiled (PyPI, at expansion.TiledVersion) and PostgreSQL (Debian): the rendered config must run.

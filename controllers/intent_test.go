@@ -15,8 +15,8 @@ import (
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/controllers/applier"
 	"github.com/bluesky/tiled-operator/expansion"
-	"github.com/bluesky/tiled-operator/hack/fleet"
 	"github.com/bluesky/tiled-operator/render"
+	"github.com/bluesky/tiled-operator/test/support/fleet"
 )
 
 // legacyInstanceObject is instanceObject as it was before the intents were built from typed objects

@@ -48,7 +48,7 @@ import (
 // The children: read from the cache (list, watch; never a get), written with server-side apply
 // (patch, and create when the apply creates), pruned (delete). A Secret is read past the cache
 // (get) only when it is an external database's; the instance's own Secret is always rendered, so it
-// is never pruned and the operator cannot delete Secrets. hack/packaging's
+// is never pruned and the operator cannot delete Secrets. test/packaging's
 // TestManagerUsesEveryPermission fails on a verb the manager never uses; docs/rbac.md.
 // +kubebuilder:rbac:groups=tiled.blueskyproject.io,resources=tiledinstances/status,verbs=patch
 // +kubebuilder:rbac:groups="",resources=configmaps;services;persistentvolumeclaims,verbs=list;watch;create;patch;delete

@@ -5,6 +5,6 @@
 // controllers and the webhooks of package webhooks, and a resync of every object on demand.
 //
 // The manager binary (cmd/manager), `make run` (hack/runlocal), the benchmark (hack/bench), the
-// fault suite (hack/faults) and the integration tests all build the operator through NewManager, so
+// fault suite (test/faults) and the integration tests all build the operator through NewManager, so
 // that what they run is what is deployed.
 package operator

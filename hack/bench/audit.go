@@ -13,7 +13,7 @@ import (
 )
 
 // The apiserver's side of the count: kube-apiserver writes an audit event per request
-// (hack/testenv's Metadata-level policy), and the harness tells the operator's requests from
+// (test/support/testenv's Metadata-level policy), and the harness tells the operator's requests from
 // kube-controller-manager's and its own by their User-Agent (each runs under its own binary name).
 
 // Actors, by User-Agent prefix.
@@ -128,7 +128,7 @@ func (a *auditLog) sync() error {
 }
 
 // notRotated fails when the apiserver has started a new file at the log's path: the events after
-// it would never be read, and every later phase would count none (hack/testenv turns rotation off).
+// it would never be read, and every later phase would count none (test/support/testenv turns rotation off).
 func (a *auditLog) notRotated() error {
 	open, err := a.f.Stat()
 	if err != nil {

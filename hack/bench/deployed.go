@@ -24,8 +24,8 @@ import (
 	"github.com/bluesky/tiled-operator/controllers"
 	"github.com/bluesky/tiled-operator/controllers/traffic"
 	"github.com/bluesky/tiled-operator/expansion"
-	"github.com/bluesky/tiled-operator/hack/fleet"
-	"github.com/bluesky/tiled-operator/hack/testenv"
+	"github.com/bluesky/tiled-operator/test/support/fleet"
+	"github.com/bluesky/tiled-operator/test/support/testenv"
 	"github.com/bluesky/tiled-operator/webhooks"
 )
 

@@ -15,9 +15,9 @@ import (
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/controllers/traffic"
 	"github.com/bluesky/tiled-operator/expansion"
-	"github.com/bluesky/tiled-operator/hack/fleet"
-	"github.com/bluesky/tiled-operator/hack/testenv"
 	"github.com/bluesky/tiled-operator/render"
+	"github.com/bluesky/tiled-operator/test/support/fleet"
+	"github.com/bluesky/tiled-operator/test/support/testenv"
 )
 
 // floorResult is what the plain-apply floor cost.

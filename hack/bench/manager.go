@@ -22,7 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/bluesky/tiled-operator/controllers/traffic"
-	"github.com/bluesky/tiled-operator/hack/testenv"
+	"github.com/bluesky/tiled-operator/test/support/testenv"
 )
 
 // The manager is measured as users deploy it: the binary of cmd/manager, in a process of its own,

@@ -21,8 +21,8 @@ import (
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/controllers/applier"
 	"github.com/bluesky/tiled-operator/controllers/traffic"
-	"github.com/bluesky/tiled-operator/hack/fleet"
-	"github.com/bluesky/tiled-operator/hack/testenv"
+	"github.com/bluesky/tiled-operator/test/support/fleet"
+	"github.com/bluesky/tiled-operator/test/support/testenv"
 )
 
 // Result holds the figures of one fleet size. The keys are documented in docs/benchmarks.md.

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/bluesky/tiled-operator/hack/testenv"
 	"github.com/bluesky/tiled-operator/operator"
+	"github.com/bluesky/tiled-operator/test/support/testenv"
 )
 
 // Setup records how a size was measured, printed with its figures by the report (docs/benchmarks.md

@@ -20,7 +20,7 @@ import (
 
 	webhookconfig "github.com/bluesky/tiled-operator/config/webhook"
 	"github.com/bluesky/tiled-operator/expansion"
-	"github.com/bluesky/tiled-operator/hack/testenv"
+	"github.com/bluesky/tiled-operator/test/support/testenv"
 )
 
 var root = testenv.RepoRoot()

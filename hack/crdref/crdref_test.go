@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bluesky/tiled-operator/hack/testenv"
+	"github.com/bluesky/tiled-operator/test/support/testenv"
 )
 
 // docs/profile-reference.md is what hack/crdref generates from today's CRDs: run `make docs` and

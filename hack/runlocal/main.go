@@ -22,8 +22,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/bluesky/tiled-operator/hack/testenv"
 	"github.com/bluesky/tiled-operator/operator"
+	"github.com/bluesky/tiled-operator/test/support/testenv"
 	"github.com/bluesky/tiled-operator/webhooks"
 )
 

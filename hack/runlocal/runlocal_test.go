@@ -16,7 +16,7 @@ import (
 	. "github.com/onsi/gomega"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/bluesky/tiled-operator/hack/testenv"
+	"github.com/bluesky/tiled-operator/test/support/testenv"
 )
 
 // TestMakeRunWithoutACluster runs `make run`'s script where no cluster answers: it must start a

@@ -10,7 +10,7 @@ import (
 	. "github.com/onsi/gomega"
 	"k8s.io/client-go/rest"
 
-	"github.com/bluesky/tiled-operator/hack/fleet"
+	"github.com/bluesky/tiled-operator/test/support/fleet"
 )
 
 // responseRecorder counts the responses a client received, and those that came compressed (the

@@ -20,9 +20,9 @@ import (
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/controllers/traffic"
-	"github.com/bluesky/tiled-operator/hack/fleet"
-	"github.com/bluesky/tiled-operator/hack/testenv"
 	"github.com/bluesky/tiled-operator/operator"
+	"github.com/bluesky/tiled-operator/test/support/fleet"
+	"github.com/bluesky/tiled-operator/test/support/testenv"
 )
 
 var env *testenv.Env
@@ -85,7 +85,7 @@ func newNamespace(t *testing.T, g Gomega, prefix string) string {
 	return ns.Name
 }
 
-// beamlines are the NSLS-II fleet's 30 beamline names (hack/fleet reads them from testdata).
+// beamlines are the NSLS-II fleet's 30 beamline names (test/support/fleet reads them from testdata).
 func beamlines(t *testing.T) []string {
 	names, err := fleet.Beamlines(30) // the 30 public names of controllers/testdata/nsls2-beamlines.txt
 	if err != nil {

@@ -18,8 +18,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/bluesky/tiled-operator/controllers/traffic"
-	"github.com/bluesky/tiled-operator/hack/testenv"
 	"github.com/bluesky/tiled-operator/operator/metricsauth"
+	"github.com/bluesky/tiled-operator/test/support/testenv"
 )
 
 var env *testenv.Env

@@ -6,5 +6,5 @@
 //
 // It has no code of its own besides test helpers; run it with
 //
-//	KUBEBUILDER_ASSETS=$(hack/controlplane.sh) go test ./hack/packaging/
+//	KUBEBUILDER_ASSETS=$(hack/controlplane.sh) go test ./test/packaging/
 package packaging

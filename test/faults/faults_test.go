@@ -22,8 +22,8 @@ import (
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/controllers"
 	"github.com/bluesky/tiled-operator/controllers/traffic"
-	"github.com/bluesky/tiled-operator/hack/fleet"
 	"github.com/bluesky/tiled-operator/render"
+	"github.com/bluesky/tiled-operator/test/support/fleet"
 	"github.com/bluesky/tiled-operator/webhooks"
 )
 

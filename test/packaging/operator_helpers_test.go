@@ -15,8 +15,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
-	"github.com/bluesky/tiled-operator/hack/testenv"
 	"github.com/bluesky/tiled-operator/operator"
+	"github.com/bluesky/tiled-operator/test/support/testenv"
 	"github.com/bluesky/tiled-operator/webhooks"
 )
 

@@ -1,6 +1,6 @@
 // Package fleet builds NSLS-II-like fleets of beamlines (profiles with expressions and a TiledCluster)
 // and the waits and counts that the benchmark harness (hack/bench) and the fault-injection suite
-// (hack/faults) share. It talks to a real API server; nothing here is a fake.
+// (test/faults) share. It talks to a real API server; nothing here is a fake.
 package fleet
 
 import (
@@ -25,7 +25,7 @@ import (
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/controllers/traffic"
-	"github.com/bluesky/tiled-operator/hack/testenv"
+	"github.com/bluesky/tiled-operator/test/support/testenv"
 )
 
 // Beamlines returns n NSLS-II-like beamline names, deterministically: the 30 public three-letter

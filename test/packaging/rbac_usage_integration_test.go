@@ -27,8 +27,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
-	"github.com/bluesky/tiled-operator/hack/testenv"
 	"github.com/bluesky/tiled-operator/render"
+	"github.com/bluesky/tiled-operator/test/support/testenv"
 )
 
 // apiCall is one request the manager sent, as the API server authorizes it.
