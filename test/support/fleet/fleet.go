@@ -284,16 +284,6 @@ func Metadata(ctx context.Context, c client.Client, ns string) (map[string]clien
 	return out, nil
 }
 
-// Counts counts objects by kind.
-func Counts(objs map[string]client.Object) map[string]int {
-	out := map[string]int{}
-	for k := range objs {
-		kind, _, _ := strings.Cut(k, "/")
-		out[kind]++
-	}
-	return out
-}
-
 // ResourceVersions maps "Kind/name" to resourceVersion.
 func ResourceVersions(objs map[string]client.Object) map[string]string {
 	out := make(map[string]string, len(objs))
@@ -390,21 +380,4 @@ func WaitQuiet(ctx context.Context, c *traffic.Counter, quiet, timeout time.Dura
 		}
 	}
 	return fmt.Errorf("no quiet moment of %s within %s:\n%s", quiet, timeout, c.Snapshot())
-}
-
-// MarkReady simulates the kubelet and the StatefulSet controller (neither runs here): the
-// StatefulSet reports every replica ready at its current generation.
-func MarkReady(ctx context.Context, c client.Client, ns, name string) error {
-	return Poll(ctx, 100*time.Millisecond, 30*time.Second, "marking "+name+" ready", func(ctx context.Context) (bool, error) {
-		s := &appsv1.StatefulSet{}
-		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, s); err != nil {
-			return false, err
-		}
-		n := ptr.Deref(s.Spec.Replicas, 1)
-		s.Status = appsv1.StatefulSetStatus{
-			ObservedGeneration: s.Generation, Replicas: n, ReadyReplicas: n, CurrentReplicas: n,
-			UpdatedReplicas: n, AvailableReplicas: n,
-		}
-		return c.Status().Update(ctx, s) == nil, nil
-	})
 }
