@@ -24,6 +24,7 @@ import (
 	"github.com/bluesky/tiled-operator/controllers/traffic"
 	"github.com/bluesky/tiled-operator/render"
 	"github.com/bluesky/tiled-operator/test/support/fleet"
+	"github.com/bluesky/tiled-operator/test/support/testenv"
 	"github.com/bluesky/tiled-operator/webhooks"
 )
 
@@ -65,7 +66,7 @@ func testStopDuringStampOut(t *testing.T) {
 			g.Expect(fleet.Poll(ctxT(t), 2*time.Millisecond, 5*time.Minute, "writes before the stop", func(context.Context) (bool, error) {
 				return op.Traffic.Snapshot().Writes() >= stopAt, nil
 			})).To(Succeed())
-			op.stop()
+			_ = op.Stop()
 			written := op.Traffic.Snapshot().Writes()
 			t.Logf("stopped after %d writes (aimed at %d of about %d objects)", written, stopAt, expected)
 			objs, err := fleet.Objects(ctxT(t), env.Client, ns)
@@ -100,7 +101,7 @@ func testAPIServerRestart(t *testing.T, g Gomega) {
 	g.Expect(env.RestartAPIServer(ctxT(t), 3*time.Second)).To(Succeed())
 	t.Logf("apiserver restarted after %d writes of about %d", at, expected)
 	select {
-	case <-op.done:
+	case <-op.Done():
 		t.Fatal("the manager stopped when the apiserver went away")
 	default:
 	}
@@ -116,7 +117,7 @@ func testAPIServerRestart(t *testing.T, g Gomega) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(fleet.Changed(rvs, fleet.ResourceVersions(objs))).To(BeEmpty())
 	select {
-	case <-op.done:
+	case <-op.Done():
 		t.Fatal("the manager stopped")
 	default:
 	}
@@ -437,7 +438,7 @@ func testWebhookDown(t *testing.T, g Gomega) {
 			Tiled: &tiledv1alpha1.TiledServerSpec{PodAnnotations: map[string]string{"spare": "yes"}}}}}
 	g.Expect(env.Client.Create(ctxT(t), spare)).To(Succeed())
 
-	op.stop()
+	_ = op.Stop()
 	g.Eventually(func() error {
 		conn, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
 		if err == nil {
@@ -509,10 +510,9 @@ func waitWebhooks(t *testing.T, g Gomega, ns string) {
 }
 
 func freePort(g Gomega) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := testenv.FreePort()
 	g.Expect(err).NotTo(HaveOccurred())
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }
 
 // The fleet is stamped out, the manager stops and a new one starts (a crash, a change of leader):
@@ -523,7 +523,7 @@ func testRestartWritesNothing(t *testing.T, g Gomega) {
 	waitStampedOut(t, g, op, ns, fleetN)
 	objs := checkFleet(t, g, c)
 	rvs := fleet.ResourceVersions(objs)
-	op.stop()
+	_ = op.Stop()
 	op2 := startOperator(t, g, ns, nil)
 	g.Expect(op2.ResyncAll(ctxT(t))).To(Succeed())
 	time.Sleep(3 * time.Second)

@@ -22,8 +22,8 @@ import (
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/expansion"
-	"github.com/bluesky/tiled-operator/operator"
 	"github.com/bluesky/tiled-operator/render"
+	"github.com/bluesky/tiled-operator/test/support/fixture"
 	"github.com/bluesky/tiled-operator/test/support/fleet"
 	"github.com/bluesky/tiled-operator/test/support/testenv"
 	"github.com/bluesky/tiled-operator/webhooks"
@@ -95,44 +95,21 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-// runningOperator is the manager running in this process.
-type runningOperator struct {
-	*operator.Operator
-	cancel context.CancelFunc
-	done   chan struct{}
+// startOperator runs the operator (the shared fixture's, test/support/fixture) watching ns, with
+// the webhooks when hooks is set. The trials break its world on purpose: an error it stops with is
+// logged, and the trials that need it to keep running check Done themselves.
+func startOperator(t *testing.T, _ Gomega, ns string, hooks *webhooks.Options) *fixture.Operator {
+	t.Helper()
+	mo := fixture.InProcess(ns)
+	mo.Webhooks = hooks
+	return fixture.StartOperator(t, env.Config, fixture.OperatorOptions{Manager: mo, SyncTimeout: 2 * time.Minute, Tolerant: true})
 }
 
-func startOperator(t *testing.T, g Gomega, ns string, hooks *webhooks.Options) *runningOperator {
-	op, err := operator.NewManager(env.Config, operator.ManagerOptions{
-		MetricsBindAddress: "0", HealthProbeBindAddress: "0", WatchNamespaces: []string{ns}, Restartable: true, Webhooks: hooks,
-	})
-	g.Expect(err).NotTo(HaveOccurred())
-	ctx, cancel := context.WithCancel(context.Background())
-	o := &runningOperator{Operator: op, cancel: cancel, done: make(chan struct{})}
-	go func() {
-		defer close(o.done)
-		if err := op.Start(ctx); err != nil {
-			t.Logf("manager stopped: %v", err)
-		}
-	}()
-	syncCtx, syncCancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer syncCancel()
-	g.Expect(op.GetCache().WaitForCacheSync(syncCtx)).To(BeTrue())
-	t.Cleanup(o.stop)
-	return o
-}
-
-func (o *runningOperator) stop() {
-	o.cancel()
-	<-o.done
-}
-
-// newFleet creates a namespace with the five profiles and, unless cluster is nil, the cluster.
+// newFleet creates a namespace with the five profiles (the shared fleet fixture) and, unless cluster
+// is nil, the cluster.
 func newFleet(t *testing.T, g Gomega, prefix string, cluster func(ns string) *tiledv1alpha1.TiledCluster) (string, *tiledv1alpha1.TiledCluster) {
 	ctx := ctxT(t)
-	ns, err := fleet.NewNamespace(ctx, env.Client, prefix)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(fleet.Create(ctx, env.Client, fleet.ProfileObjects(fleet.Profiles(ns))...)).To(Succeed())
+	ns := fixture.NewFleet(ctx, t, env.Client, prefix, nil)
 	if cluster == nil {
 		return ns, nil
 	}
@@ -147,21 +124,17 @@ func defaultCluster(n int) func(ns string) *tiledv1alpha1.TiledCluster {
 		if err != nil {
 			panic(err)
 		}
-		return fleet.Cluster(ns, "nsls2", names)
+		return fleet.Cluster(ns, fixture.ClusterName, names)
 	}
 }
 
 // waitStampedOut waits until the cluster's n instances are reconciled and have their StatefulSets
-// (as the API server says), then until the operator is quiet.
-func waitStampedOut(t *testing.T, g Gomega, op *runningOperator, ns string, n int) {
+// (as the operator's cache, then the API server, say), then until the operator is quiet.
+func waitStampedOut(t *testing.T, _ Gomega, op *fixture.Operator, ns string, n int) {
 	ctx := ctxT(t)
-	g.Expect(fleet.Poll(ctx, 500*time.Millisecond, 5*time.Minute, "stamp-out", func(ctx context.Context) (bool, error) {
-		return fleet.StampedOut(ctx, op.GetClient(), ns, "nsls2", n)
-	})).To(Succeed())
-	g.Expect(fleet.Poll(ctx, 500*time.Millisecond, time.Minute, "stamp-out (API server)", func(ctx context.Context) (bool, error) {
-		return fleet.StampedOut(ctx, env.Client, ns, "nsls2", n)
-	})).To(Succeed())
-	g.Expect(fleet.WaitQuiet(ctx, op.Traffic, 2*time.Second, 3*time.Minute)).To(Succeed())
+	fixture.WaitStampedOut(ctx, t, op.GetClient(), ns, fixture.ClusterName, n, 500*time.Millisecond, 5*time.Minute)
+	fixture.WaitStampedOut(ctx, t, env.Client, ns, fixture.ClusterName, n, 500*time.Millisecond, time.Minute)
+	op.WaitQuiet(ctx, t, 2*time.Second, 3*time.Minute)
 }
 
 // expectedKeys are the "Kind/name" of every object the operator must create for the cluster: what

@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/bluesky/tiled-operator/operator"
+	"github.com/bluesky/tiled-operator/test/support/fixture"
 	"github.com/bluesky/tiled-operator/test/support/testenv"
 	"github.com/bluesky/tiled-operator/webhooks"
 )
@@ -53,15 +54,14 @@ func serviceAccountConfig(ctx context.Context, t *testing.T, e *testenv.Env, nam
 	}
 }
 
-// running is a manager started by startManager.
+// running is a manager started by startManager: the shared fixture's in-process operator
+// (test/support/fixture) and the addresses it listens on.
 type running struct {
 	name        string
-	op          *operator.Operator
+	op          *fixture.Operator
 	webhookPort int
 	probe       string
 	metrics     string
-	cancel      context.CancelFunc
-	done        chan error
 	err         error // what Start returned, once stopped
 	opts        *webhooks.Options
 }
@@ -72,7 +72,7 @@ type running struct {
 // behind authentication and authorization. Only the addresses differ.
 func startManager(t *testing.T, name string, cfg *rest.Config, namespace string, trustDelay time.Duration, secureMetrics bool) *running {
 	t.Helper()
-	r := &running{name: name, webhookPort: freePort(t), probe: fmt.Sprintf("127.0.0.1:%d", freePort(t)), done: make(chan error, 1)}
+	r := &running{name: name, webhookPort: freePort(t), probe: fmt.Sprintf("127.0.0.1:%d", freePort(t))}
 	r.opts = &webhooks.Options{
 		Host: "127.0.0.1", Port: r.webhookPort, CertMode: webhooks.CertSelf,
 		Certs:             webhooks.CertOptions{Namespace: namespace, TrustDelay: trustDelay},
@@ -83,31 +83,17 @@ func startManager(t *testing.T, name string, cfg *rest.Config, namespace string,
 		r.metrics = fmt.Sprintf("127.0.0.1:%d", freePort(t))
 		metrics = r.metrics
 	}
-	op, err := operator.NewManager(cfg, operator.ManagerOptions{
+	// Tolerant: a test that cares reads the error stop records.
+	r.op = fixture.StartOperator(t, cfg, fixture.OperatorOptions{Tolerant: true, Manager: operator.ManagerOptions{
 		MetricsBindAddress: metrics, SecureMetrics: secureMetrics, HealthProbeBindAddress: r.probe,
 		LeaderElection: true, LeaderElectionNamespace: namespace,
 		Webhooks: r.opts, Restartable: true,
-	})
-	if err != nil {
-		t.Fatalf("manager %s: %v", name, err)
-	}
-	r.op = op
-	ctx, cancel := context.WithCancel(context.Background())
-	r.cancel = cancel
-	go func() { r.done <- op.Start(ctx) }()
-	t.Cleanup(r.stop)
+	}})
 	return r
 }
 
 // stop stops the manager and waits for it (idempotent).
-func (r *running) stop() {
-	if r.cancel == nil {
-		return
-	}
-	r.cancel()
-	r.cancel = nil
-	r.err = <-r.done
-}
+func (r *running) stop() { r.err = r.op.Stop() }
 
 // ready returns nil when the manager's /readyz answers 200, as the kubelet's readiness probe asks.
 func (r *running) ready() error {
@@ -125,12 +111,11 @@ func (r *running) ready() error {
 
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := testenv.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }
 
 // forwarder stands in for kube-proxy: it listens on a Service's ClusterIP and port and forwards

@@ -1,6 +1,6 @@
 // Package fleet builds NSLS-II-like fleets of beamlines (profiles with expressions and a TiledCluster)
-// and the waits and counts that the benchmark harness (hack/bench) and the fault-injection suite
-// (test/faults) share. It talks to a real API server; nothing here is a fake.
+// and the waits and reads that the benchmark harness (hack/bench) and the test suites (through
+// test/support/fixture) share. It talks to a real API server; nothing here is a fake.
 package fleet
 
 import (
@@ -120,6 +120,21 @@ func Profiles(ns string) []*tiledv1alpha1.TiledProfile {
 			}},
 		},
 	}
+}
+
+// ProfilesNamed returns those of Profiles(ns) with the given names, in the order given: a facility
+// of fewer profiles (the controllers' integration tests stamp out with three of the five).
+func ProfilesNamed(ns string, names ...string) []*tiledv1alpha1.TiledProfile {
+	all := Profiles(ns)
+	out := make([]*tiledv1alpha1.TiledProfile, 0, len(names))
+	for _, n := range names {
+		for _, p := range all {
+			if p.Name == n {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
 }
 
 // IsMX reports whether a beamline belongs to the MX family (selects the nsls2-mx profile).
