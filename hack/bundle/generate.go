@@ -45,226 +45,299 @@ const csvBase = "config/manifests/bases/tiled-operator.clusterserviceversion.yam
 const overlay = "config/olm"
 
 // Generate returns the files of the bundle, by path relative to the bundle folder, and the
-// bundle.Dockerfile that builds its image.
+// bundle.Dockerfile that builds its image: the steps of generation, in order.
 func Generate(o Options) (files map[string][]byte, dockerfile []byte, err error) {
-	version, err := semver.Parse(o.Version)
-	if err != nil {
-		return nil, nil, fmt.Errorf("version %q is not semver: %w", o.Version, err)
+	b := &bundle{o: o, files: map[string][]byte{}, roles: map[string][]rbacv1.PolicyRule{}}
+	for _, s := range generation {
+		if err := s.run(b); err != nil {
+			return nil, nil, err
+		}
 	}
-	rendered, err := kustomize(o.Root, overlay)
-	if err != nil {
-		return nil, nil, err
+	return b.files, b.dockerfile, nil
+}
+
+// generation are the steps of Generate, in order: each reads what the earlier ones left in the
+// bundle and adds to it; the first error stops it.
+var generation = []step{
+	{name: "read the inputs", run: (*bundle).readInputs},
+	{name: "describe the release", run: (*bundle).describeRelease},
+	{name: "sort the rendered objects", run: (*bundle).sortRendered},
+	{name: "manager image", run: (*bundle).managerImage},
+	{name: "webhook definitions", run: (*bundle).webhookDefinitions},
+	{name: "install strategy", run: (*bundle).installStrategy},
+	{name: "owned CRDs", run: (*bundle).ownedCRDs},
+	{name: "other manifests", run: (*bundle).otherManifests},
+	{name: "CSV manifest", run: (*bundle).csvManifest},
+	{name: "metadata and Dockerfile", run: (*bundle).metadata},
+}
+
+// step is one named step of Generate.
+type step struct {
+	name string
+	run  func(*bundle) error
+}
+
+// bundle is what the steps of Generate share.
+type bundle struct {
+	o        Options
+	version  semver.Version
+	rendered []*unstructured.Unstructured // what the overlay renders
+	samples  []*unstructured.Unstructured // what config/samples renders
+	csv      *operatorsv1alpha1.ClusterServiceVersion
+	icon     []byte
+
+	// The rendered objects, sorted by where they go.
+	deployment     *appsv1.Deployment
+	roles          map[string][]rbacv1.PolicyRule // kind/name -> rules
+	bindings       []*rbacv1.RoleBinding
+	crds           []*apiextensionsv1.CustomResourceDefinition
+	serviceAccount string
+	extra          []*unstructured.Unstructured
+	mutating       []*admissionregistrationv1.MutatingWebhookConfiguration
+	validating     []*admissionregistrationv1.ValidatingWebhookConfiguration
+	services       []*corev1.Service
+
+	webhookService string          // config/default's webhook Service, left out (OLM makes its own)
+	bound          map[string]bool // the roles bound to the manager, by kind/name
+
+	files      map[string][]byte
+	dockerfile []byte
+}
+
+// readInputs parses the version, renders the overlay and the samples, and reads the CSV's base and
+// the icon.
+func (b *bundle) readInputs() error {
+	o := b.o
+	var err error
+	if b.version, err = semver.Parse(o.Version); err != nil {
+		return fmt.Errorf("version %q is not semver: %w", o.Version, err)
 	}
-	samples, err := kustomize(o.Root, "config/samples")
-	if err != nil {
-		return nil, nil, err
+	if b.rendered, err = kustomize(o.Root, overlay); err != nil {
+		return err
+	}
+	if b.samples, err = kustomize(o.Root, "config/samples"); err != nil {
+		return err
 	}
 	data, err := os.ReadFile(filepath.Join(o.Root, csvBase))
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
-	csv := &operatorsv1alpha1.ClusterServiceVersion{}
-	if err := yaml.UnmarshalStrict(data, csv); err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", csvBase, err)
+	b.csv = &operatorsv1alpha1.ClusterServiceVersion{}
+	if err := yaml.UnmarshalStrict(data, b.csv); err != nil {
+		return fmt.Errorf("%s: %w", csvBase, err)
 	}
-	icon, err := os.ReadFile(filepath.Join(o.Root, "config/manifests/icon.svg"))
-	if err != nil {
-		return nil, nil, err
-	}
+	b.icon, err = os.ReadFile(filepath.Join(o.Root, "config/manifests/icon.svg"))
+	return err
+}
 
-	files = map[string][]byte{}
+// describeRelease names the CSV after the version, the one it replaces and its date, with the
+// icon and the samples.
+func (b *bundle) describeRelease() error {
+	csv, version := b.csv, b.version
 	csv.Name = PackageName + ".v" + version.String()
 	csv.Spec.Version.Version = version
-	if o.Replaces != "" {
-		prev, err := semver.Parse(o.Replaces)
+	if b.o.Replaces != "" {
+		prev, err := semver.Parse(b.o.Replaces)
 		if err != nil {
-			return nil, nil, fmt.Errorf("replaces %q is not semver: %w", o.Replaces, err)
+			return fmt.Errorf("replaces %q is not semver: %w", b.o.Replaces, err)
 		}
 		if !prev.LT(version) {
-			return nil, nil, fmt.Errorf("replaces %s is not older than %s", prev, version)
+			return fmt.Errorf("replaces %s is not older than %s", prev, version)
 		}
 		csv.Spec.Replaces = PackageName + ".v" + prev.String()
 	}
-	csv.Spec.Icon = []operatorsv1alpha1.Icon{{Data: base64.StdEncoding.EncodeToString(bytes.TrimSpace(icon)), MediaType: "image/svg+xml"}}
-	csv.Annotations["createdAt"] = o.CreatedAt
-	csv.Annotations["alm-examples"], err = almExamples(samples)
-	if err != nil {
-		return nil, nil, err
-	}
+	csv.Spec.Icon = []operatorsv1alpha1.Icon{{Data: base64.StdEncoding.EncodeToString(bytes.TrimSpace(b.icon)), MediaType: "image/svg+xml"}}
+	csv.Annotations["createdAt"] = b.o.CreatedAt
+	var err error
+	csv.Annotations["alm-examples"], err = almExamples(b.samples)
+	return err
+}
 
-	var (
-		deployment     *appsv1.Deployment
-		roles          = map[string][]rbacv1.PolicyRule{} // kind/name -> rules
-		bindings       []*rbacv1.RoleBinding
-		crds           []*apiextensionsv1.CustomResourceDefinition
-		serviceAccount string
-		extra          []*unstructured.Unstructured
-		mutating       []*admissionregistrationv1.MutatingWebhookConfiguration
-		validating     []*admissionregistrationv1.ValidatingWebhookConfiguration
-		services       []*corev1.Service
-	)
-	for _, u := range rendered {
+// sortRendered sorts what the overlay renders by where it goes in the bundle, and checks that the
+// manager's Deployment runs as the rendered ServiceAccount.
+func (b *bundle) sortRendered() error {
+	for _, u := range b.rendered {
 		switch u.GetKind() {
 		case "Namespace":
 			// OLM creates the namespace.
 		case "MutatingWebhookConfiguration":
 			m := &admissionregistrationv1.MutatingWebhookConfiguration{}
 			if err := fromUnstructured(u, m); err != nil {
-				return nil, nil, err
+				return err
 			}
-			mutating = append(mutating, m)
+			b.mutating = append(b.mutating, m)
 		case "ValidatingWebhookConfiguration":
 			v := &admissionregistrationv1.ValidatingWebhookConfiguration{}
 			if err := fromUnstructured(u, v); err != nil {
-				return nil, nil, err
+				return err
 			}
-			validating = append(validating, v)
+			b.validating = append(b.validating, v)
 		case "ServiceAccount":
-			serviceAccount = u.GetName()
+			b.serviceAccount = u.GetName()
 		case "Deployment":
-			deployment = &appsv1.Deployment{}
-			if err := fromUnstructured(u, deployment); err != nil {
-				return nil, nil, err
+			b.deployment = &appsv1.Deployment{}
+			if err := fromUnstructured(u, b.deployment); err != nil {
+				return err
 			}
 		case "Role", "ClusterRole":
 			var r rbacv1.ClusterRole
 			if err := fromUnstructured(u, &r); err != nil {
-				return nil, nil, err
+				return err
 			}
-			roles[u.GetKind()+"/"+u.GetName()] = r.Rules
-			extra = append(extra, u) // kept only if not bound to the manager, below
+			b.roles[u.GetKind()+"/"+u.GetName()] = r.Rules
+			b.extra = append(b.extra, u) // kept only if not bound to the manager, below
 		case "RoleBinding", "ClusterRoleBinding":
-			var b rbacv1.RoleBinding
-			if err := fromUnstructured(u, &b); err != nil {
-				return nil, nil, err
+			var rb rbacv1.RoleBinding
+			if err := fromUnstructured(u, &rb); err != nil {
+				return err
 			}
-			bindings = append(bindings, &b)
+			b.bindings = append(b.bindings, &rb)
 		case "CustomResourceDefinition":
 			c := &apiextensionsv1.CustomResourceDefinition{}
 			if err := fromUnstructured(u, c); err != nil {
-				return nil, nil, err
+				return err
 			}
-			crds = append(crds, c)
+			b.crds = append(b.crds, c)
 		case "Service":
 			svc := &corev1.Service{}
 			if err := fromUnstructured(u, svc); err != nil {
-				return nil, nil, err
+				return err
 			}
-			services = append(services, svc)
-			extra = append(extra, u)
+			b.services = append(b.services, svc)
+			b.extra = append(b.extra, u)
 		case "PodDisruptionBudget":
-			extra = append(extra, u)
+			b.extra = append(b.extra, u)
 		default:
-			return nil, nil, fmt.Errorf("%s renders %s %s, which hack/bundle does not know where to put", overlay, u.GetKind(), u.GetName())
+			return fmt.Errorf("%s renders %s %s, which hack/bundle does not know where to put", overlay, u.GetKind(), u.GetName())
 		}
 	}
-	if deployment == nil || serviceAccount == "" {
-		return nil, nil, errors.New(overlay + " renders no manager Deployment or ServiceAccount")
+	if b.deployment == nil || b.serviceAccount == "" {
+		return errors.New(overlay + " renders no manager Deployment or ServiceAccount")
 	}
-	if deployment.Spec.Template.Spec.ServiceAccountName != serviceAccount {
-		return nil, nil, fmt.Errorf("the Deployment runs as %q, not the rendered ServiceAccount %q", deployment.Spec.Template.Spec.ServiceAccountName, serviceAccount)
+	if b.deployment.Spec.Template.Spec.ServiceAccountName != b.serviceAccount {
+		return fmt.Errorf("the Deployment runs as %q, not the rendered ServiceAccount %q", b.deployment.Spec.Template.Spec.ServiceAccountName, b.serviceAccount)
 	}
+	return nil
+}
 
-	// Image: the Deployment's, which must be this release's.
-	image := deployment.Spec.Template.Spec.Containers[0].Image
-	if !strings.HasSuffix(image, ":"+version.String()) {
-		return nil, nil, fmt.Errorf("the manager image %s is not tagged %s: set the tag in config/manager/kustomization.yaml", image, version)
+// managerImage: the Deployment's image, which must be this release's, and every image the operator
+// runs, for mirroring into disconnected registries: the manager's and the built-in defaults of
+// every instance (a profile may name others; docs/getting-started.md).
+func (b *bundle) managerImage() error {
+	image := b.deployment.Spec.Template.Spec.Containers[0].Image
+	if !strings.HasSuffix(image, ":"+b.version.String()) {
+		return fmt.Errorf("the manager image %s is not tagged %s: set the tag in config/manager/kustomization.yaml", image, b.version)
 	}
-	csv.Annotations["containerImage"] = image
-	if err := checkOLMDeployment(deployment); err != nil {
-		return nil, nil, err
+	b.csv.Annotations["containerImage"] = image
+	if err := checkOLMDeployment(b.deployment); err != nil {
+		return err
 	}
-	// Every image the operator runs, for mirroring into disconnected registries: the manager's and
-	// the built-in defaults of every instance (a profile may name others; docs/getting-started.md).
-	csv.Spec.RelatedImages = relatedImages(image)
-	if err := checkDisconnected(csv); err != nil {
-		return nil, nil, err
-	}
+	b.csv.Spec.RelatedImages = relatedImages(image)
+	return checkDisconnected(b.csv)
+}
 
-	// Admission webhooks: OLM creates the configurations from webhookdefinitions, with its own
-	// Service and certificate; config/default's webhook Service is left out.
-	webhookService := ""
-	csv.Spec.WebhookDefinitions, webhookService, err = webhookDefinitions(mutating, validating, services, deployment)
-	if err != nil {
-		return nil, nil, err
-	}
+// webhookDefinitions: OLM creates the admission webhook configurations from the CSV's
+// webhookdefinitions, with its own Service and certificate; config/default's webhook Service is
+// left out.
+func (b *bundle) webhookDefinitions() error {
+	var err error
+	b.csv.Spec.WebhookDefinitions, b.webhookService, err = webhookDefinitions(b.mutating, b.validating, b.services, b.deployment)
+	return err
+}
 
-	// Permissions: what config/default binds to the manager's ServiceAccount, by role name.
-	bound := map[string]bool{}
+// installStrategy is the Deployment with its permissions: what config/default binds to the
+// manager's ServiceAccount, by role name.
+func (b *bundle) installStrategy() error {
+	b.bound = map[string]bool{}
 	var namespaced, clusterWide []rbacv1.PolicyRule
-	slices.SortFunc(bindings, func(a, b *rbacv1.RoleBinding) int { return strings.Compare(a.Name, b.Name) })
-	for _, b := range bindings {
+	slices.SortFunc(b.bindings, func(x, y *rbacv1.RoleBinding) int { return strings.Compare(x.Name, y.Name) })
+	for _, rb := range b.bindings {
 		toManager := false
-		for _, s := range b.Subjects {
-			toManager = toManager || (s.Kind == "ServiceAccount" && s.Name == serviceAccount)
+		for _, s := range rb.Subjects {
+			toManager = toManager || (s.Kind == "ServiceAccount" && s.Name == b.serviceAccount)
 		}
 		if !toManager {
-			return nil, nil, fmt.Errorf("binding %s binds someone other than the manager", b.Name)
+			return fmt.Errorf("binding %s binds someone other than the manager", rb.Name)
 		}
-		roleKey := b.RoleRef.Kind + "/" + b.RoleRef.Name
-		rules, ok := roles[roleKey]
+		roleKey := rb.RoleRef.Kind + "/" + rb.RoleRef.Name
+		rules, ok := b.roles[roleKey]
 		if !ok {
-			return nil, nil, fmt.Errorf("binding %s refers to %s, which is not rendered", b.Name, roleKey)
+			return fmt.Errorf("binding %s refers to %s, which is not rendered", rb.Name, roleKey)
 		}
-		bound[roleKey] = true
-		if b.RoleRef.Kind == "Role" {
+		b.bound[roleKey] = true
+		if rb.RoleRef.Kind == "Role" {
 			namespaced = append(namespaced, rules...)
 		} else {
 			clusterWide = append(clusterWide, rules...)
 		}
 	}
+	d := b.deployment
 	strategy := operatorsv1alpha1.StrategyDetailsDeployment{
 		DeploymentSpecs: []operatorsv1alpha1.StrategyDeploymentSpec{{
-			Name:  deployment.Name,
-			Label: deployment.Labels,
-			Spec:  deployment.Spec,
+			Name:  d.Name,
+			Label: d.Labels,
+			Spec:  d.Spec,
 		}},
 	}
 	if len(namespaced) > 0 {
-		strategy.Permissions = []operatorsv1alpha1.StrategyDeploymentPermissions{{ServiceAccountName: serviceAccount, Rules: namespaced}}
+		strategy.Permissions = []operatorsv1alpha1.StrategyDeploymentPermissions{{ServiceAccountName: b.serviceAccount, Rules: namespaced}}
 	}
 	if len(clusterWide) > 0 {
-		strategy.ClusterPermissions = []operatorsv1alpha1.StrategyDeploymentPermissions{{ServiceAccountName: serviceAccount, Rules: clusterWide}}
+		strategy.ClusterPermissions = []operatorsv1alpha1.StrategyDeploymentPermissions{{ServiceAccountName: b.serviceAccount, Rules: clusterWide}}
 	}
-	csv.Spec.InstallStrategy = operatorsv1alpha1.NamedInstallStrategy{StrategyName: operatorsv1alpha1.InstallStrategyNameDeployment, StrategySpec: strategy}
+	b.csv.Spec.InstallStrategy = operatorsv1alpha1.NamedInstallStrategy{StrategyName: operatorsv1alpha1.InstallStrategyNameDeployment, StrategySpec: strategy}
+	return nil
+}
 
-	// Owned CRDs: names, versions and descriptions from the CRDs; descriptors from the base, checked.
-	if err := completeOwned(csv, crds); err != nil {
-		return nil, nil, err
+// ownedCRDs: names, versions and descriptions from the CRDs, descriptors from the base, checked;
+// each CRD is a manifest of the bundle.
+func (b *bundle) ownedCRDs() error {
+	if err := completeOwned(b.csv, b.crds); err != nil {
+		return err
 	}
-	for _, c := range crds {
+	for _, c := range b.crds {
 		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(c)
 		if err != nil {
-			return nil, nil, err
+			return err
 		}
 		delete(m, "status")
 		unstructured.RemoveNestedField(m, "metadata", "creationTimestamp")
-		b, err := marshal(m)
+		data, err := marshal(m)
 		if err != nil {
-			return nil, nil, err
+			return err
 		}
-		files["manifests/"+c.Spec.Group+"_"+c.Spec.Names.Plural+".yaml"] = b
+		b.files["manifests/"+c.Spec.Group+"_"+c.Spec.Names.Plural+".yaml"] = data
 	}
-	for _, u := range extra {
-		if bound[u.GetKind()+"/"+u.GetName()] || (u.GetKind() == "Service" && u.GetName() == webhookService) {
+	return nil
+}
+
+// otherManifests are the rendered objects OLM installs as they are, in the operator's namespace:
+// the roles not bound to the manager, the Services but the webhook's, the PodDisruptionBudget.
+func (b *bundle) otherManifests() error {
+	for _, u := range b.extra {
+		if b.bound[u.GetKind()+"/"+u.GetName()] || (u.GetKind() == "Service" && u.GetName() == b.webhookService) {
 			continue
 		}
 		u.SetNamespace("") // OLM installs them in the operator's namespace
-		b, err := marshal(u.Object)
+		data, err := marshal(u.Object)
 		if err != nil {
-			return nil, nil, err
+			return err
 		}
 		gvk := u.GroupVersionKind()
 		group := gvk.Group
 		if group != "" {
 			group += "_"
 		}
-		files[fmt.Sprintf("manifests/%s_%s%s_%s.yaml", u.GetName(), group, gvk.Version, strings.ToLower(gvk.Kind))] = b
+		b.files[fmt.Sprintf("manifests/%s_%s%s_%s.yaml", u.GetName(), group, gvk.Version, strings.ToLower(gvk.Kind))] = data
 	}
+	return nil
+}
 
-	csvMap, err := runtime.DefaultUnstructuredConverter.ToUnstructured(csv)
+// csvManifest writes the CSV, without what the API server sets, as the package's manifest.
+func (b *bundle) csvManifest() error {
+	csvMap, err := runtime.DefaultUnstructuredConverter.ToUnstructured(b.csv)
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
 	delete(csvMap, "status")
 	unstructured.RemoveNestedField(csvMap, "metadata", "creationTimestamp")
@@ -275,18 +348,24 @@ func Generate(o Options) (files map[string][]byte, dockerfile []byte, err error)
 		}
 		_ = unstructured.SetNestedSlice(csvMap, deps, "spec", "install", "spec", "deployments")
 	}
-	if files["manifests/"+csv.Name+".clusterserviceversion.yaml"], err = marshal(csvMap); err != nil {
-		return nil, nil, err
+	data, err := marshal(csvMap)
+	if err != nil {
+		return err
 	}
-	files["manifests/"+PackageName+".clusterserviceversion.yaml"] = files["manifests/"+csv.Name+".clusterserviceversion.yaml"]
-	delete(files, "manifests/"+csv.Name+".clusterserviceversion.yaml")
+	b.files["manifests/"+PackageName+".clusterserviceversion.yaml"] = data
+	return nil
+}
 
-	labels := bundleLabels(o.Channel)
-	ann := map[string]any{"annotations": labels}
-	if files["metadata/annotations.yaml"], err = marshal(ann); err != nil {
-		return nil, nil, err
+// metadata writes the bundle's annotations and the Dockerfile that labels its image alike.
+func (b *bundle) metadata() error {
+	labels := bundleLabels(b.o.Channel)
+	data, err := marshal(map[string]any{"annotations": labels})
+	if err != nil {
+		return err
 	}
-	return files, dockerfileFor(labels), nil
+	b.files["metadata/annotations.yaml"] = data
+	b.dockerfile = dockerfileFor(labels)
+	return nil
 }
 
 // bundleLabels are the bundle's annotations, also the labels of its image.
