@@ -17,12 +17,6 @@ import (
 	"github.com/bluesky/tiled-operator/profiles"
 )
 
-// AnnotationAllowConflicts on a TiledProfile turns the refusal of an edit that would put a cluster
-// into conflict into a warning: for a change spread over several profiles that must be applied in
-// an order that passes through a conflict. The clusters then report the conflict (and keep their
-// instances as they were) until it is resolved.
-const AnnotationAllowConflicts = "tiled.blueskyproject.io/allow-conflicts"
-
 // ProfileValidator is the validating webhook of TiledProfile.
 //
 // On create and update it refuses what expansion.CheckProfile finds (fields the schema does not
@@ -34,7 +28,7 @@ const AnnotationAllowConflicts = "tiled.blueskyproject.io/allow-conflicts"
 // equal priority setting one field differently), make one of this profile's expressions fail or
 // compute an invalid value for one of its instances, or take away an allowance (allowedNFS,
 // allowedUserIDs, allowedGroupIDs) a cluster uses, is refused, naming the cluster, the other profile
-// and the field (AnnotationAllowConflicts applies it anyway; the clusters then stall and say why).
+// and the field (v1alpha1.AnnotationAllowConflicts applies it anyway; the clusters then stall and say why).
 //
 // On delete it allows, with a warning naming the clusters and standalone instances that select the
 // profile.
@@ -98,7 +92,7 @@ func (h *ProfileValidator) Handle(ctx context.Context, req admission.Request) ad
 	}
 	after := append(without(current.Items, p.Name), *p)
 	affected, _ := profiles.Affected(old, p, clusters.Items, nil)
-	allow := p.Annotations[AnnotationAllowConflicts] == "true"
+	allow := p.Annotations[v1alpha1.AnnotationAllowConflicts] == "true"
 	for _, key := range affected {
 		c := findCluster(clusters.Items, key)
 		if c == nil {
@@ -123,7 +117,7 @@ func (h *ProfileValidator) Handle(ctx context.Context, req admission.Request) ad
 			warnings = append(warnings, msg)
 			continue
 		}
-		return refuse("TiledProfile", p.Namespace, p.Name, "%s (annotate the profile %s=true to apply it anyway)", msg, AnnotationAllowConflicts).WithWarnings(warnings...)
+		return refuse("TiledProfile", p.Namespace, p.Name, "%s (annotate the profile %s=true to apply it anyway)", msg, v1alpha1.AnnotationAllowConflicts).WithWarnings(warnings...)
 	}
 	return admission.Allowed("").WithWarnings(warnings...)
 }

@@ -867,7 +867,7 @@ func dnsLabel(s string) string {
 // objects returns the TiledProfile and the TiledCluster: the profile holds every setting, and the
 // cluster lists one instance that selects it, so that more beamlines can be added as one line each.
 func (h *helmImport) objects(name, instance, namespace string) (*v1alpha1.TiledProfile, *v1alpha1.TiledCluster) {
-	labels := map[string]string{"tiled.blueskyproject.io/imported-from": "helm", "tiled.blueskyproject.io/profile": name}
+	labels := map[string]string{v1alpha1.LabelImportedFrom: "helm", v1alpha1.LabelProfile: name}
 	profile := &v1alpha1.TiledProfile{
 		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "TiledProfile"},
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: labels},
@@ -877,7 +877,7 @@ func (h *helmImport) objects(name, instance, namespace string) (*v1alpha1.TiledP
 		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "TiledCluster"},
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
 		Spec: v1alpha1.TiledClusterSpec{
-			ProfileSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"tiled.blueskyproject.io/profile": name}},
+			ProfileSelector: &metav1.LabelSelector{MatchLabels: map[string]string{v1alpha1.LabelProfile: name}},
 			Instances:       []v1alpha1.ClusterInstance{{Name: instance}},
 		},
 	}

@@ -1,0 +1,34 @@
+package v1alpha1
+
+// Well-known label and annotation keys, beside LabelCluster, LabelInstance and LabelManagedBy
+// (groupversion_info.go): each key is written once, here, and every package uses the constant.
+
+// Kubernetes' recommended labels (app.kubernetes.io/...) on the objects of an instance. The render
+// package sets them (with LabelManagedBy); LabelAppName, LabelAppInstance and LabelAppComponent form
+// the workloads' immutable pod selector.
+const (
+	// LabelAppName is the application: "tiled" on every object of an instance.
+	LabelAppName = "app.kubernetes.io/name"
+	// LabelAppInstance is the name of the TiledInstance an object belongs to (not shortened: a
+	// TiledInstance name is at most 63 characters). Unlike LabelInstance it is the object's name, not
+	// the beamline's.
+	LabelAppInstance = "app.kubernetes.io/instance"
+	// LabelAppComponent says which part of the instance an object is: "server" (Tiled), "database"
+	// (the managed PostgreSQL) or "data" (storage).
+	LabelAppComponent = "app.kubernetes.io/component"
+)
+
+// AnnotationAllowConflicts on a TiledProfile, set to "true", turns the profile webhook's refusal of
+// an edit that would put a cluster into conflict into a warning: for a change spread over several
+// profiles that must be applied in an order that passes through a conflict. The clusters then report
+// the conflict (and keep their instances as they were) until it is resolved.
+const AnnotationAllowConflicts = "tiled.blueskyproject.io/allow-conflicts"
+
+// Labels `kubectl tiled import-helm` puts on what it writes; the operator gives them no meaning.
+const (
+	// LabelProfile on a TiledProfile written by import-helm names it; the TiledCluster written
+	// beside it selects the profile by this label.
+	LabelProfile = "tiled.blueskyproject.io/profile"
+	// LabelImportedFrom on such a profile says where it came from ("helm").
+	LabelImportedFrom = "tiled.blueskyproject.io/imported-from"
+)
