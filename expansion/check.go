@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/bluesky/tiled-operator/apis/v1alpha1"
+	"github.com/bluesky/tiled-operator/names"
 	"github.com/bluesky/tiled-operator/profiles"
 )
 
@@ -144,7 +145,7 @@ func CheckCluster(c *v1alpha1.TiledCluster) error {
 			}
 		}
 		sk := &v1alpha1.TiledInstance{}
-		sk.Name, sk.Namespace = InstanceName(c.Name, in.Name), c.Namespace
+		sk.Name, sk.Namespace = names.Instance(c.Name, in.Name), c.Namespace
 		skeletons = append(skeletons, sk)
 		short[sk] = in.Name
 	}
@@ -170,8 +171,8 @@ func CheckInstance(ti *v1alpha1.TiledInstance) error {
 }
 
 func instanceNameErrors(name string) []string {
-	if len(name) > MaxInstanceNameLength || !objectNamePattern.MatchString(name) {
-		return []string{fmt.Sprintf("must be at most %d lower-case letters, digits and '-', starting with a letter: it names the instance's Services and is a label value of its objects", MaxInstanceNameLength)}
+	if len(name) > names.MaxInstanceNameLength || !objectNamePattern.MatchString(name) {
+		return []string{fmt.Sprintf("must be at most %d lower-case letters, digits and '-', starting with a letter: it names the instance's Services and is a label value of its objects", names.MaxInstanceNameLength)}
 	}
 	return validation.IsDNS1035Label(name)
 }

@@ -85,10 +85,10 @@
 //
 // # Names
 //
-// The TiledInstance of instance i of cluster c is named InstanceName(c, i) = "<c>-<i>", shortened
-// with a stable hash when too long. Package names decides every name (InstanceName, Name and
-// LabelValue call it; render.NamesFor names an instance's children with it), and its output is
-// frozen: live objects are found by these names. Instances are labelled with the cluster
-// (tiled.blueskyproject.io/cluster), the instance (tiled.blueskyproject.io/instance) and
-// app.kubernetes.io/managed-by.
+// The TiledInstance of instance i of cluster c is named names.Instance(c, i) = "<c>-<i>", shortened
+// with a stable hash when too long. Package names decides every name (this package and render call
+// it; names.For names an instance's children), and its output is frozen: live objects are found by
+// these names. Instances are labelled with the cluster (v1alpha1.LabelCluster, its value
+// names.LabelValue of the cluster's name), the instance (v1alpha1.LabelInstance) and
+// v1alpha1.LabelManagedBy.
 package expansion

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/structured-merge-diff/v6/typed"
 
 	"github.com/bluesky/tiled-operator/apis/v1alpha1"
+	"github.com/bluesky/tiled-operator/names"
 	"github.com/bluesky/tiled-operator/profiles"
 )
 
@@ -109,10 +110,10 @@ func expand(cluster *v1alpha1.TiledCluster, candidates []v1alpha1.TiledProfile, 
 	}
 	res.Instances = make([]Instance, 0, len(items))
 	for _, item := range items {
-		name := InstanceName(cluster.Name, item.Name)
+		name := names.Instance(cluster.Name, item.Name)
 		lbls := make(map[string]string, len(item.Labels)+3)
 		maps.Copy(lbls, item.Labels)
-		lbls[v1alpha1.LabelCluster] = LabelValue(cluster.Name)
+		lbls[v1alpha1.LabelCluster] = names.LabelValue(cluster.Name)
 		lbls[v1alpha1.LabelInstance] = item.Name
 		lbls[v1alpha1.LabelManagedBy] = v1alpha1.ManagedByValue
 		ctx := newExprContext(item.Name, lbls, cluster.Name, cluster.Labels, cluster.Namespace)
@@ -120,10 +121,10 @@ func expand(cluster *v1alpha1.TiledCluster, candidates []v1alpha1.TiledProfile, 
 		chosen := sel.Instances[item.Name]
 		stack := make([]*layer, 0, len(chosen)+3)
 		stack = append(stack, base)
-		names := make([]string, 0, len(chosen))
+		applied := make([]string, 0, len(chosen))
 		for _, p := range chosen {
 			stack = append(stack, profileLayers[p.Name])
-			names = append(names, p.Name)
+			applied = append(applied, p.Name)
 		}
 		if template != nil {
 			stack = append(stack, template)
@@ -148,7 +149,7 @@ func expand(cluster *v1alpha1.TiledCluster, candidates []v1alpha1.TiledProfile, 
 		}
 		res.Instances = append(res.Instances, Instance{
 			Name:     item.Name,
-			Profiles: names,
+			Profiles: applied,
 			Object: &v1alpha1.TiledInstance{
 				TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "TiledInstance"},
 				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: cluster.Namespace, Labels: lbls},

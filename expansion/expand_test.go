@@ -587,19 +587,3 @@ func TestWhy(t *testing.T) {
 	_, err = Why(o, "spec.tiled.im")
 	g.Expect(err).To(HaveOccurred())
 }
-
-func TestName(t *testing.T) {
-	g := NewWithT(t)
-	g.Expect(InstanceName("nsls2", "chx")).To(Equal("nsls2-chx"))
-	long := strings.Repeat("a", 40)
-	n := InstanceName(long, strings.Repeat("b", 40))
-	g.Expect(n).To(HaveLen(MaxInstanceNameLength))
-	g.Expect(n).To(Equal(InstanceName(long, strings.Repeat("b", 40))), "stable")
-	g.Expect(n).NotTo(Equal(InstanceName(long, strings.Repeat("b", 39)+"c")), "distinct")
-	g.Expect(n).To(MatchRegexp(`^a{40}-b{13}-[0-9a-f]{8}$`))
-	g.Expect(Name(MaxStatefulSetNameLength, n, "db")).To(HaveLen(MaxStatefulSetNameLength))
-	// A prefix ending in '-' is trimmed so the result stays a DNS label.
-	g.Expect(Name(20, "abcdefghij-", "xxxxxxxxxxx")).To(MatchRegexp(`^abcdefghij-[0-9a-f]{8}$`))
-	g.Expect(Name(5, "abcdefgh")).To(HaveLen(5))
-	g.Expect(LabelValue(strings.Repeat("c", 70))).To(HaveLen(63))
-}

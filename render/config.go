@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	v1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
+	"github.com/bluesky/tiled-operator/names"
 )
 
 // Fixed facts of the rendered deployment.
@@ -70,8 +71,8 @@ const (
 
 // Inputs are what rendering needs beyond the TiledInstance.
 type Inputs struct {
-	// Names of the objects; the zero value means NamesFor(instance).
-	Names *Names
+	// Names of the objects; the zero value means names.For(instance's namespace, instance's name).
+	Names *names.Objects
 	// DatabaseAddress overrides host:port of the managed PostgreSQL (the conformance suite points it
 	// at a local server). Empty means the managed Service's in-cluster DNS name.
 	DatabaseAddress string
@@ -88,11 +89,11 @@ type Inputs struct {
 	SecretData map[string][]byte
 }
 
-func (in Inputs) names(ti *v1alpha1.TiledInstance) Names {
+func (in Inputs) names(ti *v1alpha1.TiledInstance) names.Objects {
 	if in.Names != nil {
 		return *in.Names
 	}
-	return NamesFor(ti)
+	return names.For(ti.Namespace, ti.Name)
 }
 
 func (in Inputs) dataPath() string {

@@ -12,9 +12,10 @@
 //
 // What the render package cannot know comes in through Inputs: the address of the managed database
 // when a test points it elsewhere, whether the ServiceMonitor CRD exists, which keys the external
-// database Secret holds. Object names come from NamesFor, which is package names' For: that package
-// decides every name the operator gives, and its output is frozen (live objects are found by these
-// names); callers should only use the Names it returns.
+// database Secret holds. Object names come from package names (names.For of the instance's
+// namespace and name, in Objects.Names): that package decides every name the operator gives, and its
+// output is frozen (live objects are found by these names); callers take names from it, never build
+// them.
 //
 // # Objects
 //
@@ -43,7 +44,8 @@
 //   - a prometheus-operator ServiceMonitor (unstructured) when asked for and its CRD exists.
 //
 // Every object carries app.kubernetes.io/{name,instance,component,managed-by} and the
-// tiled.blueskyproject.io/{cluster,instance} labels.
+// tiled.blueskyproject.io/{cluster,instance} labels (Labels; the keys are constants of package
+// v1alpha1).
 //
 // # Tiled facts this package relies on (Tiled 0.2.20)
 //

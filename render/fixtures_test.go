@@ -1,11 +1,18 @@
 package render
 
 import (
+	"bytes"
+	"encoding/json"
+
+	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
 
 	v1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 )
@@ -85,7 +92,7 @@ func nfsScaled() *v1alpha1.TiledInstance {
 	ti.Spec.Tiled.NodeSelector = map[string]string{"nsls2.bnl.gov/pool": "tiled"}
 	ti.Spec.Tiled.Tolerations = []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "tiled", Effect: corev1.TaintEffectNoSchedule}}
 	ti.Spec.Tiled.PodAnnotations = map[string]string{"example.org/team": "data"}
-	ti.Spec.Tiled.PodLabels = map[string]string{"team": "data", "app.kubernetes.io/name": "not-tiled"}
+	ti.Spec.Tiled.PodLabels = map[string]string{"team": "data", v1alpha1.LabelAppName: "not-tiled"}
 	ti.Spec.Storage = &v1alpha1.StorageSpec{
 		Data: &v1alpha1.DataVolume{Size: "1Ti", NFS: &v1alpha1.NFSVolumeSource{Server: "nfs.nsls2.bnl.gov", Path: "/nsls2/data/chx/tiled"}},
 		ReadOnlyMounts: []v1alpha1.ReadOnlyMount{
@@ -104,13 +111,13 @@ func nfsScaled() *v1alpha1.TiledInstance {
 	ti.Spec.Tiled.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
 		PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{Weight: 50, PodAffinityTerm: corev1.PodAffinityTerm{
 			TopologyKey:   "kubernetes.io/hostname",
-			LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/component": "database"}},
+			LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{v1alpha1.LabelAppComponent: "database"}},
 		}}},
 	}}
 	ti.Spec.Tiled.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{
 		MaxSkew: 1, TopologyKey: "topology.kubernetes.io/zone", WhenUnsatisfiable: corev1.ScheduleAnyway,
-		LabelSelector:  &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/component": "server"}},
-		MatchLabelKeys: []string{"app.kubernetes.io/instance"},
+		LabelSelector:  &metav1.LabelSelector{MatchLabels: map[string]string{v1alpha1.LabelAppComponent: "server"}},
+		MatchLabelKeys: []string{v1alpha1.LabelAppInstance},
 	}}
 	ti.Spec.Database.Managed.ImagePullSecrets = []v1alpha1.LocalObjectReference{{Name: "nsls2-registry"}}
 	ti.Spec.Database.Managed.NodeSelector = map[string]string{"nsls2.bnl.gov/disk": "ssd"}
@@ -126,4 +133,63 @@ func existingClaim() *v1alpha1.TiledInstance {
 	ti.Spec.Expose.Service = &v1alpha1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Annotations: map[string]string{"metallb.universe.tf/allow-shared-ip": "tiled"}}
 	ti.Spec.Monitoring = &v1alpha1.MonitoringSpec{ServiceMonitor: ptr.To(true)}
 	return ti
+}
+
+type fixture struct {
+	name string
+	ti   func() *v1alpha1.TiledInstance
+	in   Inputs
+}
+
+var secretData = map[string][]byte{
+	SecretKeyAPIKey:           []byte("golden0api0key"),
+	SecretKeySecretKeys:       []byte(`["golden0signing0key"]`),
+	SecretKeyDatabasePassword: []byte("golden0password"),
+}
+
+func fixtures() []fixture {
+	return []fixture{
+		{"single-user-managed", singleUserManaged, Inputs{SecretData: secretData}},
+		{"oidc-external", oidcExternal, Inputs{SecretData: secretData, ExternalSecretKeys: []string{"uri", ExternalKeyStorageURI, ExternalKeyAuthURI}}},
+		{"nfs-scaled", nfsScaled, Inputs{SecretData: secretData, ServiceMonitorAvailable: true}},
+		{"existing-claim", existingClaim, Inputs{SecretData: secretData}}, // ServiceMonitor CRD absent
+	}
+}
+
+// objectsYAML serializes every rendered object, in a fixed order, as one multi-document YAML.
+func objectsYAML(o *Objects) ([]byte, error) {
+	var docs []any
+	for _, v := range o.All() {
+		if u, ok := v.(*unstructured.Unstructured); ok {
+			v = u.Object
+		}
+		docs = append(docs, v)
+	}
+	var buf bytes.Buffer
+	for _, d := range docs {
+		b, err := yaml.Marshal(d)
+		if err != nil {
+			return nil, err
+		}
+		buf.WriteString("---\n")
+		buf.Write(b)
+	}
+	return buf.Bytes(), nil
+}
+
+// podTemplates converts every pod template rendered for the fixture into core types.
+func podTemplates(g Gomega, o *Objects) map[string]corev1.PodTemplateSpec {
+	out := map[string]corev1.PodTemplateSpec{}
+	conv := func(name string, tpl *corev1ac.PodTemplateSpecApplyConfiguration) {
+		b, err := json.Marshal(tpl)
+		g.Expect(err).NotTo(HaveOccurred())
+		var p corev1.PodTemplateSpec
+		g.Expect(json.Unmarshal(b, &p)).To(Succeed())
+		out[name] = p
+	}
+	conv("tiled", o.StatefulSet.Spec.Template)
+	if o.Postgres != nil {
+		conv("postgres", o.Postgres.Spec.Template)
+	}
+	return out
 }

@@ -10,12 +10,13 @@ import (
 	policyv1ac "k8s.io/client-go/applyconfigurations/policy/v1"
 
 	v1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
+	"github.com/bluesky/tiled-operator/names"
 )
 
 // Objects are all the objects of one instance. Optional ones are nil when not wanted; the
 // controller prunes objects it owns that are no longer rendered.
 type Objects struct {
-	Names      Names
+	Names      names.Objects
 	ConfigHash string
 
 	ConfigMap       *corev1ac.ConfigMapApplyConfiguration

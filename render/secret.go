@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 
@@ -39,7 +40,8 @@ func SecretKeys(ti *v1alpha1.TiledInstance) []string {
 		keys = append(keys, SecretKeyDatabasePassword)
 	}
 	keys = append(keys, SecretKeySecretKeys)
-	return sortStrings(keys)
+	slices.Sort(keys)
+	return keys
 }
 
 func apiKeyFromRef(ti *v1alpha1.TiledInstance) bool {

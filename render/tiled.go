@@ -13,6 +13,7 @@ import (
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 
 	v1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
+	"github.com/bluesky/tiled-operator/names"
 )
 
 // RunAsUser is the uid (and gid and fsGroup) the PostgreSQL pods run as, and the Tiled pods when
@@ -155,7 +156,7 @@ func secretEnv(name, secret, key string) *corev1ac.EnvVarApplyConfiguration {
 
 // tiledEnv is the environment of the Tiled init and server containers: the operator's variables,
 // then the spec's extra variables (which cannot replace the operator's).
-func tiledEnv(ti *v1alpha1.TiledInstance, n Names, in Inputs) []*corev1ac.EnvVarApplyConfiguration {
+func tiledEnv(ti *v1alpha1.TiledInstance, n names.Objects, in Inputs) []*corev1ac.EnvVarApplyConfiguration {
 	env := []*corev1ac.EnvVarApplyConfiguration{
 		corev1ac.EnvVar().WithName(EnvConfig).WithValue(ConfigDir),
 		corev1ac.EnvVar().WithName("HOME").WithValue("/tmp"),

@@ -13,6 +13,7 @@ import (
 
 	"github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/expansion"
+	"github.com/bluesky/tiled-operator/names"
 )
 
 // ClusterValidator is the validating webhook of TiledCluster (which is never mutated: it is owned
@@ -86,8 +87,8 @@ func (h *ClusterValidator) Handle(ctx context.Context, req admission.Request) ad
 	} else {
 		for _, in := range c.Spec.Instances {
 			sk := &v1alpha1.TiledInstance{}
-			sk.Name, sk.Namespace = expansion.InstanceName(c.Name, in.Name), c.Namespace
-			sk.Labels = map[string]string{v1alpha1.LabelInstance: in.Name, v1alpha1.LabelCluster: expansion.LabelValue(c.Name)}
+			sk.Name, sk.Namespace = names.Instance(c.Name, in.Name), c.Namespace
+			sk.Labels = map[string]string{v1alpha1.LabelInstance: in.Name, v1alpha1.LabelCluster: names.LabelValue(c.Name)}
 			mine = append(mine, sk)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/expansion"
+	"github.com/bluesky/tiled-operator/names"
 )
 
 // usageError is an error in how the command was called; it earns a hint to run -h.
@@ -300,7 +301,7 @@ func (o *options) expand(in *inputOptions) ([]*v1alpha1.TiledInstance, error) {
 		stored := ti.DeepCopy()
 		if c := ti.Labels[v1alpha1.LabelCluster]; c != "" && !slices.ContainsFunc(instances, func(s *v1alpha1.TiledInstance) bool { return s.Name == ti.Name && s.Namespace == ti.Namespace }) {
 			if i := slices.IndexFunc(clusters, func(cl *v1alpha1.TiledCluster) bool {
-				return cl.Namespace == ti.Namespace && expansion.LabelValue(cl.Name) == c
+				return cl.Namespace == ti.Namespace && names.LabelValue(cl.Name) == c
 			}); i >= 0 {
 				stored.OwnerReferences = []metav1.OwnerReference{{APIVersion: v1alpha1.GroupVersion.String(), Kind: "TiledCluster",
 					Name: clusters[i].Name, UID: clusters[i].UID, Controller: ptr.To(true)}}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/expansion"
+	"github.com/bluesky/tiled-operator/names"
 	"github.com/bluesky/tiled-operator/profiles"
 )
 
@@ -243,7 +244,7 @@ func (o *diffOptions) diffNamespace(ctx context.Context, c client.Client, ns str
 		live := map[string]*v1alpha1.TiledInstance{}
 		for j := range liveInstances.Items {
 			in := &liveInstances.Items[j]
-			if in.Labels[v1alpha1.LabelCluster] == expansion.LabelValue(cl.Name) {
+			if in.Labels[v1alpha1.LabelCluster] == names.LabelValue(cl.Name) {
 				live[in.Name] = in
 			}
 		}

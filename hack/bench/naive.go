@@ -28,6 +28,7 @@ import (
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/controllers/traffic"
 	"github.com/bluesky/tiled-operator/expansion"
+	"github.com/bluesky/tiled-operator/names"
 	"github.com/bluesky/tiled-operator/operator"
 	"github.com/bluesky/tiled-operator/render"
 )
@@ -173,7 +174,7 @@ func (n *naiveOperator) reconcileInstance(ctx context.Context, req reconcile.Req
 	}
 	secret := &corev1.Secret{}
 	existing := map[string][]byte{}
-	err := n.reader.Get(ctx, client.ObjectKey{Namespace: ti.Namespace, Name: render.NamesFor(ti).Secret}, secret)
+	err := n.reader.Get(ctx, client.ObjectKey{Namespace: ti.Namespace, Name: names.For(ti.Namespace, ti.Name).Secret}, secret)
 	switch {
 	case err == nil:
 		existing = secret.Data
@@ -201,7 +202,7 @@ func (n *naiveOperator) reconcileInstance(ctx context.Context, req reconcile.Req
 		}
 	}
 	sts := &appsv1.StatefulSet{}
-	ready := n.reader.Get(ctx, client.ObjectKey{Namespace: ti.Namespace, Name: render.NamesFor(ti).Tiled}, sts) == nil &&
+	ready := n.reader.Get(ctx, client.ObjectKey{Namespace: ti.Namespace, Name: names.For(ti.Namespace, ti.Name).Tiled}, sts) == nil &&
 		sts.Status.ReadyReplicas > 0
 	st := metav1.ConditionFalse
 	if ready {

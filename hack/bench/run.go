@@ -400,7 +400,7 @@ func objectVersions(ctx context.Context, c client.Client, ns string) (map[string
 		{appsv1.SchemeGroupVersion.WithKind("StatefulSet"), []client.ListOption{client.InNamespace(ns), managed}, nil},
 		{networkingv1.SchemeGroupVersion.WithKind("Ingress"), []client.ListOption{client.InNamespace(ns), managed}, nil},
 		{tiledv1alpha1.GroupVersion.WithKind("TiledInstance"), []client.ListOption{client.InNamespace(ns)}, nil},
-		// Cluster-scoped: their names start with the namespace (render.NamesFor).
+		// Cluster-scoped: their names start with the namespace (names.For).
 		{corev1.SchemeGroupVersion.WithKind("PersistentVolume"), []client.ListOption{managed}, func(name string) bool { return strings.HasPrefix(name, ns+"-") }},
 	}
 	for _, k := range kinds {

@@ -286,7 +286,7 @@ func Metadata(ctx context.Context, c client.Client, ns string) (map[string]clien
 	for i := range items {
 		out["TiledInstance/"+items[i].Name] = &items[i]
 	}
-	// PersistentVolumes are cluster-scoped: their names start with the namespace (render.NamesFor).
+	// PersistentVolumes are cluster-scoped: their names start with the namespace (names.For).
 	pvs, err := list(corev1.SchemeGroupVersion.WithKind("PersistentVolume"), managedSel)
 	if err != nil {
 		return nil, err

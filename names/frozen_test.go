@@ -85,23 +85,3 @@ func TestGolden(t *testing.T) {
 		g.Expect(gotLines[i]).To(Equal(wantLines[i]), "line %d of testdata/names.golden", i+1)
 	}
 }
-
-// TestLimits: shortened names are exactly at their limit, keep their suffix, end with the hash,
-// and distinct long inputs stay distinct.
-func TestLimits(t *testing.T) {
-	g := NewWithT(t)
-	long := strings.Repeat("x", 80)
-	g.Expect(Join(63, long)).To(HaveLen(63))
-	g.Expect(Instance("nsls2", long)).To(HaveLen(MaxInstanceNameLength))
-	g.Expect(Instance("nsls2", long+"a")).NotTo(Equal(Instance("nsls2", long+"b")))
-	o := For("nsls2", long)
-	g.Expect(o.Tiled).To(HaveLen(MaxStatefulSetNameLength))
-	g.Expect(o.Postgres).To(HaveLen(MaxStatefulSetNameLength))
-	g.Expect(o.Postgres).To(MatchRegexp(`^x+-postgres-[0-9a-f]{8}$`))
-	g.Expect(o.Secret).To(HaveLen(MaxObjectNameLength))
-	g.Expect(o.Secret).To(MatchRegexp(`^x+-secret-[0-9a-f]{8}$`))
-	g.Expect(For("nsls2", "csx").ConfigMap).To(Equal("csx-config"))
-	for _, lim := range []int{0, 1, 8, 9} {
-		g.Expect(Join(lim, long)).To(HaveLen(min(lim, hashLength)), "limit %d", lim)
-	}
-}
