@@ -14,6 +14,9 @@ import (
 	"github.com/bluesky/tiled-operator/apis/v1alpha1"
 )
 
+// Host reach: which users may write a profile's host-reaching settings. (Not to be confused with the
+// certificate authority of package webhooks/certs, which serves the webhooks' TLS.)
+//
 // Host-reaching settings are decided by TiledProfiles (see expansion's policy), so writing them into
 // a profile is itself an administrator's act: a profile create or update that adds or changes an NFS
 // export (storage.data.nfs, storage.readOnlyMounts[].nfs), a uid or gid of the pods, or an allowance
