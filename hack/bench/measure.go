@@ -329,105 +329,109 @@ func (m *measurement) idle(ctx context.Context) error {
 
 // profileChange changes one profile field: the operations team's pod annotation, on every beamline.
 func (m *measurement) profileChange(ctx context.Context) error {
-	r, a := m.r, m.a
-	m.logf("profile change")
-	intentsBefore, err := fleetIntents(ctx, m.informers, m.fleets)
-	if err != nil {
-		return err
-	}
-	before, err := a.traffic(ctx)
-	if err != nil {
-		return err
-	}
-	mark, err := m.audit.mark()
-	if err != nil {
-		return err
-	}
-	start := time.Now()
-	for _, f := range m.fleets {
-		if err := setProfileAnnotation(ctx, m.hc, f.ns, "controls"); err != nil {
-			return err
-		}
-	}
-	if err := fleet.Poll(ctx, time.Second, m.o.timeout, "profile change", func(ctx context.Context) (bool, error) {
-		now, err := fleetIntents(ctx, m.informers, m.fleets)
-		if err != nil || len(now) != m.n {
-			return false, err
-		}
-		for name, intent := range now {
-			if intent == intentsBefore[name] {
-				return false, nil
+	c, err := m.change(ctx, "profile change", time.Second, func(ctx context.Context) error {
+		for _, f := range m.fleets {
+			if err := setProfileAnnotation(ctx, m.hc, f.ns, "controls"); err != nil {
+				return err
 			}
 		}
-		return true, nil
-	}); err != nil {
-		return err
-	}
-	if err := waitQuiet(ctx, a, m.o.quiet, m.o.timeout); err != nil {
-		return err
-	}
-	change, err := phaseAudit(m.audit, mark)
+		return nil
+	}, func(before, now map[string]string) bool {
+		if len(now) != m.n {
+			return false
+		}
+		for name, intent := range now {
+			if intent == before[name] {
+				return false
+			}
+		}
+		return true
+	})
 	if err != nil {
 		return err
 	}
-	r.ProfileChangeSeconds = change.Last.Sub(start).Seconds()
-	now, err := a.traffic(ctx)
-	if err != nil {
-		return err
-	}
-	r.ProfileChangeWrites = now.Sub(before).Sum(func(k traffic.Key) bool { return k.IsWrite() && k.Resource != "leases" })
-	r.ProfileChangeAuditRequests = change.Total - change.Leases - change.Watches
-	r.ProfileChangeObjectsChanged = len(change.Written)
-	r.ProfileChangeChangedByKind = change.writtenByResource()
-	r.RequestsPerChangedObject = float64(r.ProfileChangeAuditRequests) / float64(max(1, len(change.Written)))
+	r := m.r
+	r.ProfileChangeSeconds = c.audit.Last.Sub(c.start).Seconds()
+	r.ProfileChangeWrites = c.writes
+	r.ProfileChangeAuditRequests = c.audit.Total - c.audit.Leases - c.audit.Watches
+	r.ProfileChangeObjectsChanged = len(c.audit.Written)
+	r.ProfileChangeChangedByKind = c.audit.writtenByResource()
+	r.RequestsPerChangedObject = float64(r.ProfileChangeAuditRequests) / float64(max(1, len(c.audit.Written)))
 	return nil
 }
 
 // overrideChange changes one instance's override.
 func (m *measurement) overrideChange(ctx context.Context) error {
-	r, a := m.r, m.a
-	m.logf("override change")
 	first := m.fleets[0]
-	intentsBefore, err := fleetIntents(ctx, m.informers, m.fleets)
-	if err != nil {
-		return err
-	}
-	before, err := a.traffic(ctx)
-	if err != nil {
-		return err
-	}
-	mark, err := m.audit.mark()
-	if err != nil {
-		return err
-	}
-	if err := setOverride(ctx, m.hc, first.ns, "nsls2", first.names[1]); err != nil {
-		return err
-	}
 	key := first.ns + "/nsls2-" + first.names[1]
-	if err := fleet.Poll(ctx, 200*time.Millisecond, m.o.timeout, "override change", func(ctx context.Context) (bool, error) {
-		now, err := fleetIntents(ctx, m.informers, m.fleets)
-		return err == nil && now[key] != intentsBefore[key], err
-	}); err != nil {
-		return err
-	}
-	if err := waitQuiet(ctx, a, m.o.quiet, m.o.timeout); err != nil {
-		return err
-	}
-	override, err := phaseAudit(m.audit, mark)
+	c, err := m.change(ctx, "override change", 200*time.Millisecond, func(ctx context.Context) error {
+		return setOverride(ctx, m.hc, first.ns, "nsls2", first.names[1])
+	}, func(before, now map[string]string) bool {
+		return now[key] != before[key]
+	})
 	if err != nil {
 		return err
 	}
-	now, err := a.traffic(ctx)
-	if err != nil {
-		return err
-	}
-	r.OverrideWrites = now.Sub(before).Sum(func(k traffic.Key) bool { return k.IsWrite() && k.Resource != "leases" })
-	r.OverrideAuditRequests = override.Total - override.Leases - override.Watches
-	for k := range override.Written {
+	r := m.r
+	r.OverrideWrites = c.writes
+	r.OverrideAuditRequests = c.audit.Total - c.audit.Leases - c.audit.Watches
+	for k := range c.audit.Written {
 		r.OverrideObjectsChanged = append(r.OverrideObjectsChanged, k)
 	}
 	sort.Strings(r.OverrideObjectsChanged)
 	return nil
+}
+
+// changed is what a change of the fleet cost the first replica.
+type changed struct {
+	start  time.Time   // when the change was sent
+	audit  auditCounts // the replica's requests from then on, as the apiserver saw them
+	writes int64       // its writes by its own count, Lease renewals left out
+}
+
+// change sends a change of the fleet (apply) and measures the first replica's answer: from the
+// instances' intents before, it polls them every interval until done says they moved, then waits
+// until the replica is quiet.
+func (m *measurement) change(ctx context.Context, what string, interval time.Duration, apply func(context.Context) error, done func(before, now map[string]string) bool) (changed, error) {
+	a := m.a
+	m.logf(what)
+	intentsBefore, err := fleetIntents(ctx, m.informers, m.fleets)
+	if err != nil {
+		return changed{}, err
+	}
+	before, err := a.traffic(ctx)
+	if err != nil {
+		return changed{}, err
+	}
+	mark, err := m.audit.mark()
+	if err != nil {
+		return changed{}, err
+	}
+	c := changed{start: time.Now()}
+	if err := apply(ctx); err != nil {
+		return changed{}, err
+	}
+	if err := fleet.Poll(ctx, interval, m.o.timeout, what, func(ctx context.Context) (bool, error) {
+		now, err := fleetIntents(ctx, m.informers, m.fleets)
+		if err != nil {
+			return false, err
+		}
+		return done(intentsBefore, now), nil
+	}); err != nil {
+		return changed{}, err
+	}
+	if err := waitQuiet(ctx, a, m.o.quiet, m.o.timeout); err != nil {
+		return changed{}, err
+	}
+	if c.audit, err = phaseAudit(m.audit, mark); err != nil {
+		return changed{}, err
+	}
+	now, err := a.traffic(ctx)
+	if err != nil {
+		return changed{}, err
+	}
+	c.writes = now.Sub(before).Sum(func(k traffic.Key) bool { return k.IsWrite() && k.Resource != "leases" })
+	return c, nil
 }
 
 // counts records the two counts of the first replica's whole run, side by side.
