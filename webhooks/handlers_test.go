@@ -17,7 +17,7 @@ import (
 
 	"github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/expansion"
-	"github.com/bluesky/tiled-operator/webhooks/admissiontable"
+	"github.com/bluesky/tiled-operator/test/support/admissiontable"
 )
 
 func TestBadObjectsRefusedByHandlers(t *testing.T) {

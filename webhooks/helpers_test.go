@@ -17,9 +17,9 @@ import (
 
 	"github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/expansion"
+	"github.com/bluesky/tiled-operator/test/support/admissiontable"
 	"github.com/bluesky/tiled-operator/test/support/testenv"
 	"github.com/bluesky/tiled-operator/webhooks"
-	"github.com/bluesky/tiled-operator/webhooks/admissiontable"
 )
 
 // ns is the namespace of the fixtures in handler tests.

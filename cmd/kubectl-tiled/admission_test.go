@@ -8,7 +8,7 @@ import (
 	. "github.com/onsi/gomega"
 	"sigs.k8s.io/yaml"
 
-	"github.com/bluesky/tiled-operator/webhooks/admissiontable"
+	"github.com/bluesky/tiled-operator/test/support/admissiontable"
 )
 
 // fixtureArgs are the -f flags of the objects the admission table is tried beside.

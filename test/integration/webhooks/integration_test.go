@@ -25,9 +25,9 @@ import (
 
 	"github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/expansion"
+	"github.com/bluesky/tiled-operator/test/support/admissiontable"
 	"github.com/bluesky/tiled-operator/test/support/testenv"
 	"github.com/bluesky/tiled-operator/webhooks"
-	"github.com/bluesky/tiled-operator/webhooks/admissiontable"
 )
 
 // env is the real kube-apiserver and etcd; the apiserver calls the webhooks over TLS.

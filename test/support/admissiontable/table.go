@@ -12,7 +12,8 @@
 //
 // It also holds what the webhooks' handler tests (package webhooks) and their API-server tests
 // (test/integration/webhooks) share: the objects of webhooks/testdata (LoadBase) and the bad objects
-// each handler refuses (HandlerCases). It is test support: no production package imports it.
+// each handler refuses (HandlerCases). It is test support, so it lives under test/support: only
+// tests import it (test/layers refuses an import of test/ from the product's packages).
 package admissiontable
 
 import (
@@ -45,7 +46,7 @@ type Case struct {
 // Dir is webhooks/testdata/admission of this checkout.
 func Dir() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "testdata", "admission")
+	return filepath.Join(filepath.Dir(file), "..", "..", "..", "webhooks", "testdata", "admission")
 }
 
 // Fixtures are the files of the objects the cases are tried beside, in the order to create them.
