@@ -139,3 +139,16 @@ func leaves(t testing.TB, obj *v1alpha1.TiledInstance) map[string]string {
 	}
 	return out
 }
+
+// one expands a cluster expected to have one instance and returns it.
+func one(t *testing.T, c *v1alpha1.TiledCluster, p ...v1alpha1.TiledProfile) *v1alpha1.TiledInstance {
+	t.Helper()
+	res, err := Expand(c, p, DefaultBuiltins())
+	if err != nil {
+		t.Fatalf("expand: %v", err)
+	}
+	if len(res.Instances) != 1 {
+		t.Fatalf("want 1 instance, got %d", len(res.Instances))
+	}
+	return res.Instances[0].Object
+}

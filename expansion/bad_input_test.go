@@ -1,0 +1,173 @@
+package expansion
+
+import (
+	"errors"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/bluesky/tiled-operator/apis/v1alpha1"
+)
+
+// Bad input: each a typed error naming the object, the field and the reason, and no result.
+func TestBadInput(t *testing.T) {
+	ok := P(t, "ok", 0, "tiled: {replicas: 1}")
+	withExpr := func(expr string) []v1alpha1.TiledProfile {
+		return []v1alpha1.TiledProfile{ok, P(t, "expr", 1, `storage: {data: {nfs: {server: nfs, pathExpression: "`+expr+`"}}}`)}
+	}
+	exprErr := func(reason ExpressionReason, expr string) func(Gomega, error) {
+		return func(g Gomega, err error) {
+			var xe *ExpressionError
+			g.Expect(errors.As(err, &xe)).To(BeTrue(), "%v", err)
+			g.Expect(xe.Reason).To(Equal(reason))
+			g.Expect(xe.Layer).To(Equal("profile/expr@1"))
+			g.Expect(xe.Field).To(Equal("spec.storage.data.nfs.pathExpression"))
+			g.Expect(xe.Expression).To(Equal(expr))
+			g.Expect(err.Error()).To(And(ContainSubstring("profile/expr@1"), ContainSubstring("pathExpression"), ContainSubstring(expr)))
+		}
+	}
+	costly := "'/' + string([0,1,2,3,4,5,6,7,8,9].map(a, [0,1,2,3,4,5,6,7,8,9].map(b, [0,1,2,3,4,5,6,7,8,9].map(c, [0,1,2,3,4,5,6,7,8,9].map(d, [0,1,2,3,4,5,6,7,8,9].map(e, a+b+c+d+e))))).size())"
+	cases := []struct {
+		name     string
+		cluster  *v1alpha1.TiledCluster
+		profiles []v1alpha1.TiledProfile
+		check    func(Gomega, error)
+	}{
+		{
+			name:     "conflicting profiles",
+			cluster:  C("", I("x", nil)),
+			profiles: []v1alpha1.TiledProfile{P(t, "a", 0, "tiled: {replicas: 2}"), P(t, "b", 0, "tiled: {replicas: 3}")},
+			check: func(g Gomega, err error) {
+				var ce *ConflictError
+				g.Expect(errors.As(err, &ce)).To(BeTrue(), "%v", err)
+				g.Expect(ce.Field).To(Equal("spec.tiled.replicas"))
+				g.Expect(ce.Values).To(Equal([2]string{"2", "3"}))
+			},
+		},
+		{
+			name: "selector matching nothing",
+			cluster: func() *v1alpha1.TiledCluster {
+				c := C("", I("x", nil))
+				c.Spec.ProfileSelector.MatchLabels["facility"] = "nope"
+				return c
+			}(),
+			profiles: []v1alpha1.TiledProfile{ok},
+			check: func(g Gomega, err error) {
+				var ne *NoProfilesError
+				g.Expect(errors.As(err, &ne)).To(BeTrue(), "%v", err)
+				g.Expect(ne.Object).To(Equal("cluster/c"))
+				g.Expect(ne.Field).To(Equal("spec.profileSelector"))
+				g.Expect(ne.Selector).To(Equal("facility=nope"))
+			},
+		},
+		{
+			name: "instance selector matching nothing",
+			cluster: C("", v1alpha1.ClusterInstance{Name: "x",
+				ProfileSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"family": "nope"}}}),
+			profiles: []v1alpha1.TiledProfile{ok},
+			check: func(g Gomega, err error) {
+				var ne *NoProfilesError
+				g.Expect(errors.As(err, &ne)).To(BeTrue(), "%v", err)
+				g.Expect(ne.Field).To(Equal("spec.instances[name=x].profileSelector"))
+			},
+		},
+		{
+			name:     "nil selector",
+			cluster:  func() *v1alpha1.TiledCluster { c := C("", I("x", nil)); c.Spec.ProfileSelector = nil; return c }(),
+			profiles: []v1alpha1.TiledProfile{ok},
+			check: func(g Gomega, err error) {
+				var se *SelectorError
+				g.Expect(errors.As(err, &se)).To(BeTrue(), "%v", err)
+				g.Expect(se.Field).To(Equal("spec.profileSelector"))
+			},
+		},
+		{
+			name: "invalid selector",
+			cluster: func() *v1alpha1.TiledCluster {
+				c := C("", I("x", nil))
+				c.Spec.ProfileSelector.MatchExpressions = []metav1.LabelSelectorRequirement{{Key: "a", Operator: "Near"}}
+				return c
+			}(),
+			profiles: []v1alpha1.TiledProfile{ok},
+			check: func(g Gomega, err error) {
+				var se *SelectorError
+				g.Expect(errors.As(err, &se)).To(BeTrue(), "%v", err)
+				g.Expect(se.Reason).To(ContainSubstring("Near"))
+			},
+		},
+		{name: "expression that does not compile", cluster: C("", I("x", nil)), profiles: withExpr("'/data/' + instance.nmae"),
+			check: exprErr(ExpressionCompile, "'/data/' + instance.nmae")},
+		{name: "expression with a syntax error", cluster: C("", I("x", nil)), profiles: withExpr("'/data/' +"),
+			check: exprErr(ExpressionCompile, "'/data/' +")},
+		{name: "expression of the wrong type", cluster: C("", I("x", nil)), profiles: withExpr("size(instance.name) + 1"),
+			check: exprErr(ExpressionType, "size(instance.name) + 1")},
+		{name: "expression exceeding its cost", cluster: C("", I("x", nil)), profiles: withExpr(costly),
+			check: exprErr(ExpressionCost, costly)},
+		{
+			name: "expression failing at evaluation", cluster: C("", I("x", nil)), profiles: withExpr("'/data/' + instance.labels['missing']"),
+			check: func(g Gomega, err error) {
+				exprErr(ExpressionEval, "'/data/' + instance.labels['missing']")(g, err)
+				var xe *ExpressionError
+				errors.As(err, &xe)
+				g.Expect(xe.Instance).To(Equal("x"))
+				g.Expect(err.Error()).To(ContainSubstring("missing"))
+			},
+		},
+		{
+			name:     "expression in an override",
+			cluster:  C("", I("x", nil), I("y", T(t, "expose: {ingress: {hostExpression: \"instance.name + 1\"}}"))),
+			profiles: []v1alpha1.TiledProfile{ok},
+			check: func(g Gomega, err error) {
+				var xe *ExpressionError
+				g.Expect(errors.As(err, &xe)).To(BeTrue(), "%v", err)
+				g.Expect(xe.Layer).To(Equal("instance/y/overrides"))
+				g.Expect(xe.Field).To(Equal("spec.expose.ingress.hostExpression"))
+				g.Expect(xe.Reason).To(Equal(ExpressionCompile))
+			},
+		},
+		{
+			name:     "path and pathExpression in one layer",
+			cluster:  C("storage: {data: {nfs: {path: /a, pathExpression: \"'/b'\"}}}", I("x", nil)),
+			profiles: []v1alpha1.TiledProfile{ok},
+			check: func(g Gomega, err error) {
+				var ie *InvalidFieldError
+				g.Expect(errors.As(err, &ie)).To(BeTrue(), "%v", err)
+				g.Expect(ie.Layer).To(Equal("cluster/template"))
+				g.Expect(ie.Field).To(Equal("spec.storage.data.nfs"))
+				g.Expect(ie.Reason).To(ContainSubstring("mutually exclusive"))
+			},
+		},
+		{
+			name:     "duplicate env names",
+			cluster:  C("", I("x", T(t, "tiled: {env: [{name: A, value: '1'}, {name: A, value: '2'}]}"))),
+			profiles: []v1alpha1.TiledProfile{ok},
+			check: func(g Gomega, err error) {
+				var ie *InvalidFieldError
+				g.Expect(errors.As(err, &ie)).To(BeTrue(), "%v", err)
+				g.Expect(ie.Layer).To(Equal("instance/x/overrides"))
+				g.Expect(ie.Field).To(Equal("spec.tiled.env"))
+			},
+		},
+		{
+			name:     "duplicate instance names",
+			cluster:  C("", I("x", nil), I("x", nil)),
+			profiles: []v1alpha1.TiledProfile{ok},
+			check: func(g Gomega, err error) {
+				var ie *InvalidFieldError
+				g.Expect(errors.As(err, &ie)).To(BeTrue(), "%v", err)
+				g.Expect(ie.Field).To(Equal("spec.instances[name=x]"))
+			},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			res, err := Expand(tc.cluster, tc.profiles, DefaultBuiltins())
+			g.Expect(err).To(HaveOccurred())
+			g.Expect(res).To(BeNil())
+			t.Log(err)
+			tc.check(g, err)
+		})
+	}
+}
