@@ -28,13 +28,14 @@
 // compute, values the API server would refuse on the child objects or that cannot run
 // (expansion.CheckProfile, CheckCluster, CheckInstance, and the expansion's own checks of every
 // expanded instance), NFS exports and ids the profiles do not allow (expansion.NotAllowedError) and
-// names that would collide with another instance's (expansion.NameCollision). A profile edit that would put a cluster using it into a
-// conflict it is not already in is refused, naming the cluster, the other profile and the field
-// (v1alpha1.AnnotationAllowConflicts turns the refusal into a warning); deleting a profile warns, naming the
-// clusters and instances that select it. Suspicious settings (an image tagged latest or untagged,
-// a layer's several replicas on a ReadWriteOnce volume, no resource limits, Ingress without TLS,
-// retention Delete, anonymous access) earn admission warnings, which never change what is stored.
-// Every refusal is a 422 naming the object, the field and why; a malformed request is a 400.
+// names that would collide with another instance's (expansion.NameCollision). A profile edit that
+// would put a cluster using it into a conflict it is not already in is refused, naming the cluster,
+// the other profile and the field (v1alpha1.AnnotationAllowConflicts turns the refusal into a
+// warning); deleting a profile warns, naming the clusters and instances that select it. Suspicious
+// settings (an image tagged latest or untagged, a layer's several replicas on a ReadWriteOnce
+// volume, no resource limits, Ingress without TLS, retention Delete, anonymous access) earn
+// admission warnings, which never change what is stored. Every refusal is a 422 naming the object,
+// the field and why; a malformed request is a 400.
 //
 // # Failure policy
 //

@@ -22,13 +22,13 @@ import (
 // On create and update it refuses what expansion.CheckProfile finds (fields the schema does not
 // declare, CEL expressions that do not compile or do not type-check against the field they compute,
 // values the API server would refuse on the objects made from them, malformed allowances), and it
-// expands every
-// TiledCluster the profile is (or was) selected by, in the cache, with the new profile in place of
-// the old: an edit that would put a cluster into a conflict it is not already in (two profiles of
-// equal priority setting one field differently), make one of this profile's expressions fail or
-// compute an invalid value for one of its instances, or take away an allowance (allowedNFS,
-// allowedUserIDs, allowedGroupIDs) a cluster uses, is refused, naming the cluster, the other profile
-// and the field (v1alpha1.AnnotationAllowConflicts applies it anyway; the clusters then stall and say why).
+// expands every TiledCluster the profile is (or was) selected by, in the cache, with the new
+// profile in place of the old: an edit that would put a cluster into a conflict it is not already
+// in (two profiles of equal priority setting one field differently), make one of this profile's
+// expressions fail or compute an invalid value for one of its instances, or take away an allowance
+// (allowedNFS, allowedUserIDs, allowedGroupIDs) a cluster uses, is refused, naming the cluster, the
+// other profile and the field (v1alpha1.AnnotationAllowConflicts applies it anyway; the clusters
+// then stall and say why).
 //
 // On delete it allows, with a warning naming the clusters and standalone instances that select the
 // profile.
