@@ -121,12 +121,15 @@ type TiledClusterStatus struct {
 	ProfileNames string `json:"profileNames,omitempty"`
 
 	// Instances is the number of instances the cluster lists.
+	// Always written, so that the INSTANCES column of `kubectl get tc` shows 0 rather than a blank.
 	// +optional
-	Instances int32 `json:"instances,omitempty"`
+	Instances int32 `json:"instances"`
 
 	// ReadyInstances is the number of instances that are ready.
+	// Always written, so that the READY column of `kubectl get tc` shows 0 rather than a blank
+	// while no instance is ready.
 	// +optional
-	ReadyInstances int32 `json:"readyInstances,omitempty"`
+	ReadyInstances int32 `json:"readyInstances"`
 
 	// UpdatedInstances is the number of instances whose spec matches the current expansion.
 	// +optional

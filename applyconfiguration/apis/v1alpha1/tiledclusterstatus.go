@@ -26,8 +26,11 @@ type TiledClusterStatusApplyConfiguration struct {
 	// ProfileNames is the names of the selected profiles, comma-separated in order, for display.
 	ProfileNames *string `json:"profileNames,omitempty"`
 	// Instances is the number of instances the cluster lists.
+	// Always written, so that the INSTANCES column of `kubectl get tc` shows 0 rather than a blank.
 	Instances *int32 `json:"instances,omitempty"`
 	// ReadyInstances is the number of instances that are ready.
+	// Always written, so that the READY column of `kubectl get tc` shows 0 rather than a blank
+	// while no instance is ready.
 	ReadyInstances *int32 `json:"readyInstances,omitempty"`
 	// UpdatedInstances is the number of instances whose spec matches the current expansion.
 	UpdatedInstances *int32 `json:"updatedInstances,omitempty"`

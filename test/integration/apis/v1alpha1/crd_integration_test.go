@@ -234,6 +234,22 @@ func TestKubectlSeesTheKinds(t *testing.T) {
 	g.Expect(strings.Fields(lines[0])).To(Equal([]string{"NAME", "PROFILES", "INSTANCES", "READY", "HELD", "PENDING", "AGE"}))
 	g.Expect(strings.Fields(lines[1])[:4]).To(Equal([]string{"nsls2", "nsls2-defaults,nsls2-mx", "5", "3"}))
 
+	// No instance ready (and none listed): READY and INSTANCES show 0, not a blank. The status is
+	// written from the Go type, as the operator writes it.
+	g.Expect(env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "nsls2"}, tc)).To(Succeed())
+	tc.Status.ReadyInstances = 0
+	g.Expect(env.Client.Status().Update(ctx, tc)).To(Succeed())
+	out, stderr, err = env.Kubectl(ctx, "get", "tc", "-n", ns)
+	g.Expect(err).NotTo(HaveOccurred(), stderr)
+	lines = strings.Split(strings.TrimSpace(out), "\n")
+	g.Expect(lines).To(HaveLen(2))
+	g.Expect(strings.Fields(lines[1])[:6]).To(Equal([]string{"nsls2", "nsls2-defaults,nsls2-mx", "5", "0", "0", "0"}), out)
+	tc.Status.Instances = 0
+	g.Expect(env.Client.Status().Update(ctx, tc)).To(Succeed())
+	out, stderr, err = env.Kubectl(ctx, "get", "tc", "-n", ns)
+	g.Expect(err).NotTo(HaveOccurred(), stderr)
+	g.Expect(strings.Fields(strings.Split(strings.TrimSpace(out), "\n")[1])[:6]).To(Equal([]string{"nsls2", "nsls2-defaults,nsls2-mx", "0", "0", "0", "0"}), out)
+
 	out, stderr, err = env.Kubectl(ctx, "get", "tp", "-n", ns)
 	g.Expect(err).NotTo(HaveOccurred(), stderr)
 	g.Expect(strings.Fields(strings.Split(out, "\n")[0])).To(Equal([]string{"NAME", "PRIORITY", "VALID", "CLUSTERS", "INSTANCES", "AGE"}))
