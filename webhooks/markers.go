@@ -5,7 +5,9 @@ package webhooks
 //
 // Instances whose app.kubernetes.io/managed-by label is tiled-operator (those a TiledCluster
 // stamps out) are left out by an objectSelector, so that the operator's own writes never wait
-// for its webhooks; the handlers check the controller reference again.
+// for its webhooks; the handlers check the controller reference again. Markers take no constants:
+// TestInstanceWebhooksLeaveOutManagedInstances checks the generated selector against
+// v1alpha1.LabelManagedBy and ManagedByValue.
 //
 // +kubebuilder:webhookconfiguration:mutating=true,name=mutating-webhook-configuration
 // +kubebuilder:webhookconfiguration:mutating=false,name=validating-webhook-configuration
