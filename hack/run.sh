@@ -14,7 +14,8 @@ if kubectl version --request-timeout=5s >/dev/null 2>&1; then
     --health-probe-bind-address="${HEALTH_PROBE_BIND_ADDRESS:-127.0.0.1:8081}" "$@"
 fi
 
-echo "No cluster answers at the current kubeconfig; starting a local one."
+echo "No cluster answers at the current kubeconfig; starting a local control plane (no node: no pod"
+echo "starts there; 'make cluster' starts a real single-node cluster)."
 # The control plane is built once per Kubernetes version into the user's cache (about 13 minutes the
 # first time on 2 cores).
 hack/controlplane.sh >/dev/null

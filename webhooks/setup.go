@@ -5,11 +5,13 @@ import (
 	"crypto/tls"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 
 	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -132,13 +134,16 @@ type Webhooks struct {
 	ClusterValidator  *ClusterValidator
 	// Certs is the manager's own CA and serving certificate (nil unless CertSelf).
 	Certs *certs.Authority
+	// Ready passes once the webhook server answers TLS with its certificate: the manager's readiness
+	// check "webhooks", for callers that wait for the webhooks before sending objects.
+	Ready healthz.Checker
 }
 
 // Setup registers the webhooks with the manager's webhook server (built by NewServer with the same
 // options), starts the informers they read, and adds the readiness checks: the webhook server
-// answers TLS and, with CertSelf, serves a certificate the webhook configurations trust. With
-// CertSelf it also adds the certs.Authority that keeps the CA Secret, the caBundle and the serving
-// certificate.
+// answers TLS (Webhooks.Ready) and, with CertSelf, serves a certificate the webhook configurations
+// trust; with CertSelf no handshake is tried before it has that certificate. With CertSelf it also
+// adds the certs.Authority that keeps the CA Secret, the caBundle and the serving certificate.
 func Setup(mgr ctrl.Manager, o Options) (*Webhooks, error) {
 	o.setDefaults()
 	ctx := context.Background()
@@ -165,10 +170,11 @@ func Setup(mgr ctrl.Manager, o Options) (*Webhooks, error) {
 	srv.Register(ValidateProfilePath, scope(w.ProfileValidator))
 	srv.Register(ValidateProfileDeletePath, scope(w.ProfileValidator))
 	srv.Register(ValidateClusterPath, scope(w.ClusterValidator))
-	if err := mgr.AddReadyzCheck("webhooks", srv.StartedChecker()); err != nil {
-		return nil, err
-	}
 	if o.mode() != CertSelf {
+		w.Ready = srv.StartedChecker()
+		if err := mgr.AddReadyzCheck("webhooks", w.Ready); err != nil {
+			return nil, err
+		}
 		return w, nil
 	}
 	def, ok := srv.(*webhook.DefaultServer)
@@ -191,6 +197,10 @@ func Setup(mgr ctrl.Manager, o Options) (*Webhooks, error) {
 	// The server takes its certificate from memory, not from files: it refuses TLS until the API
 	// server trusts the CA that signed it.
 	def.Options.TLSOpts = append(def.Options.TLSOpts, func(c *tls.Config) { c.GetCertificate = w.Certs.GetCertificate })
+	w.Ready = startedWith(w.Certs.Ready, srv.StartedChecker())
+	if err := mgr.AddReadyzCheck("webhooks", w.Ready); err != nil {
+		return nil, err
+	}
 	if err := mgr.Add(w.Certs); err != nil {
 		return nil, err
 	}
@@ -198,6 +208,19 @@ func Setup(mgr ctrl.Manager, o Options) (*Webhooks, error) {
 		return nil, err
 	}
 	return w, nil
+}
+
+// startedWith is the webhook server's started check (a TLS handshake with it) made only once
+// certificate passes: until the server has a certificate to present, each handshake would be
+// refused, and logged by the server ("http: TLS handshake error ... no serving certificate"), at
+// every readiness probe and every poll of a caller waiting for the webhooks.
+func startedWith(certificate, started healthz.Checker) healthz.Checker {
+	return func(req *http.Request) error {
+		if err := certificate(req); err != nil {
+			return fmt.Errorf("webhook server not started: %w", err)
+		}
+		return started(req)
+	}
 }
 
 // namespaceScoped allows requests for namespaces outside namespaces (when it is not empty)

@@ -2,6 +2,8 @@
 // control plane (kube-apiserver, etcd and kube-controller-manager, built by hack/controlplane.sh),
 // installs the CRDs, applies the samples, prints the kubeconfig and the commands to try next, and runs
 // the operator against it until interrupted. Ctrl-C stops the operator and every process it started.
+// The control plane has no node, so no pod starts; its banner says so, and that `make cluster`
+// starts a real one.
 package main
 
 import (
@@ -72,7 +74,9 @@ func run() error {
 	errc := make(chan error, 1)
 	go func() { errc <- mgr.Start(ctx) }()
 	// The samples go in once the webhooks answer, so the standalone instance is expanded at admission.
-	if err := waitForWebhooks(ctx, env.Client, mgr.GetWebhookServer().StartedChecker(), errc); err != nil {
+	// Their readiness check dials the webhook server only once it has a certificate to present: each
+	// handshake before would be refused, and logged by the server.
+	if err := waitForWebhooks(ctx, env.Client, mgr.Webhooks.Ready, errc); err != nil {
 		return err
 	}
 	var applyErr error
@@ -95,6 +99,10 @@ Use it from another shell:
   kubectl get ti -l tiled.blueskyproject.io/cluster=nsls2
   kubectl explain tiledcluster.spec.instances
   kubectl get ti tst-standalone -o yaml      # expanded by the mutating webhook, with provenance
+
+This control plane has no node: the operator creates the instances' objects (StatefulSets,
+Services, claims), but no pod can start, so no instance becomes Ready (READY 0 in kubectl get tc).
+For a real node that runs Tiled's pods: 'make cluster' (docs/real-node.md).
 
 Press Ctrl-C to stop the operator and the control plane.
 `, samples, env.Kubeconfig)

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,7 +22,9 @@ import (
 
 // TestMakeRunWithoutACluster runs `make run`'s script where no cluster answers: it must start a
 // local control plane, reach "operator running", serve the samples to kubectl through the printed
-// kubeconfig, and on Ctrl-C (SIGINT to its process group) leave no process or file behind.
+// kubeconfig, and on Ctrl-C (SIGINT to its process group) leave no process or file behind. On the
+// way it logs no refused TLS handshake (nothing dials the webhook server before it has a
+// certificate to present), and its banner says that pods do not start there and how to get a node.
 func TestMakeRunWithoutACluster(t *testing.T) {
 	g := NewWithT(t)
 	kubectl, err := exec.LookPath("kubectl")
@@ -57,10 +60,18 @@ func TestMakeRunWithoutACluster(t *testing.T) {
 	}
 	g.Expect(running).To(BeTrue(), "never reached \"operator running\":\n%s", strings.Join(seen, "\n"))
 	g.Expect(kubeconfig).NotTo(BeEmpty(), "no kubeconfig printed")
+	var mu sync.Mutex
+	later := []string{}
 	go func() { // keep draining the output
 		for scanner.Scan() {
+			mu.Lock()
+			later = append(later, scanner.Text())
+			mu.Unlock()
 		}
 	}()
+	banner := strings.Join(seen, "\n")
+	g.Expect(banner).To(ContainSubstring("no node"), "the banner says pods cannot start")
+	g.Expect(banner).To(ContainSubstring("make cluster"), "the banner says how to get a real node")
 
 	out, err := exec.Command(kubectl, "--kubeconfig", kubeconfig, "get", "tiledprofiles").CombinedOutput()
 	g.Expect(err).NotTo(HaveOccurred(), string(out))
@@ -70,6 +81,16 @@ func TestMakeRunWithoutACluster(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	u, err := url.Parse(cfg.Host)
 	g.Expect(err).NotTo(HaveOccurred())
+
+	// The samples were admitted by the webhooks, the instances expanded: a few seconds of the operator
+	// at work, and no refused TLS handshake in all it printed.
+	time.Sleep(3 * time.Second)
+	mu.Lock()
+	all := append(append([]string{}, seen...), later...)
+	mu.Unlock()
+	for _, line := range all {
+		g.Expect(line).NotTo(ContainSubstring("TLS handshake error"), strings.Join(all, "\n"))
+	}
 
 	// Ctrl-C: the terminal sends SIGINT to the whole foreground process group.
 	g.Expect(syscall.Kill(-cmd.Process.Pid, syscall.SIGINT)).To(Succeed())
