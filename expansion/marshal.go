@@ -111,6 +111,9 @@ func Decode(doc []byte) (runtime.Object, error) {
 		return nil, decodeError(object, gvk.Kind, u, err)
 	}
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(m, obj); err != nil {
+		if bad := badQuantities(gvk.Kind, m); len(bad) > 0 {
+			return nil, decodeError(object, gvk.Kind, u, bad)
+		}
 		return nil, &InvalidFieldError{Object: object, Field: "", Reason: err.Error()}
 	}
 	return obj, nil

@@ -14,11 +14,9 @@ import (
 	structuraldefaulting "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/defaulting"
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/listtype"
 	apiextensionsvalidation "k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
-	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
-	"k8s.io/apimachinery/pkg/util/validation/field"
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
 	"sigs.k8s.io/yaml"
 
@@ -56,8 +54,8 @@ func DecodeAllChecked(name string, r io.Reader) ([]runtime.Object, error) {
 // CheckSchema validates an object as the API server validates a custom resource of its kind before
 // any webhook sees it: the CRD's defaults applied (to a copy), then its OpenAPI schema (types, enums,
 // patterns, bounds, lengths, required fields), the uniqueness of list-map keys and its
-// x-kubernetes-validations CEL rules, with apiextensions-apiserver's own validators, and the name a
-// DNS subdomain. It takes the object as read (unstructured), since a typed round trip would drop
+// x-kubernetes-validations CEL rules, with apiextensions-apiserver's own validators, after the
+// object's metadata (validateObjectMeta). It takes the object as read (unstructured), since a typed round trip would drop
 // values the schema refuses, such as an empty string. kubectl-tiled runs it on the files it reads
 // (DecodeAllChecked), so that a CI pipeline sees the refusal the API server would give. The error is
 // an *InvalidFieldError naming the object, the first field in the API server's notation (e.g.
@@ -70,10 +68,7 @@ func CheckSchema(obj *unstructured.Unstructured) error {
 		return err
 	}
 	object := kind + "/" + u.GetName()
-	var errs field.ErrorList
-	for _, msg := range apimachineryvalidation.NameIsDNSSubdomain(u.GetName(), false) {
-		errs = append(errs, field.Invalid(field.NewPath("metadata", "name"), u.GetName(), msg))
-	}
+	errs := validateObjectMeta(u)
 	structuraldefaulting.Default(u.Object, v.structural)
 	errs = append(errs, apiextensionsvalidation.ValidateCustomResource(nil, u.Object, v.schema)...)
 	errs = append(errs, listtype.ValidateListSetsAndMaps(nil, v.structural, u.Object)...)
