@@ -124,11 +124,13 @@ files, and the expansion of the standalone TiledInstances: metadata, the complet
 provenance of every field. No cluster is contacted: the kubeconfig is read only for the
 namespace of objects that name none.
 
-Every object read is checked as the API server would check it when applied: the CRD's OpenAPI
-schema and CEL rules, then the operator's admission webhooks (run here, with the files standing in
-for the cluster). An object the cluster would refuse makes the command fail, naming the object and
+Every object read is checked as the API server would check it when applied: its metadata (name,
+labels, annotations, with the API server's own validators), the CRD's OpenAPI schema and CEL
+rules, then the operator's admission webhooks (run here, with the files standing in for the
+cluster). An object the cluster would refuse makes the command fail, naming the object and
 the field; the webhooks' warnings are printed on standard error. Documents of other kinds
-(Namespaces, Secrets...) and kustomization files in directories are skipped with a note.`,
+(Namespaces, Secrets...) and kustomization files in directories are skipped with a note; -k builds
+a kustomization as kubectl kustomize does, in the order its sortOptions give.`,
 		Example: `  # Expand a cluster with the profiles of a directory
   kubectl tiled expand -f cluster.yaml -f profiles/
 

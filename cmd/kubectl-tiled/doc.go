@@ -1,6 +1,7 @@
 // Command kubectl-tiled is a kubectl plugin for auditing tiled-operator fleets, with the same
-// expansion engine the operator runs (package expansion) and the same admission checks (the CRDs'
-// schemas and CEL rules, and the handlers of package webhooks), so what it prints is what the
+// expansion engine the operator runs (package expansion) and the same admission checks (the API
+// server's checks of object metadata, the CRDs' schemas and CEL rules, and the handlers of package
+// webhooks), so what it prints is what the
 // operator would write and what it refuses is what the cluster would refuse.
 //
 // Installed on the PATH as kubectl-tiled, it runs as `kubectl tiled`:
@@ -29,8 +30,9 @@
 //
 // Input is read as kubectl reads it (k8s.io/cli-runtime's resource.Builder): -f takes files,
 // directories (their .yaml, .yml and .json files; -R descends into subdirectories) or "-" for
-// standard input, -k a kustomization directory. Documents of other kinds and kustomization files
-// in directories are skipped with a note on standard error. Objects without a namespace are put in
+// standard input, -k a kustomization directory (built as kubectl kustomize builds it). Documents of
+// other kinds and kustomization files in directories are skipped with a note on standard error; a
+// directory holding only a kustomization is an error that points at -k. Objects without a namespace are put in
 // the one of -n/--namespace, else the kubeconfig context's, else "default", in every command; with
 // -n, an object of another namespace is refused, as kubectl apply refuses it.
 //

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +18,8 @@ import (
 	"k8s.io/cli-runtime/pkg/resource"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/expansion"
@@ -118,10 +121,17 @@ func (o *inputOptions) read(ro readOptions) ([]client.Object, error) {
 			b.Stream(ro.in, "STDIN")
 			continue
 		}
-		files, err := o.expandPath(name, ro.notes)
+		files, kustomizations, err := o.expandPath(name)
 		if err != nil {
 			missing = append(missing, err.Error())
 			continue
+		}
+		if len(files) == 0 && len(kustomizations) > 0 {
+			missing = append(missing, fmt.Sprintf("%s holds only a kustomization: to read what it builds, use -k %s", name, filepath.Dir(kustomizations[0])))
+			continue
+		}
+		for _, k := range kustomizations {
+			fmt.Fprintf(ro.notes, "note: skipped %s: a kustomization (read what it builds with -k %s)\n", k, filepath.Dir(k))
 		}
 		if len(files) > 0 {
 			b.FilenameParam(false, &resource.FilenameOptions{Filenames: files})
@@ -131,7 +141,11 @@ func (o *inputOptions) read(ro readOptions) ([]client.Object, error) {
 		return nil, errors.New(strings.Join(missing, "\n"))
 	}
 	if o.kustomize != "" {
-		b.FilenameParam(false, &resource.FilenameOptions{Kustomize: o.kustomize})
+		built, err := kustomizeBuild(o.kustomize)
+		if err != nil {
+			return nil, err
+		}
+		b.Stream(bytes.NewReader(built), o.kustomize)
 	}
 	var out []client.Object
 	documents := map[string]int{}
@@ -179,6 +193,21 @@ func (o *inputOptions) read(ro readOptions) ([]client.Object, error) {
 	return out, nil
 }
 
+// kustomizeBuild builds a kustomization directory as kubectl kustomize does: kustomize's default
+// options, the objects in the order the kustomization's sortOptions give, else in kustomize's legacy
+// order (by kind). cli-runtime's -k asks for the legacy order explicitly, which overrides nothing
+// but makes kustomize warn, on the process's log, whenever a kustomization sets sortOptions (as
+// config/samples does, so that kubectl apply -k creates the profiles first).
+func kustomizeBuild(dir string) ([]byte, error) {
+	opts := krusty.MakeDefaultOptions()
+	opts.Reorder = krusty.ReorderOptionUnspecified
+	m, err := krusty.MakeKustomizer(opts).Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		return nil, err
+	}
+	return m.AsYaml()
+}
+
 func sourceName(s string) string {
 	if s == "STDIN" {
 		return "<stdin>"
@@ -187,16 +216,16 @@ func sourceName(s string) string {
 }
 
 // expandPath lists the files to read for one -f argument: the file itself, or the files of a
-// directory with kubectl's extensions, sorted (subdirectories with -R), without kustomization files.
-func (o *inputOptions) expandPath(name string, notes io.Writer) ([]string, error) {
+// directory with kubectl's extensions, sorted (subdirectories with -R), without the kustomization
+// files, which are returned apart.
+func (o *inputOptions) expandPath(name string) (files, kustomizations []string, err error) {
 	info, err := os.Stat(name)
 	if err != nil {
-		return nil, fmt.Errorf("the path %q does not exist", name)
+		return nil, nil, fmt.Errorf("the path %q does not exist", name)
 	}
 	if !info.IsDir() {
-		return []string{name}, nil
+		return []string{name}, nil, nil
 	}
-	var files []string
 	err = filepath.WalkDir(name, func(path string, d os.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -208,7 +237,7 @@ func (o *inputOptions) expandPath(name string, notes io.Writer) ([]string, error
 			return nil
 		}
 		if slices.Contains(kustomizationFiles, d.Name()) {
-			fmt.Fprintf(notes, "note: skipped %s: a kustomization (read what it builds with -k %s)\n", path, filepath.Dir(path))
+			kustomizations = append(kustomizations, path)
 			return nil
 		}
 		if slices.Contains(fileExtensions, filepath.Ext(path)) {
@@ -217,7 +246,7 @@ func (o *inputOptions) expandPath(name string, notes io.Writer) ([]string, error
 		return nil
 	})
 	slices.Sort(files)
-	return files, err
+	return files, kustomizations, err
 }
 
 // valueUnstructured matches what structured-merge-diff prints for a value of the wrong type.

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"log"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -93,15 +95,45 @@ func TestInputGitOpsFolder(t *testing.T) {
 }
 
 // The samples folder holds a kustomization.yaml: -f on it and -k on it give the same instances.
+// -k builds it with the order its sortOptions give, and kustomize prints no warning (it warns, on
+// the process's log, when a caller also asks for its legacy order, as kubectl apply -k does).
 func TestExpandSamples(t *testing.T) {
 	g := NewWithT(t)
 	code, byFolder, errOut := runCmd("", "expand", "-f", samples)
 	g.Expect(code).To(Equal(0), errOut)
 	g.Expect(errOut).To(ContainSubstring("note: skipped " + filepath.Join(samples, "kustomization.yaml")))
+	var logged bytes.Buffer
+	defer log.SetOutput(log.Writer())
+	log.SetOutput(&logged)
 	code, byKustomize, errOut := runCmd("", "expand", "-k", samples)
 	g.Expect(code).To(Equal(0), errOut)
+	g.Expect(errOut).To(BeEmpty())
+	g.Expect(logged.String()).To(BeEmpty(), "kustomize's warnings")
 	g.Expect(byKustomize).To(Equal(byFolder))
 	g.Expect(strings.Count(byFolder, "kind: TiledInstance\n")).To(Equal(6))
+}
+
+// -f on a folder that holds only a kustomization reads nothing: the error says to use -k.
+func TestFolderWithOnlyAKustomization(t *testing.T) {
+	g := NewWithT(t)
+	dir := t.TempDir()
+	kustomization, err := os.ReadFile(filepath.Join(samples, "kustomization.yaml"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(os.WriteFile(filepath.Join(dir, "kustomization.yaml"), kustomization, 0o600)).To(Succeed())
+	for _, cmd := range [][]string{{"expand", "-f", dir}, {"why", "-f", dir, "chx", "spec"}, {"diff", "-f", dir}} {
+		code, out, errOut := runCmd("", cmd...)
+		g.Expect(code).NotTo(Equal(0), cmd[0])
+		g.Expect(out).To(BeEmpty())
+		g.Expect(errOut).To(ContainSubstring("error: "+dir+" holds only a kustomization: to read what it builds, use -k "+dir+"\n"), cmd[0])
+		g.Expect(errOut).NotTo(ContainSubstring("You must provide one or more resources"))
+		g.Expect(errOut).NotTo(ContainSubstring("note: skipped"), "the error says it")
+	}
+	// Beside another file, the kustomization is skipped with a note and the file is read.
+	g.Expect(os.WriteFile(filepath.Join(dir, "profile.yaml"), []byte("apiVersion: tiled.blueskyproject.io/v1alpha1\nkind: TiledProfile\nmetadata: {name: p}\nspec: {}\n"), 0o600)).To(Succeed())
+	code, _, errOut := runCmd("", "expand", "-f", dir)
+	g.Expect(code).To(Equal(1))
+	g.Expect(errOut).To(ContainSubstring("note: skipped " + filepath.Join(dir, "kustomization.yaml") + ": a kustomization (read what it builds with -k " + dir + ")"))
+	g.Expect(errOut).To(ContainSubstring("error: no TiledCluster or TiledInstance in " + dir))
 }
 
 // -o: yaml is the engine's rendering (the default), json one List, name kubectl's resource/name.
@@ -190,6 +222,18 @@ func TestExpandRefusesWhatTheClusterRefuses(t *testing.T) {
 			want: []string{"document 2: TiledInstance/demo: instance: spec.tiled.podLabels.f: expected string, got boolean true (YAML reads unquoted y, yes, on"}},
 		{name: "list for a string", doc: head + "metadata: {name: demo}\nspec: {tiled: {image: [a, b]}}\n",
 			want: []string{"document 2: TiledInstance/demo: instance: spec.tiled.image: expected string, got a list"}},
+		// Metadata, as the API server validates every object's (apimachinery's ValidateObjectMeta).
+		{name: "label value of 64 characters", doc: head + "metadata: {name: demo, labels: {team: " + strings.Repeat("a", 64) + "}}\nspec: {}\n",
+			want: []string{`document 2: TiledInstance/demo: metadata.labels: Invalid value: "` + strings.Repeat("a", 64) + `": must be no more than 63`}},
+		{name: "label key with a space", doc: head + "metadata: {name: demo, labels: {\"bad key\": x}}\nspec: {}\n",
+			want: []string{`document 2: TiledInstance/demo: metadata.labels: Invalid value: "bad key": name part must consist of alphanumeric characters`}},
+		{name: "annotation key Bad Key!", doc: head + "metadata: {name: demo, annotations: {\"Bad Key!\": v}}\nspec: {}\n",
+			want: []string{`document 2: TiledInstance/demo: metadata.annotations: Invalid value: "Bad Key!": name part must consist of alphanumeric characters`}},
+		// A quantity that does not parse: its field and value, in the layer that sets it.
+		{name: "memory that is not a quantity", doc: head + "metadata: {name: demo}\nspec: {tiled: {resources: {requests: {memory: 12 Gi}}}}\n",
+			want: []string{`document 2: TiledInstance/demo: instance: spec.tiled.resources.requests.memory: Invalid value: "12 Gi": quantities must match the regular expression`}},
+		{name: "override that is not a quantity", doc: "apiVersion: tiled.blueskyproject.io/v1alpha1\nkind: TiledCluster\nmetadata: {name: demo}\nspec:\n  profileSelector: {}\n  instances:\n  - {name: chx, overrides: {database: {managed: {resources: {limits: {cpu: two}}}}}}\n",
+			want: []string{`document 2: TiledCluster/demo: instance/chx/overrides: spec.database.managed.resources.limits.cpu: Invalid value: "two": quantities must match the regular expression`}},
 	}
 	dir := t.TempDir()
 	for _, tc := range cases {
