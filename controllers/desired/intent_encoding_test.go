@@ -1,4 +1,4 @@
-package controllers
+package desired
 
 import (
 	"encoding/json"
@@ -10,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/controllers/applier"
@@ -23,8 +22,12 @@ import (
 // (a hand-written map): the reference the typed builder must reproduce byte for byte, since the
 // applier hashes the intent and a different hash would re-apply every instance after an upgrade.
 func legacyInstanceObject(cluster *tiledv1alpha1.TiledCluster, ti *tiledv1alpha1.TiledInstance, hash string) (*unstructured.Unstructured, error) {
-	spec, err := toMap(ti.Spec)
+	data, err := json.Marshal(ti.Spec)
 	if err != nil {
+		return nil, err
+	}
+	spec := map[string]any{}
+	if err := json.Unmarshal(data, &spec); err != nil {
 		return nil, err
 	}
 	labels := map[string]any{}
@@ -67,7 +70,7 @@ func legacyOwner(ti *tiledv1alpha1.TiledInstance) map[string]any {
 
 // intentHash is what the applier records of an intent.
 func intentHash(g Gomega, u *unstructured.Unstructured) applier.Prepared {
-	p, err := applier.Prepare(client.ApplyConfigurationFromUnstructured(u))
+	p, err := applier.PrepareUnstructured(u)
 	g.Expect(err).NotTo(HaveOccurred())
 	return p
 }
