@@ -7,6 +7,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"path"
 	"reflect"
 	"regexp"
 	"slices"
@@ -55,8 +56,16 @@ type helmImport struct {
 	envUsed map[string]string         // extraEnvVars consumed by a mapping: where their value went
 	envWhy  map[string]disposition    // what became of an extraEnvVars entry consumed by a mapping
 
-	prefix string        // the subchart's key and a dot, for the values of an umbrella chart
-	others []disposition // the other top-level keys of an umbrella chart's values (group: the key)
+	prefix string     // the subchart's key and a dot, for the values of an umbrella chart
+	others []otherKey // the leaves of the other top-level keys of an umbrella chart's values
+}
+
+// otherKey is a leaf of an umbrella chart's values outside the Tiled subchart's: another chart's
+// (a sibling subchart, global), listed and counted, not read.
+type otherKey struct {
+	path  string // e.g. postgresql.auth.database
+	chart string // the top-level key, e.g. postgresql
+	note  string
 }
 
 // leafPaths lists the leaf paths of a YAML value: a.b, a.list[0].c; empty maps and lists are leaves.
@@ -224,6 +233,7 @@ func importHelm(values map[string]any) *helmImport {
 	h.pod()
 	h.service()
 	h.ingress()
+	h.scratch()
 	h.volumesAndTrees()
 	h.authentication()
 	h.envVars()
@@ -602,6 +612,41 @@ func (h *helmImport) volumesAndTrees() {
 	}
 }
 
+// scratch marks an emptyDir mounted at /tmp as handled: the operator mounts one there itself, as
+// the Tiled container's root filesystem is read-only. A medium or a size limit is not carried: the
+// operator's emptyDir has neither.
+func (h *helmImport) scratch() {
+	volumes := map[string]int{}
+	for i, v := range h.listAt("volumes") {
+		if vm, ok := v.(map[string]any); ok {
+			if n, _ := vm["name"].(string); n != "" {
+				volumes[n] = i
+			}
+		}
+	}
+	const note = "the operator mounts an emptyDir at /tmp itself (the container's root filesystem is read-only)"
+	for i, m := range h.listAt("volumeMounts") {
+		mm, _ := m.(map[string]any)
+		at, _ := mm["mountPath"].(string)
+		name, _ := mm["name"].(string)
+		vi, ok := volumes[name]
+		if !ok || at == "" || path.Clean(at) != "/tmp" {
+			continue
+		}
+		vol := fmt.Sprintf("volumes[%d]", vi)
+		if _, isEmptyDir := h.mapAt(vol)["emptyDir"]; !isEmptyDir {
+			continue
+		}
+		for _, k := range []string{"medium", "sizeLimit"} {
+			if h.nonEmpty(vol + ".emptyDir." + k) {
+				h.mark(vol+".emptyDir."+k, notCarried, "the emptyDir the operator mounts at /tmp has no "+k)
+			}
+		}
+		h.mark(vol, handled, note)
+		h.mark(fmt.Sprintf("volumeMounts[%d]", i), handled, note)
+	}
+}
+
 var envRefPattern = regexp.MustCompile(`^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$`)
 
 // envRef returns VAR when s is exactly "${VAR}".
@@ -853,6 +898,37 @@ func (h *helmImport) notEquivalent() {
 
 var notDNS = regexp.MustCompile(`[^a-z0-9-]+`)
 
+// instanceNamePattern is what the API requires of a TiledCluster's name and of its instances' names
+// (the CRDs' pattern and CEL rule): lower-case letters, digits and '-', starting with a letter and
+// ending with a letter or digit; the names of the Services begin with them.
+var instanceNamePattern = regexp.MustCompile(`^[a-z]([-a-z0-9]*[a-z0-9])?$`)
+
+// objectNameError says why the API refuses name as a TiledCluster's or an instance's, or "".
+func objectNameError(name string) string {
+	switch {
+	case len(name) > 63:
+		return "must be no more than 63 characters"
+	case instanceNamePattern.MatchString(name):
+		return ""
+	case name != "" && (name[0] < 'a' || name[0] > 'z'):
+		return "must start with a lower-case letter (it begins the names of Services, which are DNS labels)"
+	}
+	return "must be lower-case letters, digits and '-', starting with a letter and ending with a letter or digit"
+}
+
+// suggestName turns a name the API refuses into one it accepts: lower case, '-' for what is not a
+// letter or digit, and "bl-" (beamline) before a name that starts with a digit, e.g. 8idi -> bl-8idi.
+func suggestName(name string) string {
+	s := strings.Trim(notDNS.ReplaceAllString(strings.ToLower(name), "-"), "-")
+	if s == "" || s[0] < 'a' || s[0] > 'z' {
+		s = "bl-" + s
+	}
+	if len(s) > 63 {
+		s = s[:63]
+	}
+	return strings.TrimRight(s, "-")
+}
+
 func dnsLabel(s string) string {
 	s = strings.Trim(notDNS.ReplaceAllString(strings.ToLower(s), "-"), "-")
 	if s == "" || s[0] < 'a' || s[0] > 'z' {
@@ -922,7 +998,11 @@ func importValues(values map[string]any, subchart string) (*helmImport, error) {
 		if k == "global" {
 			note = "global values: the Tiled chart reads none"
 		}
-		h.others = append(h.others, disposition{kind: otherChart, note: note, group: k})
+		var leaves []string
+		leafPaths(k, values[k], &leaves)
+		for _, l := range leaves {
+			h.others = append(h.others, otherKey{path: l, chart: k, note: note})
+		}
 	}
 	return h, nil
 }
@@ -1015,25 +1095,47 @@ func (h *helmImport) report() (lines, missing []string) {
 			missing = append(missing, h.prefix+l+": "+d.note)
 		}
 	}
-	for _, d := range h.others {
-		lines = append(lines, fmt.Sprintf("%-14s %s -> %s", d.kind+":", d.group, d.note))
+	for _, o := range h.others {
+		lines = append(lines, fmt.Sprintf("%-14s %s -> %s", otherChart+":", o.path, o.note))
 	}
 	return lines, missing
 }
 
+// summary counts the leaves of the values file by fate: "53 leaf keys: 25 carried, 12 handled, 0
+// default, 11 not carried, 5 not Tiled's" (the last only for an umbrella chart's values).
+func (h *helmImport) summary() string {
+	counts := map[string]int{}
+	for _, l := range h.leaves {
+		counts[h.got[l].kind]++
+	}
+	s := fmt.Sprintf("%d leaf keys: %d %s, %d %s, %d %s, %d %s", len(h.leaves)+len(h.others),
+		counts[carried], carried, counts[handled], handled, counts[chartValue], chartValue, counts[notCarried], notCarried)
+	if len(h.others) > 0 {
+		s += fmt.Sprintf(", %d %s", len(h.others), otherChart)
+	}
+	return s
+}
+
+// otherCharts names the top-level keys of the other charts, in order.
+func (h *helmImport) otherCharts() []string {
+	var out []string
+	for _, o := range h.others {
+		if !slices.Contains(out, o.chart) {
+			out = append(out, o.chart)
+		}
+	}
+	return out
+}
+
 // fates returns the fate of every leaf of the values file: its path (with the subchart's prefix)
 // and its disposition's kind; the leaves of other charts are otherChart.
-func (h *helmImport) fates(values map[string]any) map[string]string {
+func (h *helmImport) fates() map[string]string {
 	out := map[string]string{}
 	for _, l := range h.leaves {
 		out[h.prefix+l] = h.got[l].kind
 	}
-	for _, d := range h.others {
-		var leaves []string
-		leafPaths(d.group, values[d.group], &leaves)
-		for _, l := range leaves {
-			out[l] = otherChart
-		}
+	for _, o := range h.others {
+		out[o.path] = otherChart
 	}
 	return out
 }
@@ -1060,15 +1162,18 @@ func newImportHelmCommand(o *options) *cobra.Command {
 		Long: `Read the values of a release of the Tiled Helm chart (helm/tiled in bluesky/tiled; "helm get values
 --all RELEASE" prints them) and print a TiledProfile holding its settings and a TiledCluster with
 one instance that selects it. Every key of the values is accounted for in the comment at the top
-of the output: carried over (and where to), handled by the operator itself, left at the chart's
-default, or not carried over. A key is reported carried only when the output holds it.
+of the output, and counted: carried over (and where to), handled by the operator itself, left at
+the chart's default, or not carried over. A key is reported carried only when the output holds it.
 
 The values of an umbrella chart that has Tiled as a subchart are read from its subchart's key:
 "tiled" when the values hold a tiled: map and none of the Tiled chart's own keys, or the key given
-with --subchart. The other top-level keys (other subcharts, global) are listed as not Tiled's.
+with --subchart. The keys of the other top-level keys (other subcharts, global) are listed one by
+one, and counted, as not Tiled's.
 
 Keys not carried over are also printed on standard error; with --strict they make the command
-fail. Values from which nothing at all is carried over are an error.`,
+fail without writing anything. Values from which nothing at all is carried over are an error, and
+so are a --name or --instance the API would refuse (a name must start with a lower-case letter:
+for beamline 8-ID-I, --instance bl-8idi rather than 8idi).`,
 		Example: `  helm get values --all tiled -o yaml > values.yaml
   kubectl tiled import-helm values.yaml --name chx > chx.yaml
 
@@ -1094,6 +1199,12 @@ fail. Values from which nothing at all is carried over are an error.`,
 			if instance == "" {
 				instance = name
 			}
+			// Names the API would refuse fail here, before anything is written, with one it accepts.
+			for _, f := range []struct{ flag, value string }{{"--name", name}, {"--instance", instance}} {
+				if msg := objectNameError(f.value); msg != "" {
+					return usageErrorf(cmd, "%s %q: %s; try %s %s", f.flag, f.value, msg, f.flag, suggestName(f.value))
+				}
+			}
 			// -n names the namespace of the objects; without it they name none, so that kubectl
 			// apply puts them in its current one.
 			namespace := ""
@@ -1113,7 +1224,7 @@ fail. Values from which nothing at all is carried over are an error.`,
 			}
 			lines, missing := h.report()
 			var out bytes.Buffer
-			fmt.Fprintf(&out, "# Imported by kubectl tiled import-helm from %s.\n# Every key of the values, and what became of it:\n", args[0])
+			fmt.Fprintf(&out, "# Imported by kubectl tiled import-helm from %s.\n# %s.\n# Every key of the values, and what became of it:\n", args[0], h.summary())
 			for _, l := range lines {
 				fmt.Fprintf(&out, "#   %s\n", l)
 			}
@@ -1129,8 +1240,16 @@ fail. Values from which nothing at all is carried over are an error.`,
 			if _, err := schemacheck.DecodeAllChecked("import-helm", bytes.NewReader(out.Bytes())); err != nil {
 				return fmt.Errorf("the imported objects are invalid: %w", err)
 			}
-			if _, err := streams.Out.Write(out.Bytes()); err != nil {
-				return err
+			if len(h.others) > 0 {
+				fmt.Fprintf(streams.ErrOut, "note: %d leaf keys of other charts (%s) were not read: they are listed as %s\n",
+					len(h.others), strings.Join(h.otherCharts(), ", "), otherChart)
+			}
+			// With --strict, a key not carried over fails the command before anything is written: a
+			// redirection into a file holds nothing to apply by mistake.
+			if !strict || len(missing) == 0 {
+				if _, err := streams.Out.Write(out.Bytes()); err != nil {
+					return err
+				}
 			}
 			if len(missing) > 0 {
 				fmt.Fprintf(streams.ErrOut, "warning: %d keys of %s were not carried over:\n", len(missing), args[0])
@@ -1146,7 +1265,7 @@ fail. Values from which nothing at all is carried over are an error.`,
 	}
 	cmd.Flags().StringVar(&name, "name", "tiled", "Name of the TiledProfile and the TiledCluster (the Helm release name is a good choice).")
 	cmd.Flags().StringVar(&instance, "instance", "", "Name of the cluster's instance, e.g. the beamline (default: --name).")
-	cmd.Flags().BoolVar(&strict, "strict", false, "Fail when a key of the Tiled chart's values is not carried over.")
+	cmd.Flags().BoolVar(&strict, "strict", false, "Fail, printing nothing on standard output, when a key of the Tiled chart's values is not carried over.")
 	cmd.Flags().StringVar(&subchart, "subchart", "", "Read the values of this subchart of an umbrella chart (default: tiled, when the values hold a tiled: key and none of the chart's own).")
 	return cmd
 }

@@ -62,6 +62,16 @@ func importAndExpand(t *testing.T, file string, args ...string) (*v1alpha1.Tiled
 	return ti, rendered, cfg, stderr
 }
 
+// importAndExpandValues is importAndExpand of values given inline.
+func importAndExpandValues(t *testing.T, values string, args ...string) (*v1alpha1.TiledInstance, *render.Objects, map[string]any, string) {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(file, []byte(values), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return importAndExpand(t, file, args...)
+}
+
 func tiledPod(t *testing.T, o *render.Objects) corev1.PodSpec {
 	t.Helper()
 	b, err := json.Marshal(o.StatefulSet.Spec.Template.Spec)
@@ -214,9 +224,10 @@ config:
 	g.Expect(stderr).To(ContainSubstring("config.trees[1]: the operator serves one catalog"))
 	g.Expect(out).To(ContainSubstring("replicas: 3"))
 
-	code, _, stderr = runCmd(values, "import-helm", "-", "--strict")
+	code, out, stderr = runCmd(values, "import-helm", "-", "--strict")
 	g.Expect(code).To(Equal(1))
 	g.Expect(stderr).To(ContainSubstring("not carried over (--strict)"))
+	g.Expect(out).To(BeEmpty(), "--strict failed: nothing to redirect into a file and apply")
 
 	code, _, stderr = runCmd("", "import-helm")
 	g.Expect(code).To(Equal(1))
@@ -259,7 +270,7 @@ func TestImportHelmFates(t *testing.T) {
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(wrong).To(BeEmpty(), "keys reported carried that the output does not hold")
 
-			fates := h.fates(values)
+			fates := h.fates()
 			var leaves []string
 			leafPaths("", values, &leaves)
 			g.Expect(fates).To(HaveLen(len(leaves)), "every leaf has a fate")
@@ -286,14 +297,26 @@ func TestImportHelmFates(t *testing.T) {
 			for _, l := range lines {
 				g.Expect(out).To(ContainSubstring("#   " + l + "\n"))
 			}
-			code, _, stderr = runCmd("", append([]string{"import-helm", tc.file, "--strict"}, tc.args...)...)
+			code, strictOut, stderr := runCmd("", append([]string{"import-helm", tc.file, "--strict"}, tc.args...)...)
 			if notCarriedKeys == 0 {
 				g.Expect(code).To(Equal(0), stderr)
 				g.Expect(missing).To(BeEmpty())
+				g.Expect(strictOut).To(Equal(out))
 			} else {
 				g.Expect(code).To(Equal(1))
 				g.Expect(stderr).To(ContainSubstring(fmt.Sprintf("error: %d keys not carried over (--strict)", len(missing))))
+				g.Expect(strictOut).To(BeEmpty())
 			}
+			// The count of every fate heads the report.
+			counts := map[string]int{}
+			for _, f := range fates {
+				counts[f]++
+			}
+			summary := fmt.Sprintf("# %d leaf keys: %d carried, %d handled, %d default, %d not carried", len(leaves), counts[carried], counts[handled], counts[chartValue], counts[notCarried])
+			if counts[otherChart] > 0 {
+				summary += fmt.Sprintf(", %d not Tiled's", counts[otherChart])
+			}
+			g.Expect(out).To(ContainSubstring(summary + ".\n"))
 		})
 	}
 }
@@ -328,12 +351,18 @@ func TestImportHelmUmbrella(t *testing.T) {
 		g.Expect(stderr).To(ContainSubstring("\n  "+key), key)
 	}
 	g.Expect(stderr).To(ContainSubstring("warning: 6 keys"))
-	g.Expect(stderr).NotTo(ContainSubstring("postgresql"), "another chart's values are not Tiled's to carry")
+	g.Expect(stderr).NotTo(ContainSubstring("\n  postgresql."), "another chart's values are not Tiled's to carry")
+	g.Expect(stderr).To(ContainSubstring("note: 5 leaf keys of other charts (global, postgresql) were not read: they are listed as not Tiled's\n"))
 
+	// The other charts' keys are listed one by one, as Tiled's, and counted.
 	code, out, _ := runCmd("", "import-helm", file)
 	g.Expect(code).To(Equal(0))
-	g.Expect(out).To(ContainSubstring("#   not Tiled's:   postgresql -> the values of subchart postgresql, not read\n"))
-	g.Expect(out).To(ContainSubstring("#   not Tiled's:   global -> global values: the Tiled chart reads none\n"))
+	for _, key := range []string{"postgresql.auth.database", "postgresql.auth.existingSecret", "postgresql.auth.username", "postgresql.primary.persistence.size"} {
+		g.Expect(out).To(ContainSubstring("#   not Tiled's:   " + key + " -> the values of subchart postgresql, not read\n"))
+	}
+	g.Expect(out).To(ContainSubstring("#   not Tiled's:   global.imageRegistry -> global values: the Tiled chart reads none\n"))
+	g.Expect(out).NotTo(ContainSubstring("#   not Tiled's:   postgresql ->"))
+	g.Expect(out).To(ContainSubstring(", 5 not Tiled's.\n"))
 
 	// --subchart names it explicitly; a wrong name, or values from which nothing is carried, fail.
 	code, out2, _ := runCmd("", "import-helm", file, "--subchart", "tiled")
@@ -384,4 +413,68 @@ func TestImportHelmVerify(t *testing.T) {
 	g.Expect(wrong).To(Equal([]string{"podLabels.a"}))
 	g.Expect(h.got["podLabels.a"].kind).To(Equal(notCarried))
 	g.Expect(h.got["replicaCount"].kind).To(Equal(carried))
+}
+
+// What a new user met: a release that mounts an emptyDir at /tmp (for a read-only root filesystem)
+// sees it handled, since the operator mounts one there itself; a beamline whose name starts with a
+// digit is refused before anything is written, with a name the API accepts.
+func TestImportHelmNewUser(t *testing.T) {
+	g := NewWithT(t)
+	values := `image: {repository: ghcr.io/bluesky/tiled, tag: "0.2.20"}
+securityContext: {readOnlyRootFilesystem: true}
+volumes:
+- name: tmp
+  emptyDir: {}
+volumeMounts:
+- name: tmp
+  mountPath: /tmp
+`
+	var v map[string]any
+	g.Expect(yaml.Unmarshal([]byte(values), &v)).To(Succeed())
+	h := importHelm(v)
+	for _, key := range []string{"volumes[0].name", "volumes[0].emptyDir", "volumeMounts[0].name", "volumeMounts[0].mountPath"} {
+		g.Expect(h.got[key].kind).To(Equal(handled), key)
+		g.Expect(h.got[key].note).To(ContainSubstring("the operator mounts an emptyDir at /tmp"), key)
+	}
+	code, out, stderr := runCmd(values, "import-helm", "-", "--strict")
+	g.Expect(code).To(Equal(0), stderr)
+	g.Expect(stderr).To(BeEmpty())
+	g.Expect(out).To(ContainSubstring("#   handled:       volumes[0] -> the operator mounts an emptyDir at /tmp"))
+	ti, rendered, _, _ := importAndExpandValues(t, values)
+	g.Expect(ti.Spec.Storage.ReadOnlyMounts).To(BeEmpty(), "nothing of the emptyDir in the profile")
+	g.Expect(ti.Provenance).To(HaveKeyWithValue("spec.storage.data.size", "default"))
+	pod := tiledPod(t, rendered)
+	g.Expect(pod.Containers[0].VolumeMounts).To(ContainElement(HaveField("MountPath", "/tmp")))
+
+	// A size limit or a memory medium is the user's decision: not carried.
+	code, _, stderr = runCmd("replicaCount: 1\nvolumes:\n- name: tmp\n  emptyDir: {medium: Memory, sizeLimit: 1Gi}\nvolumeMounts:\n- {name: tmp, mountPath: /tmp}\n", "import-helm", "-")
+	g.Expect(code).To(Equal(0), stderr)
+	g.Expect(stderr).To(ContainSubstring("\n  volumes[0].emptyDir.medium: "))
+	g.Expect(stderr).To(ContainSubstring("\n  volumes[0].emptyDir.sizeLimit: "))
+
+	// APS beamline 8-ID-I: 8idi is no instance name (a DNS label starting with a letter).
+	for _, tc := range []struct {
+		args    []string
+		flag    string
+		suggest string
+	}{
+		{args: []string{"--name", "aps", "--instance", "8idi"}, flag: "--instance", suggest: "bl-8idi"},
+		{args: []string{"--name", "8idi"}, flag: "--name", suggest: "bl-8idi"},
+		{args: []string{"--name", "APS", "--instance", "8-ID-I"}, flag: "--name", suggest: "aps"},
+	} {
+		code, out, stderr := runCmd("", append([]string{"import-helm", chartDefaultsFile}, tc.args...)...)
+		g.Expect(code).To(Equal(1), "%v", tc.args)
+		g.Expect(out).To(BeEmpty())
+		g.Expect(stderr).To(ContainSubstring("error: " + tc.flag + " "))
+		g.Expect(stderr).To(ContainSubstring("try " + tc.flag + " " + tc.suggest + "\n"))
+	}
+	// The suggestions pass the API's rules: the import succeeds with them.
+	code, out, stderr = runCmd("", "import-helm", chartDefaultsFile, "--name", "aps", "--instance", "bl-8idi")
+	g.Expect(code).To(Equal(0), stderr)
+	code, _, stderr = runCmd("", "import-helm", chartDefaultsFile, "--name", "aps", "--instance", "8-ID-I")
+	g.Expect(code).To(Equal(1))
+	g.Expect(stderr).To(ContainSubstring("try --instance bl-8-id-i\n"))
+	code, _, stderr = runCmd("", "import-helm", chartDefaultsFile, "--name", "aps", "--instance", "bl-8-id-i")
+	g.Expect(code).To(Equal(0), stderr)
+	g.Expect(out).To(ContainSubstring("name: bl-8idi"))
 }
