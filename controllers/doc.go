@@ -1,6 +1,24 @@
 // Package controllers holds the operator's reconcilers: the TiledCluster controller, which expands a
-// cluster into TiledInstances, and the TiledInstance controller, which renders and applies each
-// instance's workloads. Both write only through server-side apply and read only from the cache.
+// cluster into TiledInstances, the TiledInstance controller, which renders and applies each
+// instance's workloads, and the TiledProfile controller, which reports on each profile. They write
+// only through server-side apply (package applier) and read only from the cache.
+//
+// The cluster's and the instance's Reconcile each read as a short list of stages, one file each:
+//
+//	observe   tiled*_observe.go   the current state, every read of the reconcile, from the cache
+//	desire    tiled*_desire.go    the desired state: package desired, apart from any client, with
+//	                              its cache (the cluster's expansion, the instance's render)
+//	plan      tiledcluster_plan.go  what the rollout does with each desired instance (package
+//	                              rollout)
+//	apply     tiled*_apply.go     package childset: apply in order, refusals classified, what was
+//	prune                         sent recorded; prune what is owned and no longer wanted
+//	status    tiled*_status.go    the status, written only when it changed; Events on transitions
+//
+// Around them: retention.go (what the Retain policy does when an instance goes and comes back, at
+// both levels), memories.go (everything kept from one reconcile to the next, and how each is
+// forgotten), kinds.go (the child kinds and how they are cached), labels.go (the well-known keys),
+// conditions.go and instancestatus.go (the conditions, and the instance's status as a pure
+// function of what was observed).
 package controllers
 
 // The manager reads the operator's own kinds from its cache (list, watch); each controller adds the

@@ -138,3 +138,23 @@ func statefulSetReadyAt(s *appsv1.StatefulSet, generation int64, want int32) boo
 	return s.Status.ObservedGeneration >= generation && s.Status.ReadyReplicas >= want &&
 		s.Status.UpdatedReplicas >= want
 }
+
+// setDatabaseCondition sets DatabaseReady for a managed database: True when its StatefulSet is
+// ready; otherwise False with what its pod's status says is wrong, or DatabaseUnavailable when it was
+// ready before (an outage), or WaitingForDatabase while it starts.
+func setDatabaseCondition(status *tiledv1alpha1.TiledInstanceStatus, generation int64, ready bool, problem *podstatus.Problem, pod string) {
+	prev := meta.FindStatusCondition(status.Conditions, ConditionDatabaseReady)
+	switch {
+	case ready:
+		setCondition(&status.Conditions, generation, ConditionDatabaseReady, metav1.ConditionTrue, ReasonReady,
+			fmt.Sprintf("PostgreSQL pod %s accepts connections", pod))
+	case problem != nil:
+		setCondition(&status.Conditions, generation, ConditionDatabaseReady, metav1.ConditionFalse, problem.Reason, problem.Message)
+	case prev != nil && (prev.Status == metav1.ConditionTrue || prev.Reason == ReasonDatabaseUnavailable):
+		setCondition(&status.Conditions, generation, ConditionDatabaseReady, metav1.ConditionFalse, ReasonDatabaseUnavailable,
+			fmt.Sprintf("PostgreSQL pod %s is not ready: the database does not accept connections; Tiled's requests that need it fail until it is back", pod))
+	default:
+		setCondition(&status.Conditions, generation, ConditionDatabaseReady, metav1.ConditionFalse, ReasonWaitingForDatabase,
+			fmt.Sprintf("waiting for PostgreSQL pod %s to accept connections", pod))
+	}
+}

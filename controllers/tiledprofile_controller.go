@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -97,9 +96,8 @@ type TiledProfileReconciler struct {
 	// Resync, when not nil, delivers profiles to reconcile again (Operator.ResyncAll).
 	Resync <-chan event.GenericEvent
 
-	// verdicts remembers the validity of each profile at a generation (types.NamespacedName ->
-	// *verdict): a recount, caused by a cluster or an instance, need not check the profile again.
-	verdicts sync.Map
+	// memories are what the controller keeps per profile between reconciles (memories.go).
+	memories profileMemories
 }
 
 type verdict struct {
@@ -169,10 +167,7 @@ func (r *TiledProfileReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	p := &tiledv1alpha1.TiledProfile{}
 	if err := r.Client.Get(ctx, req.NamespacedName, p); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.verdicts.Delete(req.NamespacedName)
-			// Only the status record: a cluster or instance of the same name has the same group.
-			r.Applier.Forget(applier.Key{APIVersion: tiledv1alpha1.GroupVersion.String(), Kind: "TiledProfile",
-				Namespace: req.Namespace, Name: req.Name})
+			r.memories.forget(r.Applier, req.NamespacedName) // gone: what was remembered of it goes too
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
@@ -214,16 +209,14 @@ func (r *TiledProfileReconciler) Reconcile(ctx context.Context, req ctrl.Request
 // check returns the verdict on the profile's current generation, checking it only once.
 func (r *TiledProfileReconciler) check(p *tiledv1alpha1.TiledProfile) (validity, error) {
 	key := client.ObjectKeyFromObject(p)
-	if m, ok := r.verdicts.Load(key); ok {
-		if v := m.(*verdict); v.uid == p.UID && v.generation == p.Generation {
-			return v.validity, nil
-		}
+	if v, ok := r.memories.verdicts.load(key); ok && v.uid == p.UID && v.generation == p.Generation {
+		return v.validity, nil
 	}
 	status, reason, message, err := ProfileValidity(p)
 	if err != nil {
 		return validity{}, err
 	}
 	v := validity{status: status, reason: reason, message: message}
-	r.verdicts.Store(key, &verdict{uid: p.UID, generation: p.Generation, validity: v})
+	r.memories.verdicts.store(key, &verdict{uid: p.UID, generation: p.Generation, validity: v})
 	return v, nil
 }

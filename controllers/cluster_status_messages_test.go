@@ -57,3 +57,22 @@ func TestHeldEntry(t *testing.T) {
 	g.Expect(e.FieldCount).To(Equal(int32(1)))
 	g.Expect(e.Since.Time).To(Equal(then.Time))
 }
+
+// TestStalledMembers: the cluster's Stalled message counts every stalled or refused member and
+// names the first few, sorted, with their reasons.
+func TestStalledMembers(t *testing.T) {
+	g := NewWithT(t)
+	member := func(name, reason string) *tiledv1alpha1.TiledInstance {
+		ti := &tiledv1alpha1.TiledInstance{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if reason != "" {
+			ti.Status.Conditions = []metav1.Condition{{Type: ConditionStalled, Status: metav1.ConditionTrue, Reason: reason, Message: "pod " + name + "-0"}}
+		}
+		return ti
+	}
+	g.Expect(stalledMembers("fleet", 2, []*tiledv1alpha1.TiledInstance{member("fleet-a", ""), member("fleet-b", "")}, nil)).To(BeEmpty())
+	msg := stalledMembers("fleet", 6, []*tiledv1alpha1.TiledInstance{
+		member("fleet-d", ReasonImagePull), member("fleet-a", ""), member("fleet-b", ReasonCrashLoop), member("fleet-e", ReasonCrashLoop),
+	}, []string{"fleet-c (invalid: spec.storage.data.size)"})
+	g.Expect(msg).To(Equal("4 of 6 instances stalled: fleet-b (CrashLoopBackOff: pod fleet-b-0); fleet-c (invalid: spec.storage.data.size); " +
+		"fleet-d (ImagePullBackOff: pod fleet-d-0); and 1 more (kubectl get ti -l tiled.blueskyproject.io/cluster=fleet shows each)"))
+}

@@ -63,7 +63,7 @@ func TestMemberChangesArePaced(t *testing.T) {
 			g := NewWithT(t)
 			r := &TiledClusterReconciler{}
 			if tc.took > 0 {
-				r.took.Store(cluster.NamespacedName, tc.took)
+				r.memories.took.store(cluster.NamespacedName, tc.took)
 			}
 			q := &recordingQueue{}
 			h := r.memberHandler()

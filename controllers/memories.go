@@ -1,0 +1,122 @@
+package controllers
+
+import (
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
+	"github.com/bluesky/tiled-operator/controllers/applier"
+	"github.com/bluesky/tiled-operator/controllers/desired"
+)
+
+// The memories: everything the operator keeps about an object from one reconcile to the next, named
+// here with what each is for and the one path that forgets it. Nothing else a reconcile computes
+// outlives it, so the manager's memory follows the fleet: a memory with no forget path would grow
+// with every cluster, instance or profile ever reconciled. forget_test.go tests every path.
+//
+//	memory          held by                  per        forgotten
+//	expansions      clusterMemories          cluster    the cluster is gone (clusterMemories.forget);
+//	                (desired.Expansions)                replaced when its expansion's inputs change
+//	took            clusterMemories          cluster    the cluster is gone (clusterMemories.forget)
+//	secrets         instanceMemories         instance   the instance is gone (instanceMemories.forget);
+//	                                                    ignored for another UID of the same name
+//	rendered        instanceMemories         instance   the instance is gone (instanceMemories.forget);
+//	                (desired.Renders)                   replaced when its render's inputs change
+//	verdicts        profileMemories          profile    the profile is gone (profileMemories.forget);
+//	                                                    ignored for another UID or generation
+//	records         applier.Applier          object     pruned (childset.Prune: Forget), seen deleted by
+//	                                                    a watch (forgetDeleted: Deleted), or its owner is
+//	                                                    gone (the forgets above: ForgetGroup)
+//	status records  applier.Applier          object     its object is gone (the forgets above:
+//	                                                    ForgetGroup for a cluster or an instance, Forget
+//	                                                    for a profile)
+//	fingerprints    applier (process-wide)   field set  bounded: all dropped once it holds 4096
+//	                                                    (applier.Fingerprint)
+
+// clusterMemories are what the TiledCluster controller remembers per cluster.
+type clusterMemories struct {
+	// expansions is the desired state's cache: the cluster's last expansion with the inputs it came
+	// from, so that a reconcile caused by an instance's status runs no expansion.
+	expansions desired.Expansions
+	// took is how long the cluster's last reconcile took, to pace the reconciles its members'
+	// changes cause (memberHandler).
+	took keyed[time.Duration]
+}
+
+// forget drops what the controller and the applier remember of a cluster that is gone: its
+// expansion, its pace, and the records of its status and of its instances' applies (group
+// "namespace/name").
+func (m *clusterMemories) forget(a *applier.Applier, cluster types.NamespacedName) {
+	m.expansions.Forget(cluster)
+	m.took.forget(cluster)
+	a.ForgetGroup(cluster.String())
+}
+
+// instanceMemories are what the TiledInstance controller remembers per instance.
+type instanceMemories struct {
+	// secrets is the Secret data last applied, so that a Secret the cache has not yet seen is never
+	// regenerated.
+	secrets keyed[instanceSecrets]
+	// rendered is the desired state's cache: the prepared form of the instance's last render with
+	// the hash of its inputs, so that a reconcile caused by a child's status renders nothing.
+	rendered desired.Renders
+}
+
+// instanceSecrets is the Secret data last applied for the instance with this UID.
+type instanceSecrets struct {
+	uid  types.UID
+	data map[string][]byte
+}
+
+// forget drops what the controller and the applier remember of an instance that is gone: its
+// Secret's data, its render, and the records of its status and its children's applies (group
+// "namespace/name").
+func (m *instanceMemories) forget(a *applier.Applier, instance types.NamespacedName) {
+	m.secrets.forget(instance)
+	m.rendered.Forget(instance)
+	a.ForgetGroup(instance.String())
+}
+
+// profileMemories are what the TiledProfile controller remembers per profile.
+type profileMemories struct {
+	// verdicts is the profile's validity at a generation: a recount, caused by a cluster or an
+	// instance, need not check the profile again.
+	verdicts keyed[*verdict]
+}
+
+// forget drops what the controller and the applier remember of a profile that is gone: its verdict
+// and the record of its status — only that record: a cluster or instance of the same name has the
+// same group, so ForgetGroup would take theirs too.
+func (m *profileMemories) forget(a *applier.Applier, profile types.NamespacedName) {
+	m.verdicts.forget(profile)
+	a.Forget(applier.Key{APIVersion: tiledv1alpha1.GroupVersion.String(), Kind: "TiledProfile", Namespace: profile.Namespace, Name: profile.Name})
+}
+
+// keyed is one memory: a value per object, by namespace and name, safe for concurrent use (the
+// reconciles of different objects run at once; those of one object never do). The zero value is
+// ready.
+type keyed[V any] struct {
+	m sync.Map // types.NamespacedName -> V
+}
+
+func (k *keyed[V]) load(key types.NamespacedName) (V, bool) {
+	v, ok := k.m.Load(key)
+	if !ok {
+		var zero V
+		return zero, false
+	}
+	return v.(V), true
+}
+
+func (k *keyed[V]) store(key types.NamespacedName, v V) { k.m.Store(key, v) }
+
+func (k *keyed[V]) forget(key types.NamespacedName) { k.m.Delete(key) }
+
+// len is how many objects are remembered.
+func (k *keyed[V]) len() int {
+	n := 0
+	k.m.Range(func(any, any) bool { n++; return true })
+	return n
+}

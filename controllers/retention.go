@@ -1,0 +1,160 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
+)
+
+// retention is what the Retain policy (the default) does around the objects an instance leaves
+// behind — its data and database claims and its Secret, which carry no owner reference so that the
+// garbage collector keeps them, and its NFS PersistentVolumes, which are cluster-scoped and so
+// cannot be owned — both when the instance goes and when it comes back:
+//
+//   - release (the cluster controller's prune, before it deletes an instance) labels the claims and
+//     the Secret LabelReleased=true;
+//   - releaseVolumes (the cluster controller, every reconcile) deletes the NFS PersistentVolumes of
+//     instances gone from the cache;
+//   - unrelease (the instance controller, after each apply) removes the label from a claim or
+//     Secret the instance uses again.
+//
+// The label is applied and removed under a field owner of its own (RetentionFieldOwner), so that
+// neither write takes a field from the operator's main one.
+type retention struct {
+	c client.Client
+}
+
+// release labels the claims and the Secret an instance leaves behind under the Retain policy (they
+// have no owner reference, so the garbage collector keeps them) and returns their names.
+func (rt retention) release(ctx context.Context, ti client.Object) ([]string, error) {
+	claims := &metav1.PartialObjectMetadataList{}
+	claims.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PersistentVolumeClaimList"))
+	if err := rt.c.List(ctx, claims, client.InNamespace(ti.GetNamespace()),
+		client.MatchingLabels{tiledv1alpha1.LabelAppInstance: ti.GetName(), tiledv1alpha1.LabelManagedBy: tiledv1alpha1.ManagedByValue}); err != nil {
+		return nil, err
+	}
+	var secrets corev1.SecretList
+	if err := rt.c.List(ctx, &secrets, client.InNamespace(ti.GetNamespace()),
+		client.MatchingLabels{tiledv1alpha1.LabelAppInstance: ti.GetName(), tiledv1alpha1.LabelManagedBy: tiledv1alpha1.ManagedByValue}); err != nil {
+		return nil, err
+	}
+	retained := make([]client.Object, 0, len(claims.Items)+len(secrets.Items))
+	for i := range claims.Items {
+		retained = append(retained, &claims.Items[i])
+	}
+	for i := range secrets.Items {
+		retained = append(retained, &secrets.Items[i])
+	}
+	var names []string
+	for _, o := range retained {
+		if metav1.GetControllerOf(o) != nil {
+			continue // owned: goes with the instance (Delete policy, or an NFS claim)
+		}
+		kind := "PersistentVolumeClaim"
+		if _, ok := o.(*corev1.Secret); ok {
+			kind = "Secret"
+		}
+		if o.GetLabels()[LabelReleased] != "true" {
+			u := &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "v1", "kind": kind,
+				"metadata": map[string]any{"name": o.GetName(), "namespace": o.GetNamespace(), "labels": map[string]any{LabelReleased: "true"}},
+			}}
+			if err := rt.c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(tiledv1alpha1.RetentionFieldOwner), client.ForceOwnership); err != nil {
+				return nil, fmt.Errorf("labelling the retained %s %s/%s: %w", kind, o.GetNamespace(), o.GetName(), err)
+			}
+		}
+		if kind == "PersistentVolumeClaim" {
+			names = append(names, o.GetName())
+		} else {
+			names = append(names, "Secret "+o.GetName())
+		}
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// unrelease removes the released label from a retained claim or Secret the instance uses again (a
+// beamline removed and re-added under the same name), with the field owner that set it: an apply of
+// nothing under that owner drops the label and touches no other field. current is the child as the
+// cache showed it before its apply (nil when absent).
+func (rt retention) unrelease(ctx context.Context, current client.Object) error {
+	var kind string
+	switch c := current.(type) {
+	case *metav1.PartialObjectMetadata:
+		if c.GroupVersionKind() != corev1.SchemeGroupVersion.WithKind("PersistentVolumeClaim") {
+			return nil
+		}
+		kind = "PersistentVolumeClaim"
+	case *corev1.Secret:
+		kind = "Secret"
+	default:
+		return nil
+	}
+	if current.GetLabels()[LabelReleased] == "" {
+		return nil
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": kind,
+		"metadata": map[string]any{"name": current.GetName(), "namespace": current.GetNamespace()},
+	}}
+	if err := rt.c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(tiledv1alpha1.RetentionFieldOwner), client.ForceOwnership); err != nil {
+		return fmt.Errorf("removing the label %s from the %s %s/%s, in use again: %w", LabelReleased, kind, current.GetNamespace(), current.GetName(), err)
+	}
+	return nil
+}
+
+// releaseVolumes deletes the NFS PersistentVolumes of this cluster's instances that are gone. They
+// are cluster-scoped, so no owner reference can take them with their instance; they point at the
+// export and hold no data (reclaim policy Retain: deleting one never touches the files). A volume
+// goes only once its instance is gone from the cache: while the instance controller can still see
+// the instance, it would put a deleted volume back. desired are the names of the instances the
+// cluster wants.
+func (rt retention) releaseVolumes(ctx context.Context, cluster *tiledv1alpha1.TiledCluster, desired map[string]bool) error {
+	// This runs on every reconcile, and a fleet has two volumes an instance: the index hands over
+	// this cluster's volumes alone, and the cache's own objects, not copies (nothing below modifies
+	// them).
+	var pvs corev1.PersistentVolumeList
+	if err := rt.c.List(ctx, &pvs, client.MatchingFields{pvClusterIndex: cluster.Namespace + "/" + cluster.Name}, client.UnsafeDisableDeepCopy); err != nil {
+		return err
+	}
+	for i := range pvs.Items {
+		pv := &pvs.Items[i]
+		instance := pv.Labels[tiledv1alpha1.LabelAppInstance]
+		if pv.Spec.NFS == nil || instance == "" || desired[instance] || !pv.DeletionTimestamp.IsZero() {
+			continue
+		}
+		err := rt.c.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: instance}, &tiledv1alpha1.TiledInstance{})
+		if !apierrors.IsNotFound(err) {
+			continue // still there (or unknown): the next reconcile, when it goes, looks again
+		}
+		uid := pv.UID
+		if err := rt.c.Delete(ctx, pv, client.Preconditions{UID: &uid}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return fmt.Errorf("deleting the NFS PersistentVolume %s of the removed instance %s/%s: %w", pv.Name, cluster.Namespace, instance, err)
+		}
+	}
+	return nil
+}
+
+// pvClusterIndex indexes the operator's PersistentVolumes by the namespace of their claim and the
+// cluster label: "namespace/cluster".
+const pvClusterIndex = ".metadata.labels.cluster"
+
+// indexVolumeCluster is pvClusterIndex's function.
+func indexVolumeCluster(o client.Object) []string {
+	pv, ok := o.(*corev1.PersistentVolume)
+	if !ok || pv.Labels[tiledv1alpha1.LabelManagedBy] != tiledv1alpha1.ManagedByValue || pv.Spec.ClaimRef == nil {
+		return nil
+	}
+	if c := pv.Labels[tiledv1alpha1.LabelCluster]; c != "" {
+		return []string{pv.Spec.ClaimRef.Namespace + "/" + c}
+	}
+	return nil
+}

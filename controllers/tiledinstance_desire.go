@@ -1,0 +1,145 @@
+package controllers
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+
+	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
+	"github.com/bluesky/tiled-operator/controllers/desired"
+	"github.com/bluesky/tiled-operator/expansion"
+	"github.com/bluesky/tiled-operator/names"
+	"github.com/bluesky/tiled-operator/render"
+)
+
+// instanceInputs are what an instance's children are rendered from.
+type instanceInputs struct {
+	// spec is the instance with a complete spec (expanded).
+	spec *tiledv1alpha1.TiledInstance
+	// external: the instance uses an external database.
+	external bool
+	// render are render's other inputs: the Secret's data, an external database's keys, whether
+	// ServiceMonitors exist.
+	render render.Inputs
+}
+
+// inputs gathers what the instance's children are rendered from, or the stall that keeps them
+// from being rendered: an instance wearing the managed-by label that no cluster controls, a spec
+// that cannot be expanded, an external database Secret missing or lacking its key.
+func (r *TiledInstanceReconciler) inputs(ctx context.Context, cur *instanceState) (instanceInputs, error) {
+	ti := cur.ti
+	if ti.Labels[tiledv1alpha1.LabelManagedBy] == tiledv1alpha1.ManagedByValue && metav1.GetControllerOf(ti) == nil {
+		// Only the cluster controller makes instances with this label; the admission webhooks skip
+		// them (their objectSelector), so one made by hand with it was never checked. Nothing is
+		// rendered for it and no cluster counts it.
+		return instanceInputs{}, &stall{reason: ReasonNotAMember, message: fmt.Sprintf(
+			"TiledInstance %s/%s carries the label %s=%s, which only instances a TiledCluster makes carry, but no TiledCluster controls it: "+
+				"nothing is created for it; remove the label to make it a standalone instance (checked at admission)",
+			ti.Namespace, ti.Name, tiledv1alpha1.LabelManagedBy, tiledv1alpha1.ManagedByValue)}
+	}
+	spec, err := r.expanded(ctx, cur)
+	if err != nil {
+		return instanceInputs{}, &stall{reason: expansionReason(err), message: err.Error()}
+	}
+	in := instanceInputs{spec: spec, render: render.Inputs{ServiceMonitorAvailable: r.ServiceMonitorAvailable}}
+	if db := spec.Spec.Database; db != nil && db.External != nil {
+		in.external = true
+		keys, msg := cur.externalSecretKeys(ctx, spec)
+		if msg != "" {
+			retry := r.ExternalSecretRetry
+			if retry == 0 {
+				retry = 10 * time.Second
+			}
+			return instanceInputs{}, &stall{reason: ReasonDatabaseSecret, message: msg,
+				database: &tiledv1alpha1.DatabaseStatus{Mode: "External"}, retry: retry}
+		}
+		in.render.ExternalSecretKeys = keys
+	}
+	if in.render.SecretData, err = r.secretData(ctx, cur, spec); err != nil {
+		return instanceInputs{}, err
+	}
+	return in, nil
+}
+
+// expanded returns the instance with a complete spec: as stored when a cluster stamped it out;
+// for a standalone instance, expanded again here from its own fields and its profiles as they are
+// now (expansion.Reexpand, as the mutating webhook does), so that it follows profile changes and works without the
+// webhook. The result is not written back.
+func (r *TiledInstanceReconciler) expanded(ctx context.Context, cur *instanceState) (*tiledv1alpha1.TiledInstance, error) {
+	if metav1.GetControllerOf(cur.ti) != nil {
+		return cur.ti, nil
+	}
+	candidates, err := cur.profiles(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return expansion.Reexpand(cur.ti, nil, candidates, r.Builtins)
+}
+
+// secretData returns the complete data of the instance's Secret: what exists (in the cache, or last
+// applied when the cache has not caught up) plus newly generated values for missing keys only.
+func (r *TiledInstanceReconciler) secretData(ctx context.Context, cur *instanceState, spec *tiledv1alpha1.TiledInstance) (map[string][]byte, error) {
+	existing := map[string][]byte{}
+	data, err := cur.secret(ctx, names.For(spec.Namespace, spec.Name).Secret)
+	switch {
+	case err == nil:
+		for k, v := range data {
+			existing[k] = v
+		}
+	case apierrors.IsNotFound(err):
+		key := types.NamespacedName{Namespace: spec.Namespace, Name: spec.Name}
+		if prev, ok := r.memories.secrets.load(key); ok && prev.uid == spec.UID {
+			for k, v := range prev.data {
+				existing[k] = v
+			}
+		}
+	default:
+		return nil, err
+	}
+	random := r.Random
+	if random == nil {
+		random = rand.Reader
+	}
+	gen, err := render.GenerateSecretData(spec, existing, random)
+	if err != nil {
+		return nil, fmt.Errorf("generating the secrets of %s/%s: %w", spec.Namespace, spec.Name, err)
+	}
+	for k, v := range gen {
+		existing[k] = v
+	}
+	return existing, nil
+}
+
+// desire returns the children the instance wants (package desired, which keeps the prepared form
+// of the last render per instance); a render error stalls the instance.
+func (r *TiledInstanceReconciler) desire(cur *instanceState, in instanceInputs) (*desired.Children, error) {
+	want, err := r.memories.rendered.Render(cur.ti, in.spec, in.render)
+	if err != nil {
+		return nil, renderStall(err)
+	}
+	return want, nil
+}
+
+// renderStall is err as a stall when it is a render error (the instance cannot be rendered as it
+// is), err itself otherwise.
+func renderStall(err error) error {
+	var renderErr *desired.RenderError
+	if errors.As(err, &renderErr) {
+		return &stall{reason: ReasonRenderFailed, message: renderErr.Error()}
+	}
+	return err
+}
+
+// InstanceObjects returns the objects the TiledInstance controller applies for an instance, in
+// order, with the ownership it gives them (desired.InstanceObjects), for tools that build a fleet's
+// objects as the operator would (hack/bench).
+func InstanceObjects(ti *tiledv1alpha1.TiledInstance, objs *render.Objects) ([]*unstructured.Unstructured, error) {
+	return desired.InstanceObjects(ti, objs)
+}

@@ -1,0 +1,188 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
+	"github.com/bluesky/tiled-operator/controllers/applier"
+	"github.com/bluesky/tiled-operator/controllers/childset"
+	"github.com/bluesky/tiled-operator/controllers/podstatus"
+	"github.com/bluesky/tiled-operator/expansion"
+	"github.com/bluesky/tiled-operator/names"
+)
+
+// status computes the instance's status from what the cache shows after the apply — the
+// StatefulSets' readiness, the pods' statuses, fields other writers manage — writes it when it
+// changed, and sends the Events of its transitions. It says when to look again: an instance on an
+// external database looks at its Secret now and then; a container not ready yet reaches the probe
+// grace period, and a child just created may never have reached the cache, with no event to say so.
+func (r *TiledInstanceReconciler) status(ctx context.Context, cur *instanceState, in instanceInputs, rec *childset.Record) (ctrl.Result, error) {
+	ti := cur.ti
+	obs, recheck, err := r.observed(ctx, cur, in, rec)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	status := instanceStatus(&ti.Status, obs)
+	log.FromContext(ctx).WithValues("instance", ti.Namespace+"/"+ti.Name).V(1).Info("reconciled", "applied", len(rec.Applied), "ready", status.ReadyReplicas)
+	var result ctrl.Result
+	if in.external {
+		result.RequeueAfter = r.ExternalSecretRecheck
+		if result.RequeueAfter == 0 {
+			result.RequeueAfter = 30 * time.Second
+		}
+	}
+	if recheck > 0 {
+		// A container not ready yet reaches the grace period then, with no pod update to say so.
+		recheck += time.Second
+		if result.RequeueAfter == 0 || recheck < result.RequeueAfter {
+			result.RequeueAfter = recheck
+		}
+	}
+	if unseen := rec.Recheck; unseen > 0 && (result.RequeueAfter == 0 || unseen < result.RequeueAfter) {
+		// A child just created is not in the cache yet: look again once the cache must show it,
+		// in case it was deleted before it ever did.
+		result.RequeueAfter = unseen
+	}
+	sent, err := r.writeStatus(ctx, ti, status)
+	if err != nil || !sent {
+		return result, err
+	}
+	// Events mark transitions only: sent once, when the status that records them is written.
+	if c, changed := transitioned(ti.Status.Conditions, status.Conditions, ConditionReady); changed && c.Status == metav1.ConditionTrue {
+		r.Recorder.Eventf(ti, nil, corev1.EventTypeNormal, ReasonReady, "Reconcile", "%s", c.Message)
+	}
+	if c, changed := transitioned(ti.Status.Conditions, status.Conditions, ConditionStalled); changed && c.Status == metav1.ConditionTrue {
+		r.Recorder.Eventf(ti, nil, corev1.EventTypeWarning, c.Reason, "Reconcile", "%s", c.Message)
+	}
+	if c, changed := transitioned(ti.Status.Conditions, status.Conditions, ConditionDatabaseReady); changed && c.Status == metav1.ConditionFalse && c.Reason != ReasonWaitingForDatabase {
+		r.Recorder.Eventf(ti, nil, corev1.EventTypeWarning, c.Reason, "Reconcile", "%s", c.Message)
+	}
+	if c, changed := transitioned(ti.Status.Conditions, status.Conditions, ConditionExternalEdits); changed {
+		r.Recorder.Eventf(ti, nil, corev1.EventTypeWarning, ReasonFieldsManaged, "Reconcile",
+			"%s; operator-owned fields are restored at the next change, other fields are left alone", c.Message)
+	}
+	return result, nil
+}
+
+// observed gathers what the instance's status is computed from (instanceStatus): the StatefulSets
+// from the cache, the generations the applier produced, what the pods' statuses say and the fields
+// other writers manage; and when to look again (a container not ready yet reaches the probe grace
+// period then, with no pod update to say so).
+func (r *TiledInstanceReconciler) observed(ctx context.Context, cur *instanceState, in instanceInputs, rec *childset.Record) (observedInstance, time.Duration, error) {
+	ti, spec := cur.ti, in.spec
+	n := names.For(spec.Namespace, spec.Name)
+	obs := observedInstance{
+		Generation: ti.Generation, Namespace: ti.Namespace, TiledName: n.Tiled, Replicas: 1,
+		TiledApplied: rec.Applied[stsKey(ti.Namespace, n.Tiled)],
+		External:     in.external,
+		PostgresPod:  n.Postgres + "-0", PostgresApplied: rec.Applied[stsKey(ti.Namespace, n.Postgres)],
+		IngressHostWithoutEnabled: expansion.IngressHostWithoutEnabled(&spec.Spec.InstanceTemplate),
+		ExternalEdits:             r.externalEdits(ctx, cur, rec.Applied),
+	}
+	if t := spec.Spec.Tiled; t != nil {
+		obs.Image = &t.Image
+		if t.Replicas != nil {
+			obs.Replicas = *t.Replicas
+		}
+	}
+	obs.Tiled = cur.statefulSet(ctx, stsKey(ti.Namespace, n.Tiled))
+	serverPods, dbPods, err := cur.pods(ctx)
+	if err != nil {
+		return obs, 0, err
+	}
+	grace := r.ProbeGrace
+	if grace == 0 {
+		grace = DefaultProbeGrace
+	}
+	now := time.Now()
+	var recheck time.Duration
+	obs.ServerProblem, recheck = podstatus.Diagnose(serverPods, now, grace)
+	if !obs.External {
+		obs.Postgres = cur.statefulSet(ctx, stsKey(ti.Namespace, n.Postgres))
+		var dbRecheck time.Duration
+		obs.DatabaseProblem, dbRecheck = podstatus.Diagnose(dbPods, now, grace)
+		if dbRecheck > 0 && (recheck == 0 || dbRecheck < recheck) {
+			recheck = dbRecheck
+		}
+	}
+	return obs, recheck, nil
+}
+
+// externalEdits lists the applied objects (from the cache) that have spec or metadata fields
+// managed by a writer other than the operator.
+func (r *TiledInstanceReconciler) externalEdits(ctx context.Context, cur *instanceState, applied map[applier.Key]int64) string {
+	var found []string
+	keys := make([]applier.Key, 0, len(applied))
+	for k := range applied {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].String() < keys[j].String() })
+	for _, k := range keys {
+		child, err := cur.cachedChild(ctx, k)
+		if err != nil || child == nil {
+			continue
+		}
+		if managers := r.Applier.ForeignManagers(child); len(managers) > 0 {
+			found = append(found, fmt.Sprintf("%s/%s has fields managed by %s", k.Kind, k.Name, strings.Join(managers, ", ")))
+		}
+	}
+	return strings.Join(found, "; ")
+}
+
+// stall is a failure that needs a person, found by a stage: rather than retrying, Reconcile reports
+// it (failed) and waits for a change of the instance, or retry.
+type stall struct {
+	reason, message string
+	// database, when not nil, is the status.database reported with it.
+	database *tiledv1alpha1.DatabaseStatus
+	// retry, when not zero, is when to look again (what is missing is not watched).
+	retry time.Duration
+}
+
+func (s *stall) Error() string { return s.message }
+
+// failed ends a reconcile on err: a stall is reported (stalled), any other error returned for a
+// retry.
+func (r *TiledInstanceReconciler) failed(ctx context.Context, cur *instanceState, err error) (ctrl.Result, error) {
+	var s *stall
+	if !errors.As(err, &s) {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: s.retry}, r.stalled(ctx, cur.ti, s)
+}
+
+// stalled reports a failure that needs a person: Stalled=True, Ready=False, no Reconciling. The
+// objects already applied stay as they are.
+func (r *TiledInstanceReconciler) stalled(ctx context.Context, ti *tiledv1alpha1.TiledInstance, s *stall) error {
+	status := ti.Status.DeepCopy()
+	status.ObservedGeneration = ti.Generation
+	if s.database != nil {
+		status.Database = s.database
+	}
+	setStalled(&status.Conditions, ti.Generation, s.reason, s.message)
+	sent, err := r.writeStatus(ctx, ti, status)
+	if c, changed := transitioned(ti.Status.Conditions, status.Conditions, ConditionStalled); changed && sent {
+		r.Recorder.Eventf(ti, nil, corev1.EventTypeWarning, s.reason, "Reconcile", "%s", c.Message)
+	}
+	return err
+}
+
+// writeStatus applies the status when it differs from the one in the cache (and from the last one
+// applied), and reports whether it sent it.
+func (r *TiledInstanceReconciler) writeStatus(ctx context.Context, ti *tiledv1alpha1.TiledInstance, status *tiledv1alpha1.TiledInstanceStatus) (bool, error) {
+	if equality.Semantic.DeepEqual(&ti.Status, status) {
+		return false, nil
+	}
+	return applyStatus(ctx, r.Applier, ti, "TiledInstance", status)
+}
