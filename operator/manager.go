@@ -27,9 +27,9 @@ import (
 	"github.com/bluesky/tiled-operator/controllers"
 	"github.com/bluesky/tiled-operator/controllers/applier"
 	"github.com/bluesky/tiled-operator/controllers/podstatus"
-	"github.com/bluesky/tiled-operator/controllers/traffic"
 	"github.com/bluesky/tiled-operator/expansion"
 	"github.com/bluesky/tiled-operator/operator/metricsauth"
+	"github.com/bluesky/tiled-operator/operator/traffic"
 	"github.com/bluesky/tiled-operator/webhooks"
 )
 

@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/bluesky/tiled-operator/controllers"
-	"github.com/bluesky/tiled-operator/controllers/traffic"
+	"github.com/bluesky/tiled-operator/operator/traffic"
 	"github.com/bluesky/tiled-operator/test/support/fleet"
 	"github.com/bluesky/tiled-operator/test/support/testenv"
 	"github.com/bluesky/tiled-operator/webhooks"

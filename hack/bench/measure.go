@@ -19,8 +19,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
-	"github.com/bluesky/tiled-operator/controllers/traffic"
 	"github.com/bluesky/tiled-operator/expansion"
+	"github.com/bluesky/tiled-operator/operator/traffic"
 	"github.com/bluesky/tiled-operator/test/support/fleet"
 	"github.com/bluesky/tiled-operator/test/support/testenv"
 )

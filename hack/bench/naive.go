@@ -26,10 +26,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
-	"github.com/bluesky/tiled-operator/controllers/traffic"
 	"github.com/bluesky/tiled-operator/expansion"
 	"github.com/bluesky/tiled-operator/names"
 	"github.com/bluesky/tiled-operator/operator"
+	"github.com/bluesky/tiled-operator/operator/traffic"
 	"github.com/bluesky/tiled-operator/render"
 )
 

@@ -20,7 +20,7 @@ import (
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/controllers/applier"
-	"github.com/bluesky/tiled-operator/controllers/traffic"
+	"github.com/bluesky/tiled-operator/operator/traffic"
 	"github.com/bluesky/tiled-operator/test/support/fleet"
 	"github.com/bluesky/tiled-operator/test/support/testenv"
 )

@@ -9,7 +9,7 @@ import (
 
 	. "github.com/onsi/gomega"
 
-	"github.com/bluesky/tiled-operator/controllers/traffic"
+	"github.com/bluesky/tiled-operator/operator/traffic"
 	"github.com/bluesky/tiled-operator/test/support/fleet"
 )
 

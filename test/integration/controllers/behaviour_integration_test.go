@@ -21,7 +21,7 @@ import (
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/controllers"
-	"github.com/bluesky/tiled-operator/controllers/traffic"
+	"github.com/bluesky/tiled-operator/operator/traffic"
 	"github.com/bluesky/tiled-operator/render"
 )
 

@@ -15,7 +15,7 @@ import (
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/controllers"
-	"github.com/bluesky/tiled-operator/controllers/traffic"
+	"github.com/bluesky/tiled-operator/operator/traffic"
 )
 
 var profileStatusWrite = traffic.Key{Verb: traffic.VerbApply, Resource: "tiledprofiles/status"}

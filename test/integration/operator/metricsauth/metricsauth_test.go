@@ -17,8 +17,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
-	"github.com/bluesky/tiled-operator/controllers/traffic"
 	"github.com/bluesky/tiled-operator/operator/metricsauth"
+	"github.com/bluesky/tiled-operator/operator/traffic"
 	"github.com/bluesky/tiled-operator/test/support/testenv"
 )
 
