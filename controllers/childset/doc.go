@@ -21,7 +21,8 @@
 // written twice: how many applies at once, whether a conflict is tried again, whether a refusal
 // stops the set, what runs after an apply or before a delete (retention), the propagation policy.
 //
-// The engine reads nothing itself: the caller gives the children as the cache holds them
-// (Set.Current, and the owned objects to prune, listed with Owned), so every read stays in the
-// caller's current state.
+// Apply and Prune read nothing themselves: the caller hands them the children as the cache holds
+// them (Set.Current; the owned objects to prune), so every read stays with the caller's current
+// state. Owned is the one read here, a helper for the caller: the objects of a kind an owner
+// controls, through the cache's owner index (OwnerIndex, IndexController).
 package childset
