@@ -30,7 +30,9 @@ import (
 
 	v1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/controllers"
+	"github.com/bluesky/tiled-operator/names"
 	"github.com/bluesky/tiled-operator/render"
+	"github.com/bluesky/tiled-operator/test/support/fleet"
 )
 
 // TestE2E runs the cases in order on one cluster: each later case builds on the fleet the earlier
@@ -250,7 +252,7 @@ func floorCopy(t *testing.T, u *unstructured.Unstructured) string {
 
 func testTiledServes(t *testing.T) {
 	ti := getInstance(t, instanceName("amx"))
-	n := render.NamesFor(ti)
+	n := fleet.NamesOf(ti)
 	runClient(t, "client-write", ti.Status.URL, n.Secret, "write")
 	// The catalog is in the managed PostgreSQL.
 	out := mustKubectl(t, nil, "-n", tenantNS, "exec", n.Postgres+"-0", "-c", "postgres", "--",
@@ -286,7 +288,7 @@ func runClient(t *testing.T, name, url, secret, mode string) {
 func testDataSurvives(t *testing.T) {
 	ctx := ctxT(t)
 	ti := getInstance(t, instanceName("amx"))
-	n := render.NamesFor(ti)
+	n := fleet.NamesOf(ti)
 	kept := snapshotData(t, n)
 	oldUIDs := map[string]types.UID{}
 	for _, p := range []string{n.Tiled + "-0", n.Postgres + "-0"} {
@@ -418,7 +420,7 @@ func rolledTo(t *testing.T, value, except string) (specs int, done bool, why str
 			specs++
 		}
 		var sts appsv1.StatefulSet
-		if err := cl.Get(context.Background(), types.NamespacedName{Namespace: tenantNS, Name: render.NamesFor(ti).Tiled}, &sts); err != nil {
+		if err := cl.Get(context.Background(), types.NamespacedName{Namespace: tenantNS, Name: fleet.NamesOf(ti).Tiled}, &sts); err != nil {
 			return specs, false, err.Error()
 		}
 		podHas := false
@@ -445,7 +447,7 @@ func testRollingChange(t *testing.T) {
 	// amx is in beamtime: held, it must stay on its template while the others roll.
 	const heldBeamline = "amx"
 	mustKubectl(t, nil, "-n", tenantNS, "patch", "tc", clusterName, "--type=json", "-p", `[{"op":"add","path":"/spec/instances/0/hold","value":true}]`)
-	heldSTS := render.NamesFor(getInstance(t, instanceName(heldBeamline))).Tiled
+	heldSTS := fleet.NamesOf(getInstance(t, instanceName(heldBeamline))).Tiled
 	var before appsv1.StatefulSet
 	if err := cl.Get(context.Background(), types.NamespacedName{Namespace: tenantNS, Name: heldSTS}, &before); err != nil {
 		t.Fatal(err)
@@ -552,7 +554,7 @@ func testOperatorKilledMidRollout(t *testing.T) {
 	allowed := map[string]bool{}
 	for _, b := range beamlines {
 		allowed["tiledinstances/"+instanceName(b)] = true
-		allowed["statefulsets/"+render.NamesFor(getInstance(t, instanceName(b))).Tiled] = true
+		allowed["statefulsets/"+fleet.NamesOf(getInstance(t, instanceName(b))).Tiled] = true
 	}
 	var rewritten []string
 	for _, ev := range evs {
@@ -644,7 +646,7 @@ func testLeaderFailover(t *testing.T) {
 func testRemoveReadd(t *testing.T) {
 	ctx := ctxT(t)
 	ti := getInstance(t, instanceName("bmm"))
-	n := render.NamesFor(ti)
+	n := fleet.NamesOf(ti)
 	runClient(t, "client-write-bmm", ti.Status.URL, n.Secret, "write")
 	kept := snapshotData(t, n)
 	mustKubectl(t, []byte(clusterYAML(false, []string{"amx", "chx"})), "apply", "--server-side", "-f", "-")
@@ -730,7 +732,7 @@ func testBadInput(t *testing.T) {
 	for _, c := range cases {
 		ti := getInstance(t, c.name)
 		var sec corev1.Secret
-		if err := cl.Get(context.Background(), types.NamespacedName{Namespace: tenantNS, Name: render.NamesFor(ti).Secret}, &sec); err != nil {
+		if err := cl.Get(context.Background(), types.NamespacedName{Namespace: tenantNS, Name: fleet.NamesOf(ti).Secret}, &sec); err != nil {
 			t.Errorf("%s: its Secret: %v", c.name, err)
 		}
 		mustKubectl(t, nil, "-n", tenantNS, "delete", "tiledinstance", c.name, "--wait=false")
@@ -857,7 +859,7 @@ type keptData struct {
 }
 
 // snapshotData records the data claims and the Secret of an instance's names.
-func snapshotData(t *testing.T, n render.Names) keptData {
+func snapshotData(t *testing.T, n names.Objects) keptData {
 	t.Helper()
 	k := keptData{claims: map[string]types.UID{}, secret: n.Secret}
 	for _, c := range []string{n.DataClaim, n.DatabaseClaim} {

@@ -13,7 +13,7 @@ import (
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/controllers"
-	"github.com/bluesky/tiled-operator/render"
+	"github.com/bluesky/tiled-operator/test/support/fleet"
 )
 
 // retentionFleet is a small fleet: the beamlines cycle through the two policies (Retain, the
@@ -41,7 +41,7 @@ func dataClaims(t *testing.T, g Gomega, ns string, names []string) map[string]ma
 	out := map[string]map[string]string{}
 	for _, n := range names {
 		ti := &tiledv1alpha1.TiledInstance{ObjectMeta: metav1.ObjectMeta{Name: "nsls2-" + n, Namespace: ns}}
-		nm := render.NamesFor(ti)
+		nm := fleet.NamesOf(ti)
 		out[n] = map[string]string{}
 		for _, claim := range []string{nm.DataClaim, nm.DatabaseClaim} {
 			pvc := &corev1.PersistentVolumeClaim{}
@@ -133,7 +133,7 @@ func testBeamlineReadded(t *testing.T, g Gomega) {
 	waitStampedOut(t, g, op, ns, fleetN)
 	gone := c.Spec.Instances[1].Name
 	claims := dataClaims(t, g, ns, []string{gone})
-	names := render.NamesFor(&tiledv1alpha1.TiledInstance{ObjectMeta: metav1.ObjectMeta{Name: "nsls2-" + gone, Namespace: ns}})
+	names := fleet.NamesOf(&tiledv1alpha1.TiledInstance{ObjectMeta: metav1.ObjectMeta{Name: "nsls2-" + gone, Namespace: ns}})
 	secret := &corev1.Secret{}
 	g.Expect(env.Client.Get(ctxT(t), client.ObjectKey{Namespace: ns, Name: names.Secret}, secret)).To(Succeed())
 

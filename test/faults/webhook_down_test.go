@@ -16,7 +16,7 @@ import (
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/controllers"
-	"github.com/bluesky/tiled-operator/render"
+
 	"github.com/bluesky/tiled-operator/test/support/fleet"
 	"github.com/bluesky/tiled-operator/test/support/testenv"
 	"github.com/bluesky/tiled-operator/webhooks"
@@ -97,7 +97,7 @@ func testWebhookDown(t *testing.T, g Gomega) {
 		g.Expect(ti.Status.ObservedGeneration).To(Equal(ti.Generation))
 		g.Expect(condition(ti.Status.Conditions, controllers.ConditionStalled)).To(BeNil())
 		s := &appsv1.StatefulSet{}
-		g.Expect(env.Client.Get(ctxT(t), client.ObjectKey{Namespace: ns, Name: render.NamesFor(ti).Tiled}, s)).To(Succeed())
+		g.Expect(env.Client.Get(ctxT(t), client.ObjectKey{Namespace: ns, Name: fleet.NamesOf(ti).Tiled}, s)).To(Succeed())
 		g.Expect(s.Spec.Template.Spec.Containers).NotTo(BeEmpty())
 	}).WithTimeout(time.Minute).WithPolling(500 * time.Millisecond).Should(Succeed())
 	waitStampedOut(t, g, op2, ns, fleetN-1)
@@ -106,7 +106,7 @@ func testWebhookDown(t *testing.T, g Gomega) {
 	checkFleet(t, g, cl, removed)
 	// The removed beamline's data (Retain, the default) is still there.
 	gone := &tiledv1alpha1.TiledInstance{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "nsls2-" + removed}}
-	for _, claim := range []string{render.NamesFor(gone).DataClaim, render.NamesFor(gone).DatabaseClaim} {
+	for _, claim := range []string{fleet.NamesOf(gone).DataClaim, fleet.NamesOf(gone).DatabaseClaim} {
 		g.Expect(env.Client.Get(ctxT(t), client.ObjectKey{Namespace: ns, Name: claim}, &corev1.PersistentVolumeClaim{})).To(Succeed(), "retained claim %s", claim)
 	}
 }

@@ -27,7 +27,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
-	"github.com/bluesky/tiled-operator/render"
+	"github.com/bluesky/tiled-operator/names"
+	"github.com/bluesky/tiled-operator/test/support/fleet"
 	"github.com/bluesky/tiled-operator/test/support/testenv"
 )
 
@@ -246,8 +247,8 @@ stringData: {uri: "postgresql://tiled:secret@db.example.org:5432/catalog"}
 		}
 		return nil
 	}
-	names := func(inst string) render.Names {
-		return render.NamesFor(&tiledv1alpha1.TiledInstance{ObjectMeta: metav1.ObjectMeta{Name: inst, Namespace: ns}})
+	names := func(inst string) names.Objects {
+		return fleet.NamesOf(&tiledv1alpha1.TiledInstance{ObjectMeta: metav1.ObjectMeta{Name: inst, Namespace: ns}})
 	}
 	for _, inst := range []string{"fleet-a", "fleet-b", "fleet-c"} {
 		n := names(inst)

@@ -23,6 +23,7 @@ import (
 	"github.com/bluesky/tiled-operator/controllers"
 	"github.com/bluesky/tiled-operator/operator/traffic"
 	"github.com/bluesky/tiled-operator/render"
+	"github.com/bluesky/tiled-operator/test/support/fleet"
 )
 
 // smallFleet creates one profile and a cluster of the given instances, and returns the cluster.
@@ -133,8 +134,8 @@ func TestRetention(t *testing.T) {
 	}}
 	smallFleet(t, g, ns, tiledv1alpha1.ClusterInstance{Name: "keep"}, del, tiledv1alpha1.ClusterInstance{Name: "stay"})
 	waitForStampOut(t, g, op, ns, "fleet", 3)
-	keep, stay := render.NamesFor(getInstance(t, g, ns, "fleet-keep")), render.NamesFor(getInstance(t, g, ns, "fleet-stay"))
-	delNames := render.NamesFor(getInstance(t, g, ns, "fleet-del"))
+	keep, stay := fleet.NamesOf(getInstance(t, g, ns, "fleet-keep")), fleet.NamesOf(getInstance(t, g, ns, "fleet-stay"))
+	delNames := fleet.NamesOf(getInstance(t, g, ns, "fleet-del"))
 	for _, n := range []string{keep.DataClaim, keep.DatabaseClaim, delNames.DataClaim, delNames.DatabaseClaim} {
 		g.Expect(exists(t, &corev1.PersistentVolumeClaim{}, ns, n)).To(BeTrue(), n)
 	}
@@ -197,7 +198,7 @@ func TestSecretsAreNeverRegenerated(t *testing.T) {
 	secrets := map[string]*corev1.Secret{}
 	for _, n := range []string{"fleet-a", "fleet-b"} {
 		s := &corev1.Secret{}
-		g.Expect(exists(t, s, ns, render.NamesFor(getInstance(t, g, ns, n)).Secret)).To(BeTrue())
+		g.Expect(exists(t, s, ns, fleet.NamesOf(getInstance(t, g, ns, n)).Secret)).To(BeTrue())
 		g.Expect(s.Data).To(HaveKey(render.SecretKeyAPIKey))
 		g.Expect(s.Data).To(HaveKey(render.SecretKeyDatabasePassword))
 		secrets[n] = s
@@ -235,7 +236,7 @@ func TestExternalEdits(t *testing.T) {
 	op := startOperator(t, ns)
 	smallFleet(t, g, ns, names("a")...)
 	waitForStampOut(t, g, op, ns, "fleet", 1)
-	name := render.NamesFor(getInstance(t, g, ns, "fleet-a")).Tiled
+	name := fleet.NamesOf(getInstance(t, g, ns, "fleet-a")).Tiled
 
 	s := &appsv1.StatefulSet{}
 	g.Expect(exists(t, s, ns, name)).To(BeTrue())
@@ -266,7 +267,7 @@ func TestKstatusPhases(t *testing.T) {
 	smallFleet(t, g, ns, names("a")...)
 	waitForStampOut(t, g, op, ns, "fleet", 1)
 	ti := getInstance(t, g, ns, "fleet-a")
-	n := render.NamesFor(ti)
+	n := fleet.NamesOf(ti)
 	cluster := getCluster(t, g, ns)
 	g.Expect(kstatusOf(t, g, ti)).To(Equal(status.InProgressStatus))
 	g.Expect(kstatusOf(t, g, cluster)).To(Equal(status.InProgressStatus))
@@ -385,7 +386,7 @@ func TestBadInputLeavesChildrenAlone(t *testing.T) {
 	g.Eventually(func(g Gomega) {
 		ti := getInstance(t, g, ns, "fleet-ext")
 		g.Expect(meta.FindStatusCondition(ti.Status.Conditions, controllers.ConditionStalled)).To(BeNil())
-		g.Expect(exists(t, &appsv1.StatefulSet{}, ns, render.NamesFor(ti).Tiled)).To(BeTrue())
+		g.Expect(exists(t, &appsv1.StatefulSet{}, ns, fleet.NamesOf(ti).Tiled)).To(BeTrue())
 	}, time.Minute, 250*time.Millisecond).Should(Succeed())
 }
 
@@ -398,7 +399,7 @@ func TestPausedAndRollout(t *testing.T) {
 	smallFleet(t, g, ns, names("a", "b", "c")...)
 	waitForStampOut(t, g, op, ns, "fleet", 3)
 	for _, i := range []string{"a", "b", "c"} {
-		n := render.NamesFor(getInstance(t, g, ns, "fleet-"+i))
+		n := fleet.NamesOf(getInstance(t, g, ns, "fleet-"+i))
 		markReady(t, g, ns, n.Postgres)
 		markReady(t, g, ns, n.Tiled)
 	}
@@ -426,7 +427,7 @@ func TestPausedAndRollout(t *testing.T) {
 	hashes := func() (updated int) {
 		for _, i := range []string{"a", "b", "c"} {
 			s := &appsv1.StatefulSet{}
-			if exists(t, s, ns, render.NamesFor(getInstance(t, g, ns, "fleet-"+i)).Tiled) && s.Spec.Template.Annotations["team"] == "b" {
+			if exists(t, s, ns, fleet.NamesOf(getInstance(t, g, ns, "fleet-"+i)).Tiled) && s.Spec.Template.Annotations["team"] == "b" {
 				updated++
 			}
 		}
@@ -445,7 +446,7 @@ func TestPausedAndRollout(t *testing.T) {
 			g.Expect(rolling.Reason).To(Equal(controllers.ReasonRollingOut))
 		}
 		for _, i := range []string{"a", "b", "c"} { // the kubelet brings the new pods up
-			markReady(t, g, ns, render.NamesFor(getInstance(t, g, ns, "fleet-"+i)).Tiled)
+			markReady(t, g, ns, fleet.NamesOf(getInstance(t, g, ns, "fleet-"+i)).Tiled)
 		}
 	}
 	g.Eventually(func() status.Status { return kstatusOf(t, g, getCluster(t, g, ns)) }, time.Minute, 250*time.Millisecond).Should(Equal(status.CurrentStatus))
@@ -460,7 +461,7 @@ func TestUnpauseCatchesUp(t *testing.T) {
 	op := startOperator(t, ns)
 	smallFleet(t, g, ns, names("a")...)
 	waitForStampOut(t, g, op, ns, "fleet", 1)
-	n := render.NamesFor(getInstance(t, g, ns, "fleet-a"))
+	n := fleet.NamesOf(getInstance(t, g, ns, "fleet-a"))
 	markReady(t, g, ns, n.Postgres)
 	condition(t, g, ns, "fleet-a", controllers.ConditionReady, metav1.ConditionFalse, controllers.ReasonWaitingForPods, time.Minute)
 

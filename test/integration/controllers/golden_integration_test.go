@@ -17,6 +17,7 @@ import (
 
 	"github.com/bluesky/tiled-operator/controllers/applier"
 	"github.com/bluesky/tiled-operator/render"
+	"github.com/bluesky/tiled-operator/test/support/fleet"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/golden")
@@ -69,7 +70,7 @@ func itoa(n int) string {
 // checkGolden compares the children of one stamped-out instance, as the apiserver stores them, with
 // the golden files (go test ./controllers -run TestStampOutTraffic -update rewrites them).
 func checkGolden(t *testing.T, g Gomega, ns, instance string) {
-	n := render.NamesFor(getInstance(t, g, ns, instance))
+	n := fleet.NamesOf(getInstance(t, g, ns, instance))
 	objects := []struct {
 		file string
 		obj  client.Object

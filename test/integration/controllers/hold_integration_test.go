@@ -15,7 +15,7 @@ import (
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/controllers"
-	"github.com/bluesky/tiled-operator/render"
+	"github.com/bluesky/tiled-operator/test/support/fleet"
 )
 
 // TestHoldDuringBeamtime: one of three ready beamlines is held (in user operation) when a profile
@@ -29,14 +29,14 @@ func TestHoldDuringBeamtime(t *testing.T) {
 	op := startOperator(t, ns)
 	smallFleet(t, g, ns, names("a", "b", "c")...)
 	waitForStampOut(t, g, op, ns, "fleet", 3)
-	tiled := func(i string) string { return render.NamesFor(getInstance(t, g, ns, "fleet-"+i)).Tiled }
+	tiled := func(i string) string { return fleet.NamesOf(getInstance(t, g, ns, "fleet-"+i)).Tiled }
 	allReady := func() {
 		for _, i := range []string{"a", "b", "c"} {
 			markReady(t, g, ns, tiled(i))
 		}
 	}
 	for _, i := range []string{"a", "b", "c"} {
-		markReady(t, g, ns, render.NamesFor(getInstance(t, g, ns, "fleet-"+i)).Postgres)
+		markReady(t, g, ns, fleet.NamesOf(getInstance(t, g, ns, "fleet-"+i)).Postgres)
 	}
 	allReady()
 	g.Eventually(func() int32 { return getCluster(t, g, ns).Status.ReadyInstances }, time.Minute, 250*time.Millisecond).Should(Equal(int32(3)))

@@ -15,8 +15,9 @@ import (
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/controllers"
 	"github.com/bluesky/tiled-operator/controllers/applier"
+	objnames "github.com/bluesky/tiled-operator/names"
 	"github.com/bluesky/tiled-operator/operator/traffic"
-	"github.com/bluesky/tiled-operator/render"
+	"github.com/bluesky/tiled-operator/test/support/fleet"
 )
 
 // child names one object an instance owns (or uses, for its NFS PersistentVolume).
@@ -27,7 +28,7 @@ type child struct {
 	name      string
 }
 
-func instanceChildren(ns string, n render.Names) []child {
+func instanceChildren(ns string, n objnames.Objects) []child {
 	return []child{
 		{&corev1.ConfigMap{}, "configmaps", ns, n.ConfigMap},
 		{&corev1.ConfigMap{}, "configmaps", ns, n.PostgresInit},
@@ -61,7 +62,7 @@ func TestDeletedChildrenComeBack(t *testing.T) {
 	waitForStampOut(t, g, op, ns, "fleet", 1)
 
 	// Later: one kind at a time, when the operator is quiet.
-	for _, c := range instanceChildren(ns, render.NamesFor(getInstance(t, g, ns, "fleet-a"))) {
+	for _, c := range instanceChildren(ns, fleet.NamesOf(getInstance(t, g, ns, "fleet-a"))) {
 		uid := uidOf(t, c)
 		g.Expect(uid).NotTo(BeEmpty(), "%s %s", c.resource, c.name)
 		before := op.Traffic.Snapshot()
@@ -91,7 +92,7 @@ func TestDeletedChildrenComeBack(t *testing.T) {
 	var ti *tiledv1alpha1.TiledInstance
 	g.Eventually(func(g Gomega) { ti = getInstance(t, g, ns, "fleet-b") }, time.Minute, 20*time.Millisecond).Should(Succeed())
 	first := map[string]types.UID{}
-	children := instanceChildren(ns, render.NamesFor(ti))
+	children := instanceChildren(ns, fleet.NamesOf(ti))
 	g.Eventually(func() int {
 		for _, c := range children {
 			if _, done := first[c.resource+"/"+c.name]; done {
@@ -124,7 +125,7 @@ func TestRestartWritesNothing(t *testing.T) {
 	smallFleet(t, g, ns, names("a", "b", "c")...)
 	waitForStampOut(t, g, op, ns, "fleet", 3)
 	sts := &appsv1.StatefulSet{}
-	g.Expect(exists(t, sts, ns, render.NamesFor(getInstance(t, g, ns, "fleet-a")).Tiled)).To(BeTrue())
+	g.Expect(exists(t, sts, ns, fleet.NamesOf(getInstance(t, g, ns, "fleet-a")).Tiled)).To(BeTrue())
 	g.Expect(sts.Annotations).To(HaveKey(applier.AnnotationIntent))
 	op.stop()
 
@@ -139,7 +140,7 @@ func TestRestartWritesNothing(t *testing.T) {
 	// A child someone else edited while the operator was down is applied again, and only it.
 	op2.stop()
 	s := &appsv1.StatefulSet{}
-	g.Expect(exists(t, s, ns, render.NamesFor(getInstance(t, g, ns, "fleet-b")).Tiled)).To(BeTrue())
+	g.Expect(exists(t, s, ns, fleet.NamesOf(getInstance(t, g, ns, "fleet-b")).Tiled)).To(BeTrue())
 	s.Spec.Template.Annotations["team"] = "edited"
 	g.Expect(env.Client.Update(ctxT(t), s, client.FieldOwner("kubectl-edit"))).To(Succeed())
 	op3 := startOperator(t, ns)
@@ -160,7 +161,7 @@ func TestReaddedBeamlineFindsItsData(t *testing.T) {
 	op := startOperator(t, ns)
 	smallFleet(t, g, ns, names("keep", "x")...)
 	waitForStampOut(t, g, op, ns, "fleet", 2)
-	n := render.NamesFor(getInstance(t, g, ns, "fleet-x"))
+	n := fleet.NamesOf(getInstance(t, g, ns, "fleet-x"))
 	uids := map[string]types.UID{}
 	for _, name := range []string{n.DataClaim, n.DatabaseClaim} {
 		pvc := &corev1.PersistentVolumeClaim{}
@@ -232,6 +233,6 @@ func TestMembershipIsTheControllerReference(t *testing.T) {
 
 	condition(t, g, ns, "fleet-z", controllers.ConditionStalled, metav1.ConditionTrue, controllers.ReasonNotAMember, time.Minute,
 		"no TiledCluster controls it")
-	g.Expect(exists(t, &appsv1.StatefulSet{}, ns, render.NamesFor(impostor).Tiled)).To(BeFalse(), "something was rendered for the impostor")
+	g.Expect(exists(t, &appsv1.StatefulSet{}, ns, fleet.NamesOf(impostor).Tiled)).To(BeFalse(), "something was rendered for the impostor")
 	waitQuiet(t, op)
 }

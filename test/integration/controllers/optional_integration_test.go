@@ -21,7 +21,7 @@ import (
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/controllers"
-	"github.com/bluesky/tiled-operator/render"
+	"github.com/bluesky/tiled-operator/test/support/fleet"
 )
 
 // TestOptionalObjects: a ServiceMonitor when its CRD exists and monitoring asks for it, a
@@ -41,7 +41,7 @@ func TestOptionalObjects(t *testing.T) {
 	}}
 	smallFleet(t, g, ns, withAll)
 	waitForStampOut(t, g, op, ns, "fleet", 1)
-	n := render.NamesFor(getInstance(t, g, ns, "fleet-a"))
+	n := fleet.NamesOf(getInstance(t, g, ns, "fleet-a"))
 	sm := &unstructured.Unstructured{}
 	sm.SetGroupVersionKind(schema.GroupVersionKind{Group: "monitoring.coreos.com", Version: "v1", Kind: "ServiceMonitor"})
 	g.Expect(exists(t, sm, ns, n.Tiled)).To(BeTrue(), "ServiceMonitor")

@@ -17,6 +17,7 @@ import (
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/controllers"
 	"github.com/bluesky/tiled-operator/render"
+	"github.com/bluesky/tiled-operator/test/support/fleet"
 )
 
 // No kubelet or StatefulSet controller runs here: the tests create the pods a StatefulSet would,
@@ -118,7 +119,7 @@ func TestDatabaseOutage(t *testing.T) {
 	smallFleet(t, g, ns, names("a")...)
 	waitForStampOut(t, g, op, ns, "fleet", 1)
 	ti := getInstance(t, g, ns, "fleet-a")
-	n := render.NamesFor(ti)
+	n := fleet.NamesOf(ti)
 	condition(t, g, ns, ti.Name, controllers.ConditionDatabaseReady, metav1.ConditionFalse, controllers.ReasonWaitingForDatabase, time.Minute, n.Postgres+"-0")
 
 	setStatefulSetReady(t, g, ns, n.Postgres, 1)
@@ -154,7 +155,7 @@ func TestPodFailuresNamedOnTheInstance(t *testing.T) {
 	smallFleet(t, g, ns, names("a")...)
 	waitForStampOut(t, g, op, ns, "fleet", 1)
 	ti := getInstance(t, g, ns, "fleet-a")
-	n := render.NamesFor(ti)
+	n := fleet.NamesOf(ti)
 	setStatefulSetReady(t, g, ns, n.Postgres, 1)
 	setStatefulSetReady(t, g, ns, n.Tiled, 0)
 	condition(t, g, ns, ti.Name, controllers.ConditionReady, metav1.ConditionFalse, controllers.ReasonWaitingForPods, time.Minute)

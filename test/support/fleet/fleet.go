@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
+	"github.com/bluesky/tiled-operator/names"
 	"github.com/bluesky/tiled-operator/operator/traffic"
 	"github.com/bluesky/tiled-operator/test/support/testenv"
 )
@@ -396,3 +397,7 @@ func WaitQuiet(ctx context.Context, c *traffic.Counter, quiet, timeout time.Dura
 	}
 	return fmt.Errorf("no quiet moment of %s within %s:\n%s", quiet, timeout, c.Snapshot())
 }
+
+// NamesOf is the names of the objects the operator makes for instance ti: names.For of its
+// namespace and name, for the suites that hold a TiledInstance.
+func NamesOf(ti *tiledv1alpha1.TiledInstance) names.Objects { return names.For(ti.Namespace, ti.Name) }
