@@ -97,6 +97,16 @@ func watchReadiness(t *testing.T, ns, cluster string) *readyWatch {
 // error: its figures would be missing, not zero.
 func (w *readyWatch) stop(t *testing.T) (podReady map[string]time.Time, clusterReady time.Time) {
 	t.Helper()
+	// The caller stops once kubectl saw the TiledCluster Ready; this watch may not have been handed
+	// that event yet (two clients, two watches), so wait for it, bounded, before cancelling.
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		w.mu.Lock()
+		seen := !w.clusterReady.IsZero()
+		w.mu.Unlock()
+		if seen {
+			break
+		}
+	}
 	w.cancel()
 	w.wg.Wait()
 	w.mu.Lock()
