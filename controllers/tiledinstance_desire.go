@@ -9,7 +9,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
@@ -135,11 +134,4 @@ func renderStall(err error) error {
 		return &stall{reason: ReasonRenderFailed, message: renderErr.Error()}
 	}
 	return err
-}
-
-// InstanceObjects returns the objects the TiledInstance controller applies for an instance, in
-// order, with the ownership it gives them (desired.InstanceObjects), for tools that build a fleet's
-// objects as the operator would (hack/bench).
-func InstanceObjects(ti *tiledv1alpha1.TiledInstance, objs *render.Objects) ([]*unstructured.Unstructured, error) {
-	return desired.InstanceObjects(ti, objs)
 }

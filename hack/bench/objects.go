@@ -7,13 +7,13 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
-	"github.com/bluesky/tiled-operator/controllers"
+	"github.com/bluesky/tiled-operator/controllers/desired"
 	"github.com/bluesky/tiled-operator/render"
 )
 
 // The floor and the naive baseline write the very objects the operator writes: the TiledInstances
 // of expansion.Expand, and for each instance the objects of render.Render as the instance controller
-// owns them (controllers.InstanceObjects: namespaced children are owned by their instance, except
+// owns them (desired.InstanceObjects: namespaced children are owned by their instance, except
 // data claims kept by the Retain policy).
 
 // instanceObject is a TiledInstance as the engine expanded it (name, labels, spec, provenance), owned
@@ -54,13 +54,13 @@ func ownerRef(kind, name, uid string) map[string]any {
 }
 
 // childObjects renders the objects of one stored instance (its UID set) with the given Secret data,
-// owned as the instance controller owns them (controllers.InstanceObjects).
+// owned as the instance controller owns them (desired.InstanceObjects).
 func childObjects(ti *tiledv1alpha1.TiledInstance, secretData map[string][]byte) ([]*unstructured.Unstructured, error) {
 	objs, err := render.Render(ti, render.Inputs{SecretData: secretData})
 	if err != nil {
 		return nil, fmt.Errorf("rendering %s: %w", ti.Name, err)
 	}
-	return controllers.InstanceObjects(ti, objs)
+	return desired.InstanceObjects(ti, objs)
 }
 
 func toMap(v any) (map[string]any, error) {

@@ -21,6 +21,7 @@ import (
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/controllers/applier"
 	"github.com/bluesky/tiled-operator/operator/traffic"
+	"github.com/bluesky/tiled-operator/render"
 	"github.com/bluesky/tiled-operator/test/support/fleet"
 	"github.com/bluesky/tiled-operator/test/support/testenv"
 )
@@ -347,7 +348,7 @@ func setOverride(ctx context.Context, c client.Client, ns, cluster, instance str
 // objects (no deep copy): the harness's polling should cost the measured process little.
 func serverIntents(ctx context.Context, r client.Reader, ns string) (map[string]string, error) {
 	var sts appsv1.StatefulSetList
-	if err := r.List(ctx, &sts, client.InNamespace(ns), client.MatchingLabels{"app.kubernetes.io/component": "server"}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := r.List(ctx, &sts, client.InNamespace(ns), client.MatchingLabels{tiledv1alpha1.LabelAppComponent: render.ComponentServer}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, err
 	}
 	out := make(map[string]string, len(sts.Items))
@@ -361,7 +362,7 @@ func serverIntents(ctx context.Context, r client.Reader, ns string) (map[string]
 // baseline's cache holds whole objects).
 func annotated(ctx context.Context, r client.Reader, ns, key, value string, n int) (bool, error) {
 	var sts appsv1.StatefulSetList
-	if err := r.List(ctx, &sts, client.InNamespace(ns), client.MatchingLabels{"app.kubernetes.io/component": "server"}); err != nil {
+	if err := r.List(ctx, &sts, client.InNamespace(ns), client.MatchingLabels{tiledv1alpha1.LabelAppComponent: render.ComponentServer}); err != nil {
 		return false, err
 	}
 	if len(sts.Items) != n {

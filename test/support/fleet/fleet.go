@@ -26,6 +26,7 @@ import (
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/names"
 	"github.com/bluesky/tiled-operator/operator/traffic"
+	"github.com/bluesky/tiled-operator/render"
 	"github.com/bluesky/tiled-operator/test/support/testenv"
 )
 
@@ -344,7 +345,7 @@ func StampedOut(ctx context.Context, r client.Reader, ns, cluster string, n int)
 		}
 	}
 	var sts appsv1.StatefulSetList
-	if err := r.List(ctx, &sts, client.InNamespace(ns), client.MatchingLabels{"app.kubernetes.io/component": "server", tiledv1alpha1.LabelCluster: cluster}, client.UnsafeDisableDeepCopy); err != nil {
+	if err := r.List(ctx, &sts, client.InNamespace(ns), client.MatchingLabels{tiledv1alpha1.LabelAppComponent: render.ComponentServer, tiledv1alpha1.LabelCluster: cluster}, client.UnsafeDisableDeepCopy); err != nil {
 		return false, err
 	}
 	return len(sts.Items) == n, nil
