@@ -52,6 +52,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apisv1alpha1.LocalObjectReferenceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ManagedDatabase"):
 		return &apisv1alpha1.ManagedDatabaseApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("MigrationRecord"):
+		return &apisv1alpha1.MigrationRecordApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("MonitoringSpec"):
 		return &apisv1alpha1.MonitoringSpecApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("NFSVolumeSource"):
@@ -94,6 +96,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apisv1alpha1.TiledProfileStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("TiledServerSpec"):
 		return &apisv1alpha1.TiledServerSpecApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("UpgradeStatus"):
+		return &apisv1alpha1.UpgradeStatusApplyConfiguration{}
 
 	}
 	return nil

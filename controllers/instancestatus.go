@@ -9,6 +9,7 @@ import (
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/controllers/podstatus"
+	"github.com/bluesky/tiled-operator/controllers/upgrade"
 )
 
 // observedInstance is what the instance controller saw after applying an instance's objects: its
@@ -41,6 +42,12 @@ type observedInstance struct {
 	IngressHostWithoutEnabled bool
 	// ExternalEdits describes fields of children that other writers manage ("" when none).
 	ExternalEdits string
+	// UpgradeStall and UpgradeProgress are the upgrade procedure's (package upgrade): a stall that
+	// needs a person, or the step it is at.
+	UpgradeStall, UpgradeProgress *upgrade.Condition
+	// Revisions is the report the newest Tiled pod's migrate step left: the Tiled version it runs
+	// and the databases' revisions (nil when none has).
+	Revisions *upgrade.Report
 }
 
 // instanceStatus computes an instance's status from its previous one (whose conditions keep their
@@ -73,6 +80,13 @@ func instanceStatus(prev *tiledv1alpha1.TiledInstanceStatus, o observedInstance)
 		setDatabaseCondition(status, gen, dbReady, dbProblem, o.PostgresPod)
 	}
 	status.Database = &tiledv1alpha1.DatabaseStatus{Mode: mode, Ready: dbReady}
+	if prev.Database != nil {
+		status.Database.CatalogRevision, status.Database.AuthRevision = prev.Database.CatalogRevision, prev.Database.AuthRevision
+	}
+	if r := o.Revisions; r != nil {
+		status.Version = r.Version
+		status.Database.CatalogRevision, status.Database.AuthRevision = r.Catalog.Rev(), r.Auth.Rev()
+	}
 
 	// A pod failure that will not mend by itself stalls the instance; everything was applied all the
 	// same, and nothing is deleted.
@@ -85,8 +99,12 @@ func instanceStatus(prev *tiledv1alpha1.TiledInstanceStatus, o observedInstance)
 	}
 	removeCondition(&status.Conditions, ConditionStalled)
 	switch {
+	case o.UpgradeStall != nil:
+		setStalled(&status.Conditions, gen, o.UpgradeStall.Reason, o.UpgradeStall.Message)
 	case stall != nil:
 		setStalled(&status.Conditions, gen, stall.Reason, stall.Message)
+	case o.UpgradeProgress != nil:
+		setReconciling(&status.Conditions, gen, o.UpgradeProgress.Reason, o.UpgradeProgress.Message)
 	case !dbReady:
 		c := meta.FindStatusCondition(status.Conditions, ConditionDatabaseReady)
 		setReconciling(&status.Conditions, gen, c.Reason, c.Message)

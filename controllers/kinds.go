@@ -2,6 +2,7 @@ package controllers
 
 import (
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -35,6 +36,8 @@ func ChildKinds() []client.Object {
 		&appsv1.StatefulSet{},
 		metadataOnly(networkingv1.SchemeGroupVersion.WithKind("Ingress")),
 		metadataOnly(policyv1.SchemeGroupVersion.WithKind("PodDisruptionBudget")),
+		// The upgrade procedure's Jobs: their conditions say how a step ended.
+		&batchv1.Job{},
 	}
 }
 

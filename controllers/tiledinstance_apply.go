@@ -5,8 +5,10 @@ import (
 	"errors"
 	"slices"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
@@ -86,7 +88,12 @@ func (r *TiledInstanceReconciler) prune(ctx context.Context, cur *instanceState,
 		if err != nil {
 			return err
 		}
-		if _, err := childset.Prune(ctx, r.Client, r.Applier, gvk, slices.Values(owned), ti.UID, applied, childset.PruneOptions{}); err != nil {
+		var opts childset.PruneOptions
+		if gvk.Kind == "Job" {
+			// A Job's pods go with it (the API's default for Jobs orphans them).
+			opts.Propagation = ptr.To(metav1.DeletePropagationBackground)
+		}
+		if _, err := childset.Prune(ctx, r.Client, r.Applier, gvk, slices.Values(owned), ti.UID, applied, opts); err != nil {
 			return err
 		}
 	}

@@ -51,8 +51,9 @@ const DefaultProbeGrace = 60 * time.Second
 // and its managed database; it prunes the objects it no longer renders and reports readiness.
 //
 // One reconcile is a list of stages, each in its own file: observe (tiledinstance_observe.go: the
-// instance and every read of the reconcile, from the cache), inputs and desire
-// (tiledinstance_desire.go: the expanded spec, the Secret's data, the render, package desired),
+// instance and every read of the reconcile, from the cache), inputs (tiledinstance_desire.go: the
+// expanded spec, the Secret's data), upgrade (tiledinstance_upgrade.go: the next step of a Tiled
+// version change, package upgrade), desire (tiledinstance_desire.go: the render, package desired),
 // apply and prune (tiledinstance_apply.go: package childset, retention.go) and status
 // (tiledinstance_status.go, from the pure instanceStatus).
 type TiledInstanceReconciler struct {
@@ -100,6 +101,9 @@ func (r *TiledInstanceReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	}
 	in, err := r.inputs(ctx, cur)
 	if err != nil {
+		return r.failed(ctx, cur, err)
+	}
+	if in.upgrade, err = r.upgrade(ctx, cur, &in); err != nil {
 		return r.failed(ctx, cur, err)
 	}
 	want, err := r.desire(cur, in)

@@ -13,6 +13,7 @@ import (
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/controllers/desired"
+	"github.com/bluesky/tiled-operator/controllers/upgrade"
 	"github.com/bluesky/tiled-operator/expansion"
 	"github.com/bluesky/tiled-operator/names"
 	"github.com/bluesky/tiled-operator/render"
@@ -25,8 +26,10 @@ type instanceInputs struct {
 	// external: the instance uses an external database.
 	external bool
 	// render are render's other inputs: the Secret's data, an external database's keys, whether
-	// ServiceMonitors exist.
+	// ServiceMonitors exist, the upgrade procedure's step.
 	render render.Inputs
+	// upgrade is the upgrade procedure's decision (tiledinstance_upgrade.go).
+	upgrade upgrade.Decision
 }
 
 // inputs gathers what the instance's children are rendered from, or the stall that keeps them

@@ -96,11 +96,19 @@ func (r *TiledInstanceReconciler) observed(ctx context.Context, cur *instanceSta
 			obs.Replicas = *t.Replicas
 		}
 	}
+	if l := in.upgrade.Lifecycle; l != nil && l.ServingImage != "" {
+		obs.Image = &l.ServingImage
+		if l.Stopped {
+			obs.Replicas = 0
+		}
+	}
+	obs.UpgradeStall, obs.UpgradeProgress = in.upgrade.Stall, in.upgrade.Progress
 	obs.Tiled = cur.statefulSet(ctx, stsKey(ti.Namespace, n.Tiled))
 	serverPods, dbPods, err := cur.pods(ctx)
 	if err != nil {
 		return obs, 0, err
 	}
+	obs.Revisions = reportOf(serverPods)
 	grace := r.ProbeGrace
 	if grace == 0 {
 		grace = DefaultProbeGrace

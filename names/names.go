@@ -115,6 +115,16 @@ type Objects struct {
 	DatabaseClaim string
 	// PostgresInit is the ConfigMap with the script creating the catalog, storage and auth databases.
 	PostgresInit string
+	// BackupClaim is the claim the instance's backups are written to (the upgrade's backup before a
+	// migration); created at the first upgrade.
+	BackupClaim string
+}
+
+// Job names the Job of one step of the upgrade procedure (check, backup, migrate, restore); key
+// tells runs apart (a Job's pod template cannot change, so a new target is a new Job). The name is
+// also a label value of the Job's pods, hence at most MaxLabelValueLength.
+func (n Objects) Job(step, key string) string {
+	return Object(n.Base, step+"-"+key, MaxLabelValueLength)
 }
 
 // For returns the names of the children of the TiledInstance namespace/name: the instance's name
@@ -133,6 +143,7 @@ func For(namespace, name string) Objects {
 		Postgres:        Object(b, "postgres", MaxStatefulSetNameLength),
 		PostgresInit:    Object(b, "postgres-init", MaxObjectNameLength),
 		DatabaseClaim:   Object(b, "postgres-data", MaxObjectNameLength),
+		BackupClaim:     Object(b, "backups", MaxObjectNameLength),
 	}
 }
 

@@ -87,6 +87,10 @@ type Inputs struct {
 	// SecretData is the complete data of the instance's Secret: the existing keys plus those
 	// GenerateSecretData returned. It is written only into the Secret, never into other objects.
 	SecretData map[string][]byte
+	// Lifecycle is what the upgrade procedure asks of this render: the image that serves while the
+	// databases are not yet migrated, Tiled stopped, the Job of the current step, the backup claim.
+	// Nil serves spec.tiled.image.
+	Lifecycle *Lifecycle
 }
 
 func (in Inputs) names(ti *v1alpha1.TiledInstance) names.Objects {

@@ -6,6 +6,12 @@ The operator writes this file into the instance's ConfigMap beside config.yml; t
         (init container "migrate")
     python /deploy/config/entrypoint.py serve config --host 0.0.0.0 --port 8000 --scalable
         (container "tiled": Tiled's own command line, run in this process)
+    python /deploy/config/entrypoint.py revisions --wait SECONDS --catalog URI [--auth URI]
+        (the upgrade's check Job: the databases' revisions and the ones this image requires)
+
+migrate and revisions leave a JSON report as the container's termination message: the Tiled version,
+and per database its current revision, the one this version requires and whether it knows the
+current one.
 
 It uses only what the Tiled image holds (Python, asyncpg, SQLAlchemy, Tiled) and does what Tiled 0.2.20
 cannot be configured to do:
@@ -218,16 +224,86 @@ def run(*args, check=True):
     return r.returncode
 
 
-def migrate_steps(catalog, auth):
-    # `catalog init --if-not-exists` is idempotent and stamps a new database at the latest revision,
-    # so it runs first and `upgrade-database` then migrates an older one. `admin initialize-database`
-    # refuses an initialized database and `admin upgrade-database` an empty one: upgrade, else
-    # initialize.
-    run("catalog", "init", "--if-not-exists", catalog)
-    run("catalog", "upgrade-database", catalog)
+# Revisions.
+
+# Where the kubelet reads a container's termination message: the operator reads the revisions the
+# migrate and revisions steps report there (status.database.catalogRevision, the upgrade's check).
+TERMINATION_LOG = "/dev/termination-log"
+
+
+async def current_revision(uri):
+    """The alembic revision a database is stamped with, None when it has none (a new database)."""
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn(uri), timeout=10)
+    try:
+        if await conn.fetchval("SELECT to_regclass('alembic_version')") is None:
+            return None
+        rows = await conn.fetch("SELECT version_num FROM alembic_version")
+        if len(rows) != 1:
+            raise SystemExit(f"[tiled-operator] database {where(uri)} is stamped with {len(rows)} alembic revisions")
+        return rows[0]["version_num"]
+    finally:
+        await conn.close()
+
+
+def revision_report(catalog, auth):
+    """What this image's Tiled expects of the databases and what they hold: the version, and for the
+    catalog (and auth) database its current revision, the revision this version requires and whether
+    this version knows the current one (an unknown one is newer: a downgrade)."""
+    import tiled
+    from tiled.authn_database import core as authn
+    from tiled.catalog import core as cat
+
+    def one(uri, module):
+        current = asyncio.run(current_revision(uri)) if uri and is_postgres(uri) else None
+        return {
+            "current": current,
+            "required": module.REQUIRED_REVISION,
+            "known": current is None or current in module.ALL_REVISIONS,
+        }
+
+    report = {"version": tiled.__version__, "catalog": one(catalog, cat)}
     if auth:
-        if run("admin", "upgrade-database", auth, check=False) != 0:
+        report["auth"] = one(auth, authn)
+    return report
+
+
+def publish(report):
+    """Print the report and leave it as the container's termination message (one JSON line)."""
+    import json
+
+    line = json.dumps(report, sort_keys=True, separators=(",", ":"))
+    print(line, flush=True)
+    try:
+        with open(TERMINATION_LOG, "w") as f:
+            f.write(line)
+    except OSError:
+        pass  # not in a pod
+
+
+def migrate_steps(catalog, auth):
+    # A database without a revision stamp is new: `catalog init` creates its tables and stamps the
+    # latest revision. One with a stamp is upgraded: `upgrade-database` runs the revisions between
+    # its stamp and this version's (none when it is there already). `catalog init --if-not-exists` is
+    # not used on an existing database: a newer Tiled's init refuses an older database
+    # (DatabaseUpgradeNeeded) before the upgrade could run. The auth database likewise: `admin
+    # initialize-database` for a new one, `admin upgrade-database` otherwise.
+    before = revision_report(catalog, auth)
+    if not before["catalog"]["known"]:
+        raise SystemExit(
+            f"[tiled-operator] catalog {where(catalog)} is at revision {before['catalog']['current']}, "
+            f"which Tiled {before['version']} does not know (a newer Tiled migrated it): restore a backup taken before"
+        )
+    if before["catalog"]["current"] is None:
+        run("catalog", "init", catalog)
+    else:
+        run("catalog", "upgrade-database", catalog)
+    if auth:
+        if before["auth"]["current"] is None:
             run("admin", "initialize-database", auth)
+        else:
+            run("admin", "upgrade-database", auth)
 
 
 async def migrate_locked(catalog, auth):
@@ -249,10 +325,10 @@ async def migrate_locked(catalog, auth):
         await conn.close()
 
 
-def migrate(args):
+def uris_from(args, prog):
     import argparse
 
-    p = argparse.ArgumentParser(prog="entrypoint.py migrate")
+    p = argparse.ArgumentParser(prog=prog)
     p.add_argument("--wait", type=int, default=300, help="seconds to wait for the database")
     p.add_argument("--catalog", required=True, help="catalog database URI; ${VAR} is expanded")
     p.add_argument("--auth", default="", help="authentication database URI; ${VAR} is expanded")
@@ -263,16 +339,31 @@ def migrate(args):
     for uri in (catalog, auth):
         if uri and is_postgres(uri):
             asyncio.run(wait_for(uri, deadline, a.wait))
+    return catalog, auth
+
+
+def migrate(args):
+    catalog, auth = uris_from(args, "entrypoint.py migrate")
     if is_postgres(catalog):
         asyncio.run(migrate_locked(catalog, auth))
     else:
         migrate_steps(catalog, auth)
-    say("databases are at the latest revision")
+    report = revision_report(catalog, auth)
+    say(f"databases are at the revisions Tiled {report['version']} requires")
+    publish(report)
     return 0
 
 
+def revisions(args):
+    """Report the databases' revisions and the ones this image's Tiled requires; change nothing."""
+    catalog, auth = uris_from(args, "entrypoint.py revisions")
+    publish(revision_report(catalog, auth))
+    return 0
+
+
+COMMANDS = {"migrate": migrate, "revisions": revisions, "serve": serve}
+
 if __name__ == "__main__":
-    if len(sys.argv) < 2 or sys.argv[1] not in ("migrate", "serve"):
-        sys.exit("usage: entrypoint.py migrate|serve ARGS...")
-    command, rest = sys.argv[1], sys.argv[2:]
-    sys.exit(migrate(rest) if command == "migrate" else serve(rest))
+    if len(sys.argv) < 2 or sys.argv[1] not in COMMANDS:
+        sys.exit("usage: entrypoint.py migrate|revisions|serve ARGS...")
+    sys.exit(COMMANDS[sys.argv[1]](sys.argv[2:]))

@@ -9,6 +9,9 @@ const (
 	ComponentServer   = "server"
 	ComponentDatabase = "database"
 	ComponentData     = "data"
+	ComponentBackups  = "backups"
+	// ComponentJob labels the Jobs (and their pods) of the upgrade procedure's steps.
+	ComponentJob = "lifecycle"
 )
 
 // AppName is the value of the v1alpha1.LabelAppName label on every object.

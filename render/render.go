@@ -5,6 +5,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
+	batchv1ac "k8s.io/client-go/applyconfigurations/batch/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	networkingv1ac "k8s.io/client-go/applyconfigurations/networking/v1"
 	policyv1ac "k8s.io/client-go/applyconfigurations/policy/v1"
@@ -32,6 +33,7 @@ type Objects struct {
 	PostgresService *corev1ac.ServiceApplyConfiguration                 // nil for an external database
 	Postgres        *appsv1ac.StatefulSetApplyConfiguration             // nil for an external database
 	ServiceMonitor  *unstructured.Unstructured                          // nil unless asked for and possible
+	Job             *batchv1ac.JobApplyConfiguration                    // the upgrade step's Job, nil when none
 }
 
 // Render renders every object of the instance. The Secret holds in.SecretData as given: callers
@@ -63,6 +65,9 @@ func Render(ti *v1alpha1.TiledInstance, in Inputs) (*Objects, error) {
 		ServiceMonitor:  ServiceMonitor(ti, in),
 	}
 	o.PostgresInit, o.PostgresService, o.Postgres = Postgres(ti, in)
+	if o.Job, err = LifecycleJob(ti, in); err != nil {
+		return nil, err
+	}
 	return o, nil
 }
 
@@ -96,5 +101,6 @@ func (o *Objects) All() []any {
 	if o.ServiceMonitor != nil {
 		add(o.ServiceMonitor, false)
 	}
+	add(o.Job, o.Job == nil)
 	return out
 }

@@ -105,6 +105,12 @@ func Claims(ti *v1alpha1.TiledInstance, in Inputs) []*corev1ac.PersistentVolumeC
 			WithAnnotations(ann).
 			WithSpec(spec))
 	}
+	if l := in.Lifecycle; l != nil && l.BackupClaim {
+		out = append(out, corev1ac.PersistentVolumeClaim(n.BackupClaim, ti.Namespace).
+			WithLabels(Labels(ti, ComponentBackups)).
+			WithAnnotations(ann).
+			WithSpec(backupClaimSpec(ti)))
+	}
 	return out
 }
 

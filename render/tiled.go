@@ -274,6 +274,15 @@ func healthProbe(period, failures int32) *corev1ac.ProbeApplyConfiguration {
 		WithFailureThreshold(failures)
 }
 
+// servingReplicas is the Tiled StatefulSet's replicas: none while the upgrade procedure has Tiled
+// stopped, else the spec's.
+func servingReplicas(ti *v1alpha1.TiledInstance, in Inputs) int32 {
+	if stopped(in) {
+		return 0
+	}
+	return replicas(ti)
+}
+
 func replicas(ti *v1alpha1.TiledInstance) int32 {
 	if t := ti.Spec.Tiled; t != nil && t.Replicas != nil {
 		return *t.Replicas
@@ -298,7 +307,7 @@ func StatefulSet(ti *v1alpha1.TiledInstance, in Inputs, configHash string) (*app
 	if t == nil {
 		t = &v1alpha1.TiledServerSpec{}
 	}
-	image := t.Image
+	image := servingImage(ti, in)
 	if image == "" {
 		// The version lives in one place, the expansion engine's built-in defaults.
 		return nil, fmt.Errorf("spec.tiled.image is empty: the instance is not expanded")
@@ -406,7 +415,7 @@ func StatefulSet(ti *v1alpha1.TiledInstance, in Inputs, configHash string) (*app
 	}
 
 	spec := appsv1ac.StatefulSetSpec().
-		WithReplicas(replicas(ti)).
+		WithReplicas(servingReplicas(ti, in)).
 		WithServiceName(n.HeadlessService).
 		WithPodManagementPolicy(appsv1.ParallelPodManagement).
 		WithSelector(metav1ac.LabelSelector().WithMatchLabels(SelectorLabels(ti, ComponentServer))).

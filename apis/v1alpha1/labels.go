@@ -16,6 +16,9 @@ const (
 	// LabelAppComponent says which part of the instance an object is: "server" (Tiled), "database"
 	// (the managed PostgreSQL) or "data" (storage).
 	LabelAppComponent = "app.kubernetes.io/component"
+	// LabelStep on a Job of the upgrade procedure (and its pod) names its step: check, backup,
+	// migrate or restore.
+	LabelStep = "tiled.blueskyproject.io/step"
 )
 
 // AnnotationAllowConflicts on a TiledProfile, set to "true", turns the profile webhook's refusal of

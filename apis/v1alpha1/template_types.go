@@ -56,6 +56,14 @@ type TiledServerSpec struct {
 	// +kubebuilder:validation:MaxLength=512
 	Image string `json:"image,omitempty"`
 
+	// Version states the Tiled release the image runs (e.g. 0.2.14), for an image whose tag does not
+	// say it: a digest, latest, a facility's own tag. Unset, the version is read from the image's tag;
+	// when the tag does not say it either, the newest supported version is assumed and admission
+	// warns. The configuration is checked and rendered for this version.
+	// +optional
+	// +kubebuilder:validation:Pattern=`^[0-9]+\.[0-9]+\.[0-9]+$`
+	Version string `json:"version,omitempty"`
+
 	// ImagePullPolicy is the pull policy of the Tiled image: Always, IfNotPresent or Never.
 	// +optional
 	// +kubebuilder:validation:Enum=Always;IfNotPresent;Never

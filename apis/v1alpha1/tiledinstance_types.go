@@ -27,6 +27,125 @@ type DatabaseStatus struct {
 	// (external).
 	// +optional
 	Ready bool `json:"ready,omitempty"`
+
+	// CatalogRevision is the alembic revision of the catalog database, as the Tiled pods' migrate
+	// step last reported it (or the upgrade's check). Tiled serves only at the revision its version
+	// expects.
+	// +optional
+	CatalogRevision string `json:"catalogRevision,omitempty"`
+
+	// AuthRevision is the alembic revision of the authentication database ("" without OIDC).
+	// +optional
+	AuthRevision string `json:"authRevision,omitempty"`
+}
+
+// UpgradePhase is a step of the upgrade procedure of an instance whose Tiled version changes.
+// +kubebuilder:validation:Enum=Checking;BackingUp;Stopping;Migrating;Starting;Restoring;Failed
+type UpgradePhase string
+
+const (
+	// UpgradeChecking: a Job with the new image compares the databases' revisions with the ones the
+	// new version expects; the old version keeps serving.
+	UpgradeChecking UpgradePhase = "Checking"
+	// UpgradeBackingUp: a Job dumps the instance's databases; the old version keeps serving.
+	UpgradeBackingUp UpgradePhase = "BackingUp"
+	// UpgradeStopping: the Tiled pods are stopped (0 replicas), so that no old pod serves while the
+	// databases change.
+	UpgradeStopping UpgradePhase = "Stopping"
+	// UpgradeMigrating: one Job with the new image migrates the databases.
+	UpgradeMigrating UpgradePhase = "Migrating"
+	// UpgradeStarting: the new version's pods start on the migrated databases.
+	UpgradeStarting UpgradePhase = "Starting"
+	// UpgradeRestoring: the migration failed; a Job restores the databases from the backup taken
+	// before it, with Tiled stopped.
+	UpgradeRestoring UpgradePhase = "Restoring"
+	// UpgradeFailed: the databases were restored and the old version serves again; the instance is
+	// Stalled (MigrationFailed) until spec.tiled.image changes.
+	UpgradeFailed UpgradePhase = "Failed"
+)
+
+// UpgradeStatus is an upgrade in progress (or failed and undone): what it moves from and to, and
+// where it stands. The operator records each phase before it starts the phase's step, so that a
+// restarted operator carries on where the last one stopped.
+type UpgradeStatus struct {
+	// Phase is the step the upgrade is at.
+	Phase UpgradePhase `json:"phase"`
+
+	// FromImage is the image that served before the upgrade (and serves again if it fails).
+	FromImage string `json:"fromImage"`
+
+	// ToImage is spec.tiled.image, the image the upgrade moves to.
+	ToImage string `json:"toImage"`
+
+	// FromVersion and ToVersion are the Tiled versions of the two images.
+	// +optional
+	FromVersion string `json:"fromVersion,omitempty"`
+	// +optional
+	ToVersion string `json:"toVersion,omitempty"`
+
+	// FromRevision is the catalog's revision before the migration; ToRevision the one the new
+	// version expects. AuthFromRevision and AuthToRevision are the authentication database's.
+	// +optional
+	FromRevision string `json:"fromRevision,omitempty"`
+	// +optional
+	ToRevision string `json:"toRevision,omitempty"`
+	// +optional
+	AuthFromRevision string `json:"authFromRevision,omitempty"`
+	// +optional
+	AuthToRevision string `json:"authToRevision,omitempty"`
+
+	// Backup names the backup taken before the migration, on the instance's backup claim.
+	// +optional
+	Backup string `json:"backup,omitempty"`
+
+	// StartTime is when the upgrade began; PhaseTime when the current phase began.
+	StartTime metav1.Time `json:"startTime"`
+	// +optional
+	PhaseTime *metav1.Time `json:"phaseTime,omitempty"`
+
+	// StopTime is when the old pods were told to stop (the downtime's start).
+	// +optional
+	StopTime *metav1.Time `json:"stopTime,omitempty"`
+
+	// MigrationSeconds is how long the migration Job ran, once it ended.
+	// +optional
+	MigrationSeconds string `json:"migrationSeconds,omitempty"`
+
+	// Message says why the upgrade failed: the revision and the last lines of the failing step.
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// MigrationRecord is the last migration of an instance's databases.
+type MigrationRecord struct {
+	// FromVersion and ToVersion are the Tiled versions before and after.
+	FromVersion string `json:"fromVersion"`
+	ToVersion   string `json:"toVersion"`
+
+	// FromRevision and ToRevision are the catalog's revisions before and after.
+	// +optional
+	FromRevision string `json:"fromRevision,omitempty"`
+	// +optional
+	ToRevision string `json:"toRevision,omitempty"`
+
+	// Backup names the backup taken before the migration.
+	// +optional
+	Backup string `json:"backup,omitempty"`
+
+	// Result is Succeeded, or RolledBack when the migration failed and the backup was restored.
+	// +kubebuilder:validation:Enum=Succeeded;RolledBack
+	Result string `json:"result"`
+
+	// StartTime is when the upgrade began and CompletionTime when its last step ended.
+	StartTime      metav1.Time `json:"startTime"`
+	CompletionTime metav1.Time `json:"completionTime"`
+
+	// MigrationSeconds is how long the migration Job ran; DowntimeSeconds how long no Tiled pod
+	// served (from the stop to the first new pod Ready).
+	// +optional
+	MigrationSeconds string `json:"migrationSeconds,omitempty"`
+	// +optional
+	DowntimeSeconds string `json:"downtimeSeconds,omitempty"`
 }
 
 // TiledInstanceStatus is the observed state of a TiledInstance.
@@ -58,9 +177,23 @@ type TiledInstanceStatus struct {
 	// +optional
 	Image string `json:"image,omitempty"`
 
+	// Version is the Tiled version the serving pods run, as their migrate step reported it.
+	// +optional
+	Version string `json:"version,omitempty"`
+
 	// Database is the observed state of the database.
 	// +optional
 	Database *DatabaseStatus `json:"database,omitempty"`
+
+	// Upgrade is the upgrade in progress, or the last one when it failed and was undone (phase
+	// Failed); absent otherwise.
+	// +optional
+	Upgrade *UpgradeStatus `json:"upgrade,omitempty"`
+
+	// LastMigration records the last migration of the databases: versions, revisions, backup,
+	// result and durations.
+	// +optional
+	LastMigration *MigrationRecord `json:"lastMigration,omitempty"`
 }
 
 // +kubebuilder:object:root=true
@@ -68,6 +201,9 @@ type TiledInstanceStatus struct {
 // +kubebuilder:resource:shortName=ti,categories=tiled
 // +kubebuilder:printcolumn:name="Cluster",type=string,JSONPath=`.metadata.labels.tiled\.blueskyproject\.io/cluster`
 // +kubebuilder:printcolumn:name="Image",type=string,JSONPath=`.status.image`
+// +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.status.version`
+// +kubebuilder:printcolumn:name="Revision",type=string,JSONPath=`.status.database.catalogRevision`
+// +kubebuilder:printcolumn:name="Upgrade",type=string,JSONPath=`.status.upgrade.phase`
 // +kubebuilder:printcolumn:name="Storage",type=string,JSONPath=`.spec.storage.data.size`
 // +kubebuilder:printcolumn:name="Database",type=string,JSONPath=`.status.database.mode`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`

@@ -106,6 +106,12 @@ var schemaYAML = typed.YAMLObject(`types:
 - name: com.github.bluesky.tiled-operator.apis.v1alpha1.DatabaseStatus
   map:
     fields:
+    - name: authRevision
+      type:
+        scalar: string
+    - name: catalogRevision
+      type:
+        scalar: string
     - name: mode
       type:
         scalar: string
@@ -266,6 +272,39 @@ var schemaYAML = typed.YAMLObject(`types:
           elementType:
             namedType: io.k8s.api.core.v1.Toleration
           elementRelationship: atomic
+- name: com.github.bluesky.tiled-operator.apis.v1alpha1.MigrationRecord
+  map:
+    fields:
+    - name: backup
+      type:
+        scalar: string
+    - name: completionTime
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: downtimeSeconds
+      type:
+        scalar: string
+    - name: fromRevision
+      type:
+        scalar: string
+    - name: fromVersion
+      type:
+        scalar: string
+    - name: migrationSeconds
+      type:
+        scalar: string
+    - name: result
+      type:
+        scalar: string
+    - name: startTime
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: toRevision
+      type:
+        scalar: string
+    - name: toVersion
+      type:
+        scalar: string
 - name: com.github.bluesky.tiled-operator.apis.v1alpha1.MonitoringSpec
   map:
     fields:
@@ -567,13 +606,22 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: image
       type:
         scalar: string
+    - name: lastMigration
+      type:
+        namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.MigrationRecord
     - name: observedGeneration
       type:
         scalar: numeric
     - name: readyReplicas
       type:
         scalar: numeric
+    - name: upgrade
+      type:
+        namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.UpgradeStatus
     - name: url
+      type:
+        scalar: string
+    - name: version
       type:
         scalar: string
 - name: com.github.bluesky.tiled-operator.apis.v1alpha1.TiledProfile
@@ -751,6 +799,59 @@ var schemaYAML = typed.YAMLObject(`types:
           elementType:
             namedType: io.k8s.api.core.v1.TopologySpreadConstraint
           elementRelationship: atomic
+    - name: version
+      type:
+        scalar: string
+- name: com.github.bluesky.tiled-operator.apis.v1alpha1.UpgradePhase
+  scalar: string
+- name: com.github.bluesky.tiled-operator.apis.v1alpha1.UpgradeStatus
+  map:
+    fields:
+    - name: authFromRevision
+      type:
+        scalar: string
+    - name: authToRevision
+      type:
+        scalar: string
+    - name: backup
+      type:
+        scalar: string
+    - name: fromImage
+      type:
+        scalar: string
+    - name: fromRevision
+      type:
+        scalar: string
+    - name: fromVersion
+      type:
+        scalar: string
+    - name: message
+      type:
+        scalar: string
+    - name: migrationSeconds
+      type:
+        scalar: string
+    - name: phase
+      type:
+        namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.UpgradePhase
+    - name: phaseTime
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: startTime
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: stopTime
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: toImage
+      type:
+        scalar: string
+    - name: toRevision
+      type:
+        scalar: string
+    - name: toVersion
+      type:
+        scalar: string
 - name: io.k8s.api.core.v1.Affinity
   map:
     fields:

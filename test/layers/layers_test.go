@@ -18,13 +18,13 @@ var layers = []struct {
 	prefix string
 	rank   int
 }{
-	{"apis", 0}, {"names", 0}, {"config", 0}, {"applyconfiguration", 0},
+	{"apis", 0}, {"names", 0}, {"tiledversion", 0}, {"config", 0}, {"applyconfiguration", 0},
 	{"profiles", 1},
 	{"render", 2},
 	{"expansion", 3},
 	// The controllers' parts under the reconcilers: the one writer and the pure deciders, then the
 	// child-set engine and the desired state, both built on the writer's prepared intents.
-	{"controllers/applier", 4}, {"controllers/rollout", 4}, {"controllers/podstatus", 4},
+	{"controllers/applier", 4}, {"controllers/rollout", 4}, {"controllers/podstatus", 4}, {"controllers/upgrade", 4},
 	{"controllers/childset", 5}, {"controllers/desired", 5},
 	{"controllers", 6}, {"webhooks", 6},
 	{"operator", 7},

@@ -18,6 +18,12 @@ type DatabaseStatusApplyConfiguration struct {
 	// Ready is true when the database accepts connections (managed) or its Secret is complete
 	// (external).
 	Ready *bool `json:"ready,omitempty"`
+	// CatalogRevision is the alembic revision of the catalog database, as the Tiled pods' migrate
+	// step last reported it (or the upgrade's check). Tiled serves only at the revision its version
+	// expects.
+	CatalogRevision *string `json:"catalogRevision,omitempty"`
+	// AuthRevision is the alembic revision of the authentication database ("" without OIDC).
+	AuthRevision *string `json:"authRevision,omitempty"`
 }
 
 // DatabaseStatusApplyConfiguration constructs a declarative configuration of the DatabaseStatus type for use with
@@ -39,5 +45,21 @@ func (b *DatabaseStatusApplyConfiguration) WithMode(value string) *DatabaseStatu
 // If called multiple times, the Ready field is set to the value of the last call.
 func (b *DatabaseStatusApplyConfiguration) WithReady(value bool) *DatabaseStatusApplyConfiguration {
 	b.Ready = &value
+	return b
+}
+
+// WithCatalogRevision sets the CatalogRevision field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the CatalogRevision field is set to the value of the last call.
+func (b *DatabaseStatusApplyConfiguration) WithCatalogRevision(value string) *DatabaseStatusApplyConfiguration {
+	b.CatalogRevision = &value
+	return b
+}
+
+// WithAuthRevision sets the AuthRevision field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the AuthRevision field is set to the value of the last call.
+func (b *DatabaseStatusApplyConfiguration) WithAuthRevision(value string) *DatabaseStatusApplyConfiguration {
+	b.AuthRevision = &value
 	return b
 }

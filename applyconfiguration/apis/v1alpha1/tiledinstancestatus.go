@@ -32,8 +32,16 @@ type TiledInstanceStatusApplyConfiguration struct {
 	// answering, and expanded by the controller). The Image column of `kubectl get tiledinstances`
 	// shows it.
 	Image *string `json:"image,omitempty"`
+	// Version is the Tiled version the serving pods run, as their migrate step reported it.
+	Version *string `json:"version,omitempty"`
 	// Database is the observed state of the database.
 	Database *DatabaseStatusApplyConfiguration `json:"database,omitempty"`
+	// Upgrade is the upgrade in progress, or the last one when it failed and was undone (phase
+	// Failed); absent otherwise.
+	Upgrade *UpgradeStatusApplyConfiguration `json:"upgrade,omitempty"`
+	// LastMigration records the last migration of the databases: versions, revisions, backup,
+	// result and durations.
+	LastMigration *MigrationRecordApplyConfiguration `json:"lastMigration,omitempty"`
 }
 
 // TiledInstanceStatusApplyConfiguration constructs a declarative configuration of the TiledInstanceStatus type for use with
@@ -87,10 +95,34 @@ func (b *TiledInstanceStatusApplyConfiguration) WithImage(value string) *TiledIn
 	return b
 }
 
+// WithVersion sets the Version field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Version field is set to the value of the last call.
+func (b *TiledInstanceStatusApplyConfiguration) WithVersion(value string) *TiledInstanceStatusApplyConfiguration {
+	b.Version = &value
+	return b
+}
+
 // WithDatabase sets the Database field in the declarative configuration to the given value
 // and returns the receiver, so that objects can be built by chaining "With" function invocations.
 // If called multiple times, the Database field is set to the value of the last call.
 func (b *TiledInstanceStatusApplyConfiguration) WithDatabase(value *DatabaseStatusApplyConfiguration) *TiledInstanceStatusApplyConfiguration {
 	b.Database = value
+	return b
+}
+
+// WithUpgrade sets the Upgrade field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Upgrade field is set to the value of the last call.
+func (b *TiledInstanceStatusApplyConfiguration) WithUpgrade(value *UpgradeStatusApplyConfiguration) *TiledInstanceStatusApplyConfiguration {
+	b.Upgrade = value
+	return b
+}
+
+// WithLastMigration sets the LastMigration field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the LastMigration field is set to the value of the last call.
+func (b *TiledInstanceStatusApplyConfiguration) WithLastMigration(value *MigrationRecordApplyConfiguration) *TiledInstanceStatusApplyConfiguration {
+	b.LastMigration = value
 	return b
 }

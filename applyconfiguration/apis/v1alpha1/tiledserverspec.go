@@ -19,6 +19,11 @@ import (
 type TiledServerSpecApplyConfiguration struct {
 	// Image is the Tiled container image, e.g. ghcr.io/bluesky/tiled:0.2.20 (Tiled's tags have no "v").
 	Image *string `json:"image,omitempty"`
+	// Version states the Tiled release the image runs (e.g. 0.2.14), for an image whose tag does not
+	// say it: a digest, latest, a facility's own tag. Unset, the version is read from the image's tag;
+	// when the tag does not say it either, the newest supported version is assumed and admission
+	// warns. The configuration is checked and rendered for this version.
+	Version *string `json:"version,omitempty"`
 	// ImagePullPolicy is the pull policy of the Tiled image: Always, IfNotPresent or Never.
 	ImagePullPolicy *v1.PullPolicy `json:"imagePullPolicy,omitempty"`
 	// Replicas is the number of Tiled server pods. More than one adds a PodDisruptionBudget; Tiled
@@ -82,6 +87,14 @@ func TiledServerSpec() *TiledServerSpecApplyConfiguration {
 // If called multiple times, the Image field is set to the value of the last call.
 func (b *TiledServerSpecApplyConfiguration) WithImage(value string) *TiledServerSpecApplyConfiguration {
 	b.Image = &value
+	return b
+}
+
+// WithVersion sets the Version field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Version field is set to the value of the last call.
+func (b *TiledServerSpecApplyConfiguration) WithVersion(value string) *TiledServerSpecApplyConfiguration {
+	b.Version = &value
 	return b
 }
 

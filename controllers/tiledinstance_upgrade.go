@@ -1,0 +1,164 @@
+package controllers
+
+import (
+	"context"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/bluesky/tiled-operator/controllers/upgrade"
+	"github.com/bluesky/tiled-operator/expansion"
+	"github.com/bluesky/tiled-operator/names"
+	"github.com/bluesky/tiled-operator/tiledversion"
+)
+
+// The Jobs of the upgrade procedure's steps (check, backup, migrate, restore).
+// +kubebuilder:rbac:groups=batch,resources=jobs,verbs=list;watch;create;patch;delete
+
+// upgrade is the stage between inputs and desire: when spec.tiled.image differs from the image the
+// Tiled StatefulSet runs, package upgrade decides the procedure's next step from what the cache
+// shows (the step's Job, the Tiled pods). A new phase is recorded in the status before anything is
+// applied, so a restarted operator carries on where this one stopped; what the step needs (the
+// image that serves meanwhile, Tiled stopped, the step's Job, the backup claim) goes into the
+// render's inputs.
+func (r *TiledInstanceReconciler) upgrade(ctx context.Context, cur *instanceState, in *instanceInputs) (upgrade.Decision, error) {
+	ti, spec := cur.ti, in.spec
+	n := names.For(spec.Namespace, spec.Name)
+	o := upgrade.Observed{Upgrade: ti.Status.Upgrade, ToolsImage: expansion.PostgresImage, Now: time.Now()}
+	if t := spec.Spec.Tiled; t != nil {
+		o.SpecImage = t.Image
+		o.SpecVersion, _ = tiledversion.Of(t.Image, t.Version)
+	}
+	if m := ti.Status.LastMigration; m != nil {
+		o.LastBackup = m.Backup
+	}
+	sts := cur.statefulSet(ctx, stsKey(ti.Namespace, n.Tiled))
+	if sts != nil {
+		o.ServingImage = containerImage(sts, "tiled")
+		o.ServingVersion = ti.Status.Version
+		if o.ServingVersion == "" {
+			o.ServingVersion, _ = tiledversion.Of(o.ServingImage, "")
+		}
+		o.ServerReady = o.ServingImage == o.SpecImage && sts.Spec.Replicas != nil && *sts.Spec.Replicas > 0 &&
+			statefulSetReadyAt(sts, sts.Generation, *sts.Spec.Replicas)
+	}
+	if o.ServingImage == "" && o.Upgrade == nil {
+		return upgrade.Decision{}, nil // a new instance: nothing to upgrade
+	}
+	server, _, err := cur.pods(ctx)
+	if err != nil {
+		return upgrade.Decision{}, err
+	}
+	o.ServerPods = len(server)
+	if step := upgrade.CurrentStep(o.Upgrade); step != nil {
+		if o.Job, err = cur.job(ctx, step.JobName(spec, in.render)); err != nil {
+			return upgrade.Decision{}, err
+		}
+	}
+	d := upgrade.Decide(o)
+	in.render.Lifecycle = d.Lifecycle
+	if !d.Changed {
+		return d, nil
+	}
+	// Record the new phase (and the migration's record) before its step is applied.
+	status := ti.Status.DeepCopy()
+	status.Upgrade = d.Upgrade
+	if d.Record != nil {
+		status.LastMigration = d.Record
+	}
+	if s := d.Stall; s != nil {
+		setStalled(&status.Conditions, ti.Generation, s.Reason, s.Message)
+	} else if p := d.Progress; p != nil {
+		removeCondition(&status.Conditions, ConditionStalled)
+		setReconciling(&status.Conditions, ti.Generation, p.Reason, p.Message)
+	}
+	if _, err := r.writeStatus(ctx, ti, status); err != nil {
+		return upgrade.Decision{}, err
+	}
+	ti.Status = *status
+	if e := d.Event; e != nil {
+		typ := corev1.EventTypeWarning
+		if e.Normal {
+			typ = corev1.EventTypeNormal
+		}
+		r.Recorder.Eventf(ti, nil, typ, e.Reason, "Upgrade", "%s", e.Message)
+	}
+	return d, nil
+}
+
+// containerImage is the image of the container name in the StatefulSet's pod template.
+func containerImage(sts *appsv1.StatefulSet, name string) string {
+	for _, c := range sts.Spec.Template.Spec.Containers {
+		if c.Name == name {
+			return c.Image
+		}
+	}
+	return ""
+}
+
+// job returns the state of the Job name of this instance as the cache holds it, with its pod's
+// termination message (nil when the cache does not hold it).
+func (s *instanceState) job(ctx context.Context, name string) (*upgrade.Job, error) {
+	j := &batchv1.Job{}
+	if err := s.c.Get(ctx, client.ObjectKey{Namespace: s.ti.Namespace, Name: name}, j); err != nil {
+		return nil, client.IgnoreNotFound(err)
+	}
+	out := &upgrade.Job{}
+	for _, c := range j.Status.Conditions {
+		if c.Status != corev1.ConditionTrue {
+			continue
+		}
+		switch c.Type {
+		case batchv1.JobComplete:
+			out.Complete = true
+		case batchv1.JobFailed:
+			out.Failed = true
+			out.CompletionTime = c.LastTransitionTime.Time
+		}
+	}
+	if t := j.Status.StartTime; t != nil {
+		out.StartTime = t.Time
+	}
+	if t := j.Status.CompletionTime; t != nil {
+		out.CompletionTime = t.Time
+	}
+	if !out.Complete && !out.Failed {
+		return out, nil
+	}
+	var pods corev1.PodList
+	if err := s.c.List(ctx, &pods, client.InNamespace(s.ti.Namespace), client.MatchingFields{podInstanceIndex: s.ti.Name},
+		client.MatchingLabels{batchv1.JobNameLabel: name}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, err
+	}
+	for _, p := range pods.Items {
+		for _, cs := range p.Status.ContainerStatuses {
+			if t := cs.State.Terminated; t != nil && t.Message != "" {
+				out.Message = t.Message
+			}
+		}
+	}
+	return out, nil
+}
+
+// reportOf reads the revisions report the migrate init container of the newest Tiled pod left (the
+// Tiled version and the databases' revisions), nil when none has.
+func reportOf(server []corev1.Pod) *upgrade.Report {
+	var newest *corev1.Pod
+	var report *upgrade.Report
+	for i := range server {
+		p := &server[i]
+		for _, cs := range p.Status.InitContainerStatuses {
+			t := cs.State.Terminated
+			if cs.Name != "migrate" || t == nil || t.ExitCode != 0 {
+				continue
+			}
+			if r, err := upgrade.ParseReport(t.Message); err == nil && (newest == nil || newest.CreationTimestamp.Before(&p.CreationTimestamp)) {
+				newest, report = p, r
+			}
+		}
+	}
+	return report
+}

@@ -1,0 +1,426 @@
+package upgrade
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
+	"github.com/bluesky/tiled-operator/render"
+)
+
+// Reasons of the stalls and Events the procedure reports.
+const (
+	ReasonUpgrading          = "Upgrading"
+	ReasonMigrated           = "Migrated"
+	ReasonUpgradedInPlace    = "UpgradedWithoutMigration"
+	ReasonMigrationFailed    = "MigrationFailed"
+	ReasonBackupFailed       = "BackupFailed"
+	ReasonRestoreFailed      = "RestoreFailed"
+	ReasonCheckFailed        = "UpgradeCheckFailed"
+	ReasonDowngradeRefused   = "DowngradeRefused"
+	ReasonUpgradeCancelled   = "UpgradeCancelled"
+	ResultSucceeded          = "Succeeded"
+	ResultRolledBack         = "RolledBack"
+	backupPrefix             = "pre-upgrade-"
+	backupTimeLayout         = "20060102-150405"
+	messageTailLines         = 6
+)
+
+// Job is the state of the current step's Job as the cache holds it.
+type Job struct {
+	// Complete and Failed are the Job's terminal conditions (neither: still running).
+	Complete, Failed bool
+	// Message is the termination message of its pod's container: the step's JSON report when it
+	// succeeded, the tail of its log when it failed.
+	Message string
+	// StartTime and CompletionTime are the Job's (CompletionTime of a failed Job: when it failed).
+	StartTime, CompletionTime time.Time
+}
+
+// Observed is what Decide decides from.
+type Observed struct {
+	// SpecImage is spec.tiled.image; SpecVersion and ServingVersion the Tiled versions the two
+	// images run (package tiledversion).
+	SpecImage, SpecVersion string
+	// ServingImage is the image of the Tiled StatefulSet as it exists ("" when it does not: a new
+	// instance has nothing to upgrade).
+	ServingImage, ServingVersion string
+	// Upgrade is status.upgrade (nil: none in progress); LastBackup names the last backup taken
+	// (status.lastMigration.backup), which a refused downgrade names.
+	Upgrade    *v1alpha1.UpgradeStatus
+	LastBackup string
+	// Job is the current step's Job (nil: not in the cache, not yet created).
+	Job *Job
+	// ServerPods is how many Tiled pods exist (terminating ones included); ServerReady says the
+	// Tiled StatefulSet is ready with the spec's replicas on the image it renders.
+	ServerPods  int
+	ServerReady bool
+	// ToolsImage runs pg_dump and psql for an external database.
+	ToolsImage string
+	// Now is the time of the decision.
+	Now time.Time
+}
+
+// Decision is what the controller does.
+type Decision struct {
+	// Lifecycle goes into the render (nil: serve spec.tiled.image as usual).
+	Lifecycle *render.Lifecycle
+	// Upgrade is the status.upgrade to record (nil: none); Changed says it differs from Observed's,
+	// and is recorded before anything is applied.
+	Upgrade *v1alpha1.UpgradeStatus
+	Changed bool
+	// Record, when not nil, becomes status.lastMigration.
+	Record *v1alpha1.MigrationRecord
+	// Stall, when not nil, stalls the instance (Reason, Message); Progress, when not nil, is the
+	// Reconciling message while the procedure runs.
+	Stall    *Condition
+	Progress *Condition
+	// Event, when not nil, is sent once, with the status that records it.
+	Event *Event
+}
+
+// Condition is a reason and a message.
+type Condition struct{ Reason, Message string }
+
+// Event is an Event to send: Warning when not Normal.
+type Event struct {
+	Normal          bool
+	Reason, Message string
+}
+
+// Report is what entrypoint.py's migrate and revisions steps leave as their termination message.
+type Report struct {
+	Version string    `json:"version"`
+	Catalog *Revision `json:"catalog"`
+	Auth    *Revision `json:"auth,omitempty"`
+}
+
+// Revision is one database's revisions in a Report.
+type Revision struct {
+	// Current is the database's revision (nil: not initialized).
+	Current *string `json:"current"`
+	// Required is the revision the image's Tiled serves at.
+	Required string `json:"required"`
+	// Known says the image's Tiled knows Current (an unknown revision is newer: a downgrade).
+	Known bool `json:"known"`
+}
+
+// ParseReport reads a Report from a termination message.
+func ParseReport(msg string) (*Report, error) {
+	var r Report
+	if err := json.Unmarshal([]byte(strings.TrimSpace(msg)), &r); err != nil {
+		return nil, fmt.Errorf("not a revisions report: %w", err)
+	}
+	if r.Catalog == nil {
+		return nil, fmt.Errorf("not a revisions report: no catalog")
+	}
+	return &r, nil
+}
+
+// Rev is the database's revision ("" when it has none, or for no database).
+func (r *Revision) Rev() string { return r.current() }
+
+func (r *Revision) current() string {
+	if r == nil || r.Current == nil {
+		return ""
+	}
+	return *r.Current
+}
+
+// atRequired says the database needs no migration for the image (nil: it is not used).
+func (r *Revision) atRequired() bool { return r == nil || r.Current == nil || *r.Current == r.Required }
+
+// Decide returns the next step of the procedure.
+func Decide(o Observed) Decision {
+	u := o.Upgrade
+	if u == nil {
+		if o.ServingImage == "" || o.ServingImage == o.SpecImage {
+			return Decision{}
+		}
+		return o.begin(fmt.Sprintf("spec.tiled.image changed from %s to %s", o.ServingImage, o.SpecImage))
+	}
+	if u.ToImage != o.SpecImage {
+		switch u.Phase {
+		case v1alpha1.UpgradeChecking, v1alpha1.UpgradeBackingUp, v1alpha1.UpgradeStopping, v1alpha1.UpgradeFailed:
+			// The databases are as they were (Failed: restored): follow the spec's new image.
+			if o.SpecImage == u.FromImage {
+				return Decision{Changed: true, Event: &Event{Normal: true, Reason: ReasonUpgradeCancelled,
+					Message: fmt.Sprintf("spec.tiled.image is %s again: the upgrade to %s is dropped", u.FromImage, u.ToImage)}}
+			}
+			o.ServingImage, o.ServingVersion = u.FromImage, u.FromVersion
+			return o.begin(fmt.Sprintf("spec.tiled.image changed from %s to %s during the upgrade to %s", u.FromImage, o.SpecImage, u.ToImage))
+		}
+		// Migrating, Starting, Restoring: the databases are changing; finish first.
+	}
+	switch u.Phase {
+	case v1alpha1.UpgradeChecking:
+		return o.checking(u)
+	case v1alpha1.UpgradeBackingUp:
+		return o.backingUp(u)
+	case v1alpha1.UpgradeStopping:
+		return o.stopping(u)
+	case v1alpha1.UpgradeMigrating:
+		return o.migrating(u)
+	case v1alpha1.UpgradeStarting:
+		return o.starting(u)
+	case v1alpha1.UpgradeRestoring:
+		return o.restoring(u)
+	default: // Failed
+		return Decision{Upgrade: u, Lifecycle: o.lifecycle(u.FromImage, false, nil),
+			Stall: &Condition{Reason: ReasonMigrationFailed, Message: u.Message}}
+	}
+}
+
+func (o Observed) begin(why string) Decision {
+	now := metav1.NewTime(o.Now)
+	u := &v1alpha1.UpgradeStatus{
+		Phase: v1alpha1.UpgradeChecking, FromImage: o.ServingImage, ToImage: o.SpecImage,
+		FromVersion: o.ServingVersion, ToVersion: o.SpecVersion, StartTime: now, PhaseTime: &now,
+	}
+	d := o.at(u)
+	d.Changed = true
+	d.Event = &Event{Normal: true, Reason: ReasonUpgrading, Message: why + ": checking the databases' revisions with the new image"}
+	return d
+}
+
+// at is the decision of phase u with no news from its step.
+func (o Observed) at(u *v1alpha1.UpgradeStatus) Decision {
+	d := Decision{Upgrade: u}
+	switch u.Phase {
+	case v1alpha1.UpgradeChecking:
+		d.Lifecycle = o.lifecycle(u.FromImage, false, &render.Step{Kind: render.StepCheck, Image: u.ToImage})
+	case v1alpha1.UpgradeBackingUp:
+		d.Lifecycle = o.lifecycle(u.FromImage, false, &render.Step{Kind: render.StepBackup, Backup: u.Backup, FromVersion: u.FromVersion})
+	case v1alpha1.UpgradeStopping:
+		d.Lifecycle = o.lifecycle(u.FromImage, true, nil)
+	case v1alpha1.UpgradeMigrating:
+		d.Lifecycle = o.lifecycle(u.FromImage, true, &render.Step{Kind: render.StepMigrate, Image: u.ToImage})
+	case v1alpha1.UpgradeStarting:
+		d.Lifecycle = o.lifecycle(u.ToImage, false, nil)
+	case v1alpha1.UpgradeRestoring:
+		d.Lifecycle = o.lifecycle(u.FromImage, true, &render.Step{Kind: render.StepRestore, Backup: u.Backup})
+	case v1alpha1.UpgradeFailed:
+		d.Lifecycle = o.lifecycle(u.FromImage, false, nil)
+	}
+	d.Progress = &Condition{Reason: ReasonUpgrading, Message: progress(u)}
+	return d
+}
+
+func progress(u *v1alpha1.UpgradeStatus) string {
+	what := map[v1alpha1.UpgradePhase]string{
+		v1alpha1.UpgradeChecking:  "checking the databases' revisions with the new image; the old version serves",
+		v1alpha1.UpgradeBackingUp: "backing up the databases to " + u.Backup + "; the old version serves",
+		v1alpha1.UpgradeStopping:  "stopping the old version's pods before the migration",
+		v1alpha1.UpgradeMigrating: fmt.Sprintf("migrating the catalog from revision %s to %s", u.FromRevision, u.ToRevision),
+		v1alpha1.UpgradeStarting:  "starting the new version on the migrated databases",
+		v1alpha1.UpgradeRestoring: "the migration failed; restoring backup " + u.Backup,
+	}[u.Phase]
+	return fmt.Sprintf("upgrading Tiled %s -> %s: %s", orImage(u.FromVersion, u.FromImage), orImage(u.ToVersion, u.ToImage), what)
+}
+
+func orImage(version, image string) string {
+	if version != "" {
+		return version
+	}
+	return image
+}
+
+func (o Observed) lifecycle(serving string, stopped bool, step *render.Step) *render.Lifecycle {
+	return &render.Lifecycle{ServingImage: serving, Stopped: stopped, Step: step, BackupClaim: true, ToolsImage: o.ToolsImage}
+}
+
+// next moves u to phase p, recorded now.
+func (o Observed) next(u *v1alpha1.UpgradeStatus, p v1alpha1.UpgradePhase) *v1alpha1.UpgradeStatus {
+	n := u.DeepCopy()
+	now := metav1.NewTime(o.Now)
+	n.Phase, n.PhaseTime = p, &now
+	return n
+}
+
+// stuck keeps phase u where it is and stalls the instance: no retry; a new image (or the old one)
+// is the way on.
+func (o Observed) stuck(u *v1alpha1.UpgradeStatus, reason, msg string) Decision {
+	d := o.at(u)
+	d.Progress = nil
+	d.Stall = &Condition{Reason: reason, Message: msg}
+	if u.Message != msg {
+		d.Upgrade = u.DeepCopy()
+		d.Upgrade.Message = msg
+		d.Changed = true
+	}
+	return d
+}
+
+func (o Observed) checking(u *v1alpha1.UpgradeStatus) Decision {
+	j := o.Job
+	switch {
+	case j == nil || (!j.Complete && !j.Failed):
+		return o.at(u)
+	case j.Failed:
+		return o.stuck(u, ReasonCheckFailed, fmt.Sprintf("the check of the databases with %s failed; the old version serves; set spec.tiled.image to another image (or back to %s): %s",
+			u.ToImage, u.FromImage, tail(j.Message)))
+	}
+	r, err := ParseReport(j.Message)
+	if err != nil {
+		return o.stuck(u, ReasonCheckFailed, fmt.Sprintf("the check of the databases with %s reported nothing readable (%v); the old version serves", u.ToImage, err))
+	}
+	if !r.Catalog.Known || (r.Auth != nil && !r.Auth.Known) {
+		db, rev := "catalog", r.Catalog.current()
+		if r.Catalog.Known {
+			db, rev = "auth", r.Auth.current()
+		}
+		restore := "no backup was taken by the operator"
+		if o.LastBackup != "" {
+			restore = fmt.Sprintf("to run Tiled %s, restore backup %s (taken before the migration) first", r.Version, o.LastBackup)
+		}
+		return o.stuck(u, ReasonDowngradeRefused, fmt.Sprintf(
+			"the %s database is at revision %s, which Tiled %s (%s) does not know: a newer Tiled migrated it, and Tiled does not run on a newer revision; %s; the old version (%s) serves",
+			db, rev, r.Version, u.ToImage, restore, u.FromImage))
+	}
+	n := u.DeepCopy()
+	n.ToVersion = r.Version
+	n.FromRevision, n.ToRevision = r.Catalog.current(), r.Catalog.Required
+	if r.Auth != nil {
+		n.AuthFromRevision, n.AuthToRevision = r.Auth.current(), r.Auth.Required
+	}
+	if r.Catalog.atRequired() && r.Auth.atRequired() {
+		// Same revisions: the image rolls as any change does, without downtime.
+		return Decision{Changed: true, Event: &Event{Normal: true, Reason: ReasonUpgradedInPlace, Message: fmt.Sprintf(
+			"Tiled %s -> %s needs no migration (catalog at revision %s): the pods roll to %s",
+			orImage(u.FromVersion, u.FromImage), r.Version, r.Catalog.current(), u.ToImage)}}
+	}
+	n = o.next(n, v1alpha1.UpgradeBackingUp)
+	n.Backup = backupPrefix + o.Now.UTC().Format(backupTimeLayout)
+	d := o.at(n)
+	d.Changed = true
+	return d
+}
+
+func (o Observed) backingUp(u *v1alpha1.UpgradeStatus) Decision {
+	j := o.Job
+	switch {
+	case j == nil || (!j.Complete && !j.Failed):
+		return o.at(u)
+	case j.Failed:
+		return o.stuck(u, ReasonBackupFailed, fmt.Sprintf("the backup %s before the migration failed, so nothing was migrated; the old version serves: %s", u.Backup, tail(j.Message)))
+	}
+	n := o.next(u, v1alpha1.UpgradeStopping)
+	n.StopTime = n.PhaseTime
+	d := o.at(n)
+	d.Changed = true
+	return d
+}
+
+func (o Observed) stopping(u *v1alpha1.UpgradeStatus) Decision {
+	if o.ServerPods > 0 {
+		return o.at(u)
+	}
+	d := o.at(o.next(u, v1alpha1.UpgradeMigrating))
+	d.Changed = true
+	return d
+}
+
+func (o Observed) migrating(u *v1alpha1.UpgradeStatus) Decision {
+	j := o.Job
+	if j == nil || (!j.Complete && !j.Failed) {
+		return o.at(u)
+	}
+	var n *v1alpha1.UpgradeStatus
+	if j.Complete {
+		n = o.next(u, v1alpha1.UpgradeStarting)
+		if r, err := ParseReport(j.Message); err == nil {
+			n.ToVersion, n.ToRevision = r.Version, r.Catalog.current()
+			if r.Auth != nil {
+				n.AuthToRevision = r.Auth.current()
+			}
+		}
+	} else {
+		n = o.next(u, v1alpha1.UpgradeRestoring)
+		n.Message = fmt.Sprintf("the migration of the catalog from revision %s to %s by %s failed; backup %s was restored and Tiled %s serves again; set spec.tiled.image to a fixed image, or back to %s: %s",
+			u.FromRevision, u.ToRevision, u.ToImage, u.Backup, orImage(u.FromVersion, u.FromImage), u.FromImage, tail(j.Message))
+	}
+	if !j.StartTime.IsZero() && !j.CompletionTime.IsZero() {
+		n.MigrationSeconds = seconds(j.CompletionTime.Sub(j.StartTime))
+	}
+	d := o.at(n)
+	d.Changed = true
+	return d
+}
+
+func (o Observed) starting(u *v1alpha1.UpgradeStatus) Decision {
+	if !o.ServerReady {
+		return o.at(u)
+	}
+	rec := o.record(u, ResultSucceeded)
+	return Decision{Changed: true, Record: rec, Event: &Event{Normal: true, Reason: ReasonMigrated, Message: fmt.Sprintf(
+		"Tiled %s -> %s: catalog migrated from revision %s to %s in %ss, %ss without a serving pod; backup %s",
+		orImage(u.FromVersion, u.FromImage), orImage(u.ToVersion, u.ToImage), u.FromRevision, u.ToRevision, rec.MigrationSeconds, rec.DowntimeSeconds, u.Backup)}}
+}
+
+func (o Observed) restoring(u *v1alpha1.UpgradeStatus) Decision {
+	j := o.Job
+	switch {
+	case j == nil || (!j.Complete && !j.Failed):
+		d := o.at(u)
+		return d
+	case j.Failed:
+		return o.stuck(u, ReasonRestoreFailed, fmt.Sprintf("%s; restoring backup %s failed too, so Tiled stays stopped: restore it by hand (docs/upgrading.md): %s",
+			strings.SplitN(u.Message, ";", 2)[0], u.Backup, tail(j.Message)))
+	}
+	n := o.next(u, v1alpha1.UpgradeFailed)
+	d := o.at(n)
+	d.Progress = nil
+	d.Changed = true
+	d.Record = o.record(u, ResultRolledBack)
+	d.Stall = &Condition{Reason: ReasonMigrationFailed, Message: u.Message}
+	d.Event = &Event{Reason: ReasonMigrationFailed, Message: u.Message}
+	return d
+}
+
+func (o Observed) record(u *v1alpha1.UpgradeStatus, result string) *v1alpha1.MigrationRecord {
+	rec := &v1alpha1.MigrationRecord{
+		FromVersion: u.FromVersion, ToVersion: u.ToVersion, FromRevision: u.FromRevision, ToRevision: u.ToRevision,
+		Backup: u.Backup, Result: result, StartTime: u.StartTime, CompletionTime: metav1.NewTime(o.Now),
+		MigrationSeconds: u.MigrationSeconds,
+	}
+	if u.StopTime != nil {
+		rec.DowntimeSeconds = seconds(o.Now.Sub(u.StopTime.Time))
+	}
+	return rec
+}
+
+func seconds(d time.Duration) string { return fmt.Sprintf("%.1f", d.Seconds()) }
+
+// tail is the last lines of a failed step's log, on one line.
+func tail(msg string) string {
+	lines := strings.Split(strings.TrimSpace(msg), "\n")
+	var keep []string
+	for _, l := range lines {
+		if l = strings.TrimSpace(l); l != "" {
+			keep = append(keep, l)
+		}
+	}
+	if len(keep) > messageTailLines {
+		keep = keep[len(keep)-messageTailLines:]
+	}
+	if len(keep) == 0 {
+		return "(the step left no message)"
+	}
+	return strings.Join(keep, " | ")
+}
+
+// CurrentStep is the Job step of phase u (nil: the phase runs none, or there is no upgrade): the
+// controller looks its Job up before it decides.
+func CurrentStep(u *v1alpha1.UpgradeStatus) *render.Step {
+	if u == nil {
+		return nil
+	}
+	if l := (Observed{}).at(u).Lifecycle; l != nil {
+		return l.Step
+	}
+	return nil
+}
