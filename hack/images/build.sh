@@ -7,7 +7,11 @@
 #     coredns.tar         docker.io/local/coredns:v1.15.0       CoreDNS from the Go module proxy, FROM scratch
 #     tiled-operator.tar  docker.io/local/tiled-operator:e2e    ./cmd/manager of this checkout, static base
 #     tiled.tar           docker.io/local/tiled:<TiledVersion>  Debian bookworm + tiled[server] from PyPI
+#     tiled-<Oldest>.tar  docker.io/local/tiled:<Oldest>        the same recipe at the oldest supported Tiled
 #     postgres.tar        docker.io/local/postgres:15           Debian bookworm + postgresql-15
+#
+# TiledVersion is read from expansion/builtins.go and Oldest from tiledversion/versions.go (e.g.
+# tiled-0.2.14.tar, docker.io/local/tiled:0.2.14, for the upgrade tests).
 #
 #   hack/images/build.sh             build what changed, reuse the rest, check every archive
 #   hack/images/build.sh --smoke     also run hack/images/smoke.sh on every image (not only rebuilt ones)
@@ -15,7 +19,7 @@
 # Each image except the manager is cached by a hash of its inputs (its recipe in this script, its
 # files under hack/images/, mkimage, the pinned versions) and reused while they are unchanged; the
 # manager is rebuilt on every run (Go's build cache makes that a few seconds). The Debian base
-# (debootstrap --variant=minbase) is built once and shared by the Tiled and PostgreSQL images.
+# (debootstrap --variant=minbase) is built once and shared by the two Tiled images and PostgreSQL.
 # Archives are written by hack/images/mkimage (one layer per image, see docs/images.md).
 # Needs root (debootstrap, chroot, file owners in the layers), go, and network access to the Go
 # module proxy, deb.debian.org and PyPI on a cold cache only.
@@ -35,8 +39,9 @@ DEBOOTSTRAP_VERSION=1.0.128+nmu2+deb12u2
 PAUSE_TAG=3.10
 COREDNS_VERSION=v1.15.0
 PG_MAJOR=15
-# Set from expansion.TiledVersion below, never written here.
+# Set from expansion.TiledVersion and tiledversion.Oldest below, never written here.
 TILED_VERSION=
+TILED_OLDEST=
 
 SMOKE_ALL=false
 for a in "$@"; do
@@ -76,6 +81,11 @@ fi
 TILED_VERSION=$(sed -n 's/^const TiledVersion = "\([^"]*\)"$/\1/p' expansion/builtins.go)
 [[ $TILED_VERSION =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] ||
 	die "cannot read TiledVersion from expansion/builtins.go (const TiledVersion = \"x.y.z\"), got '$TILED_VERSION'"
+# The oldest supported Tiled, the second Tiled image (current/tiled-<version>.tar), read the same way.
+TILED_OLDEST=$(sed -n 's/^const Oldest = "\([^"]*\)"$/\1/p' tiledversion/versions.go 2>/dev/null || true)
+[[ $TILED_OLDEST =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] ||
+	die "cannot read Oldest from tiledversion/versions.go (const Oldest = \"x.y.z\"), got '$TILED_OLDEST'"
+TILED_OLD=tiled-$TILED_OLDEST
 GO_VERSION=$(go env GOVERSION)
 
 TMP=$(mktemp -d "$CACHE/.build.XXXXXX")
@@ -158,8 +168,9 @@ publish() {
 		ln -f "$file" "$OUT/.$name.tar.tmp"
 		mv -f "$OUT/.$name.tar.tmp" "$OUT/$name.tar"
 	fi
+	# Exactly NAME-<16 hex>.tar: tiled-*.tar would also match the archives of tiled-<version>.
 	# shellcheck disable=SC2012 # names are ours: NAME-HEXKEY.tar
-	for old in $(ls -t "$STORE/$name"-*.tar | tail -n +3); do
+	for old in $(ls -t "$STORE/$name"-????????????????.tar | tail -n +3); do
 		rm -f "${old%.tar}".*
 	done
 }
@@ -292,14 +303,16 @@ build_postgres() {
 }
 
 # --- Tiled -------------------------------------------------------------------------------------------
-# tiled[server]==TiledVersion from PyPI in /opt/venv; the server extra brings the client and the
-# libraries a client pod writes and reads arrays and tables with (numpy, pandas, pyarrow).
+# build_tiled DIR VERSION: tiled[server]==VERSION from PyPI in /opt/venv (TiledVersion for tiled.tar,
+# Oldest for tiled-Oldest.tar); the server extra brings the client and the libraries a client pod
+# writes and reads arrays and tables with (numpy, pandas, pyarrow).
 # The wheels are kept in a wheelhouse per Tiled version (images/wheels/tiled-VERSION): a rebuild
 # installs the same versions offline, and only a new Tiled version (or an emptied wheelhouse) asks
 # PyPI again. pip's own HTTP cache is no use here: the responses on this network are not cacheable.
+# Wheelhouses of versions no longer built are removed once the builds are done (below).
 build_tiled() {
-	local d=$1 r=$1/rootfs log=$1/log
-	local wheels=$CACHE/wheels/tiled-$TILED_VERSION
+	local d=$1 v=${2:?build_tiled DIR VERSION} r=$1/rootfs log=$1/log
+	local wheels=$CACHE/wheels/tiled-$v
 	local pipenv=(env PIP_CERT=/tmp/host-ca.crt PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 		PIP_DEFAULT_TIMEOUT=180 PIP_NO_INPUT=1)
 	prepare_rootfs "$r"
@@ -311,14 +324,13 @@ build_tiled() {
 	mkdir -p "$wheels"
 	run "$log" chroot_run "$r" -- python3 -m venv /opt/venv
 	if ! chroot_run "$r" "$wheels:/var/cache/wheels" -- "${pipenv[@]}" /opt/venv/bin/pip install -q \
-		--no-index --find-links /var/cache/wheels "tiled[server]==$TILED_VERSION" >>"$log" 2>&1; then
+		--no-index --find-links /var/cache/wheels "tiled[server]==$v" >>"$log" 2>&1; then
 		echo "(the wheelhouse $wheels lacks something: downloading from PyPI)" >>"$log"
 		run "$log" chroot_run "$r" "$wheels:/var/cache/wheels" -- "${pipenv[@]}" /opt/venv/bin/pip download -q \
-			--dest /var/cache/wheels "tiled[server]==$TILED_VERSION"
+			--dest /var/cache/wheels "tiled[server]==$v"
 		run "$log" chroot_run "$r" "$wheels:/var/cache/wheels" -- "${pipenv[@]}" /opt/venv/bin/pip install -q \
-			--no-index --find-links /var/cache/wheels "tiled[server]==$TILED_VERSION"
+			--no-index --find-links /var/cache/wheels "tiled[server]==$v"
 	fi
-	find "$CACHE/wheels" -mindepth 1 -maxdepth 1 ! -name "tiled-$TILED_VERSION" -exec rm -rf {} +
 	rm -f "$r/tmp/host-ca.crt"
 	rmdir "$r/var/cache/wheels"
 	# Test suites of the dependencies (about 110 MB; never imported at run time). Tiled's own stay.
@@ -327,19 +339,21 @@ build_tiled() {
 	# What the operator's pods and an e2e client pod use must import, and so must every package
 	# whose tests were removed.
 	run "$log" chroot_run "$r" -- /opt/venv/bin/python -c '
+import sys
 import numpy, pandas, pyarrow, httpx, sqlalchemy, asyncpg, uvicorn, duckdb
 import numba, xarray, dask.array, dask.dataframe, h5py
 import tiled, tiled.server.app
 from tiled.client import from_uri
-print("tiled", tiled.__version__, "numpy", numpy.__version__, "pandas", pandas.__version__, "pyarrow", pyarrow.__version__)'
+print("tiled", tiled.__version__, "numpy", numpy.__version__, "pandas", pandas.__version__, "pyarrow", pyarrow.__version__)
+assert tiled.__version__ == sys.argv[1], f"tiled.__version__ is {tiled.__version__}, want {sys.argv[1]}"' "$v"
 	chroot "$r" /opt/venv/bin/pip freeze --all >"$d/pip-freeze.txt"
 	finalize_rootfs "$r"
-	"$TMP/mkimage" -rootfs "$r" -tag "docker.io/local/tiled:$TILED_VERSION" -o "$d/image.tar" \
+	"$TMP/mkimage" -rootfs "$r" -tag "docker.io/local/tiled:$v" -o "$d/image.tar" \
 		-user 999:999 \
 		-env "PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
 		-env VIRTUAL_ENV=/opt/venv -env PYTHONUNBUFFERED=1 -env LANG=C.UTF-8 \
 		-cmd '["tiled"]' -workdir /home/tiled -expose 8000/tcp \
-		-label "org.opencontainers.image.description=tiled[server]==$TILED_VERSION on Debian $SUITE (tiled-operator hack/images)" \
+		-label "org.opencontainers.image.description=tiled[server]==$v on Debian $SUITE (tiled-operator hack/images)" \
 		>>"$log"
 }
 
@@ -396,18 +410,26 @@ KEY_FILES=("${MKIMAGE_SRC[@]}" hack/images/postgres/docker-entrypoint.sh)
 KEYS[postgres]=postgres-$(key "$DEB_COMMON" "$PG_MAJOR" "$(declare -f build_postgres)")
 KEY_FILES=("${MKIMAGE_SRC[@]}")
 KEYS[tiled]=tiled-$(key "$DEB_COMMON" "$TILED_VERSION" "$(declare -f build_tiled)")
+KEYS[$TILED_OLD]=$TILED_OLD-$(key "$DEB_COMMON" "$TILED_OLDEST" "$(declare -f build_tiled)")
+# The Debian images to build. When Oldest is TiledVersion, tiled-<Oldest>.tar is tiled.tar's archive
+# under a second name (nothing is built twice).
+DEBIAN_IMAGES=(postgres tiled)
+[[ $TILED_OLDEST == "$TILED_VERSION" ]] || DEBIAN_IMAGES+=("$TILED_OLD")
 
-# build NAME builds one cached image into the store unless it is there, then publishes it. It runs
-# as a background job (`build NAME &`, then wait) so that errexit holds in the recipes.
+# build NAME [RECIPE ARGS...] builds one cached image into the store unless it is there, then
+# publishes it; RECIPE (build_NAME when not given) is called as RECIPE DIR ARGS... It runs as a
+# background job (`build NAME &`, then wait) so that errexit holds in the recipes.
 build() {
 	local name=$1 file=$STORE/${KEYS[$1]}.tar d=$TMP/$1
+	shift
+	(($#)) || set -- "build_$name"
 	if [[ -s $file ]]; then
 		say "$name: reusing ${KEYS[$name]}"
 	else
 		local t=$SECONDS
 		say "$name: building ${KEYS[$name]}"
 		mkdir -p "$d"
-		"build_$name" "$d"
+		"$1" "$d" "${@:2}"
 		for extra in packages.txt pip-freeze.txt; do
 			[[ ! -f $d/$extra ]] || mv "$d/$extra" "$STORE/${KEYS[$name]}.$extra"
 		done
@@ -431,7 +453,11 @@ build_go >"$TMP/go.log" 2>&1 &
 go_pid=$!
 
 # The Debian base, only when a Debian image is to be built.
-if [[ ! -s $STORE/${KEYS[postgres]}.tar || ! -s $STORE/${KEYS[tiled]}.tar ]]; then
+need_base=false
+for n in "${DEBIAN_IMAGES[@]}"; do
+	[[ -s $STORE/${KEYS[$n]}.tar ]] || need_base=true
+done
+if $need_base; then
 	if [[ -s $BASE ]]; then
 		say "Debian base: reusing $BASE"
 	else
@@ -450,12 +476,17 @@ if [[ ! -s $STORE/${KEYS[postgres]}.tar || ! -s $STORE/${KEYS[tiled]}.tar ]]; th
 	fi
 fi
 
-# The two Debian images build side by side (their time is mostly downloads and unpacking), and beside
-# the Go programs.
+# The Debian images build side by side (their time is mostly downloads and unpacking), and beside
+# the Go programs. Each Tiled image has its own wheelhouse and Debian download cache (debs/<name>),
+# so the two never share a lock.
 build postgres &
 pg_pid=$!
-build tiled &
+build tiled build_tiled "$TILED_VERSION" &
 tiled_pid=$!
+if [[ $TILED_OLDEST != "$TILED_VERSION" ]]; then
+	build "$TILED_OLD" build_tiled "$TILED_OLDEST" &
+	tiled_old_pid=$!
+fi
 wait "$go_pid" || { cat "$TMP/go.log" >&2; die "building the Go programs failed"; }
 say "Go programs built"
 build pause &
@@ -470,13 +501,26 @@ mv "$TMP/manager-image/image.tar" "$OUT/tiled-operator.tar"
 say "tiled-operator: built, $(du -h "$OUT/tiled-operator.tar" | cut -f1)"
 finish postgres "$pg_pid"
 finish tiled "$tiled_pid"
+if [[ $TILED_OLDEST != "$TILED_VERSION" ]]; then
+	finish "$TILED_OLD" "$tiled_old_pid"
+else
+	publish "$TILED_OLD" "$STORE/${KEYS[tiled]}.tar"
+fi
+# A former Oldest's archive would still be imported by the node: only the current one stays (the
+# pattern leaves tiled-operator.tar alone). So do the wheelhouses of the two versions built here.
+for f in "$OUT"/tiled-[0-9]*.tar; do
+	[[ ! -e $f || $f == "$OUT/$TILED_OLD.tar" ]] || rm -f "$f"
+done
+[[ ! -d $CACHE/wheels ]] ||
+	find "$CACHE/wheels" -mindepth 1 -maxdepth 1 ! -name "tiled-$TILED_VERSION" ! -name "tiled-$TILED_OLDEST" -exec rm -rf {} +
 
 # --- checks -----------------------------------------------------------------------------------------
 say "checking the archives (go test -tags images ./hack/images/)"
-TILED_IMAGES_DIR=$OUT TILED_VERSION=$TILED_VERSION go test -tags images -count=1 ./hack/images/ >"$TMP/check.log" 2>&1 ||
+TILED_IMAGES_DIR=$OUT TILED_VERSION=$TILED_VERSION TILED_OLDEST_VERSION=$TILED_OLDEST \
+	go test -tags images -count=1 ./hack/images/ >"$TMP/check.log" 2>&1 ||
 	{ cat "$TMP/check.log" >&2; die "the archives in $OUT failed their checks"; }
 smoke=()
-for n in postgres tiled; do
+for n in "${DEBIAN_IMAGES[@]}"; do
 	if $SMOKE_ALL || [[ -f $TMP/built.$n ]]; then smoke+=("$OUT/$n.tar"); fi
 done
 if ((${#smoke[@]})); then

@@ -2,9 +2,13 @@
 // (hack/images/build.sh, docs/images.md) and, behind the build tag "images", the checks of the
 // archives it writes: each docker-archive tarball is opened, its manifest, config and layer digest
 // are verified, and the files the config and the operator's pods refer to (entrypoint, commands found
-// through PATH, users, writable directories) must exist in the layer with the right owners.
+// through PATH, users, writable directories) must exist in the layer with the right owners. Both
+// Tiled archives, tiled.tar (expansion.TiledVersion) and tiled-<Oldest>.tar (TILED_OLDEST_VERSION,
+// else the const Oldest line of tiledversion/versions.go), must also hold that Tiled version in
+// tiled/_version.py and in the dist-info's METADATA.
 //
-//	TILED_IMAGES_DIR=~/.cache/tiled-operator/images/current go test -tags images ./hack/images/
+//	TILED_IMAGES_DIR=~/.cache/tiled-operator/images/current TILED_OLDEST_VERSION=0.2.14 \
+//		go test -tags images ./hack/images/
 //
 // build.sh runs this after every build; without the archives the test fails rather than skips.
 package images

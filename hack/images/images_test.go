@@ -13,6 +13,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -44,10 +45,27 @@ type archive struct {
 		} `json:"rootfs"`
 	}
 	files map[string]*tar.Header // by absolute path, "/etc/passwd"
-	small map[string][]byte      // contents of the files named in smallFiles
+	small map[string][]byte      // contents of the files isSmall names
 }
 
 var smallFiles = map[string]bool{"/etc/passwd": true, "/etc/group": true, "/etc/resolv.conf": true}
+
+// Where a Tiled image records the version it installed: what tiled.__version__ returns, and the
+// distribution's metadata (what pip and importlib.metadata report).
+const (
+	sitePackages   = "/opt/venv/lib/python3.11/site-packages"
+	tiledVersionPy = sitePackages + "/tiled/_version.py"
+)
+
+func tiledMetadata(version string) string {
+	return sitePackages + "/tiled-" + version + ".dist-info/METADATA"
+}
+
+// isSmall tells which files of a layer are read into archive.small.
+func isSmall(p string) bool {
+	return smallFiles[p] || p == tiledVersionPy ||
+		strings.HasPrefix(p, sitePackages+"/tiled-") && strings.HasSuffix(p, ".dist-info/METADATA")
+}
 
 func open(t *testing.T, file string) *archive {
 	t.Helper()
@@ -112,7 +130,7 @@ func (a *archive) index(t *testing.T, r io.Reader) {
 		}
 		p := path.Clean("/" + h.Name)
 		a.files[p] = h
-		if smallFiles[p] {
+		if isSmall(p) {
 			b, err := io.ReadAll(tr)
 			if err != nil {
 				t.Fatalf("layer %s: %v", p, err)
@@ -201,6 +219,70 @@ type owned struct {
 	dir      bool
 }
 
+// imageCase is what one archive of current/ must hold.
+type imageCase struct {
+	file, tag       string
+	user            string
+	entrypoint, cmd []string
+	env             map[string]string
+	stopSignal      string
+	account         string // user of the image in /etc/passwd, with the uid:gid of user
+	commands        map[string]string
+	owned           []owned
+	absent          []string
+	emptyFiles      []string
+	tiledVersion    string // for a Tiled image: the version tiled.__version__ and the dist-info report
+}
+
+// tiledCase is a Tiled image of build.sh's one recipe (build_tiled) at the given version.
+func tiledCase(file, version string) imageCase {
+	return imageCase{
+		file: file, tag: "docker.io/local/tiled:" + version, tiledVersion: version,
+		user: "999:999", cmd: []string{"tiled"},
+		env: map[string]string{
+			"PATH":             "/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+			"PYTHONUNBUFFERED": "1", "VIRTUAL_ENV": "/opt/venv", "LANG": "C.UTF-8",
+		},
+		account: "tiled",
+		commands: map[string]string{
+			"tiled":  "/opt/venv/bin/tiled",
+			"python": "/usr/bin/python3.11",
+			"sh":     "/usr/bin/dash",
+		},
+		owned: []owned{
+			{path: "/home/tiled", uid: 999, gid: 999, dir: true},
+			{path: tiledMetadata(version)},
+			{path: tiledVersionPy},
+			{path: sitePackages + "/numpy/__init__.py"},
+			{path: sitePackages + "/pandas/__init__.py"},
+			{path: sitePackages + "/pyarrow/__init__.py"},
+			{path: "/etc/ssl/certs/ca-certificates.crt"},
+			{path: "/tmp", dir: true},
+		},
+		absent: []string{"/tmp/host-ca.crt", "/var/cache/wheels", "/root/.cache/pip", "/usr/sbin/policy-rc.d",
+			sitePackages + "/pandas/tests", sitePackages + "/numpy/_core/tests"},
+		emptyFiles: []string{"/etc/resolv.conf"},
+	}
+}
+
+// oldestTiled is the oldest supported Tiled release, the version of the second Tiled image
+// (tiled-<version>.tar): TILED_OLDEST_VERSION as build.sh passes it, or else the line of
+// tiledversion/versions.go that build.sh reads.
+func oldestTiled(t *testing.T) string {
+	if v := os.Getenv("TILED_OLDEST_VERSION"); v != "" {
+		return v
+	}
+	src, err := os.ReadFile(filepath.Join("..", "..", "tiledversion", "versions.go"))
+	if err != nil {
+		t.Fatalf("TILED_OLDEST_VERSION is not set and tiledversion/versions.go cannot be read: %v", err)
+	}
+	m := regexp.MustCompile(`(?m)^const Oldest = "([^"]*)"$`).FindSubmatch(src)
+	if m == nil {
+		t.Fatal(`TILED_OLDEST_VERSION is not set and tiledversion/versions.go has no line const Oldest = "x.y.z"`)
+	}
+	return string(m[1])
+}
+
 func TestImages(t *testing.T) {
 	dir := os.Getenv("TILED_IMAGES_DIR")
 	if dir == "" {
@@ -214,19 +296,9 @@ func TestImages(t *testing.T) {
 		}
 		dir = filepath.Join(cache, "images", "current")
 	}
+	oldest := oldestTiled(t)
 	pgPath := "/usr/lib/postgresql/15/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-	for _, tc := range []struct {
-		file, tag       string
-		user            string
-		entrypoint, cmd []string
-		env             map[string]string
-		stopSignal      string
-		account         string // user of the image in /etc/passwd, with the uid:gid of user
-		commands        map[string]string
-		owned           []owned
-		absent          []string
-		emptyFiles      []string
-	}{{
+	for _, tc := range []imageCase{{
 		file: "pause.tar", tag: "docker.io/local/pause:3.10",
 		user: "65535:65535", entrypoint: []string{"/pause"},
 		owned: []owned{{path: "/pause"}},
@@ -262,32 +334,8 @@ func TestImages(t *testing.T) {
 		},
 		absent:     []string{"/etc/postgresql/15/main", "/var/lib/postgresql/15/main", "/usr/sbin/policy-rc.d"},
 		emptyFiles: []string{"/etc/resolv.conf"},
-	}, {
-		file: "tiled.tar", tag: "docker.io/local/tiled:" + expansion.TiledVersion,
-		user: "999:999", cmd: []string{"tiled"},
-		env: map[string]string{
-			"PATH":             "/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-			"PYTHONUNBUFFERED": "1", "VIRTUAL_ENV": "/opt/venv", "LANG": "C.UTF-8",
-		},
-		account: "tiled",
-		commands: map[string]string{
-			"tiled":  "/opt/venv/bin/tiled",
-			"python": "/usr/bin/python3.11",
-			"sh":     "/usr/bin/dash",
-		},
-		owned: []owned{
-			{path: "/home/tiled", uid: 999, gid: 999, dir: true},
-			{path: "/opt/venv/lib/python3.11/site-packages/tiled-" + expansion.TiledVersion + ".dist-info/METADATA"},
-			{path: "/opt/venv/lib/python3.11/site-packages/numpy/__init__.py"},
-			{path: "/opt/venv/lib/python3.11/site-packages/pandas/__init__.py"},
-			{path: "/opt/venv/lib/python3.11/site-packages/pyarrow/__init__.py"},
-			{path: "/etc/ssl/certs/ca-certificates.crt"},
-			{path: "/tmp", dir: true},
-		},
-		absent: []string{"/tmp/host-ca.crt", "/var/cache/wheels", "/root/.cache/pip", "/usr/sbin/policy-rc.d",
-			"/opt/venv/lib/python3.11/site-packages/pandas/tests", "/opt/venv/lib/python3.11/site-packages/numpy/_core/tests"},
-		emptyFiles: []string{"/etc/resolv.conf"},
-	}} {
+	}, tiledCase("tiled.tar", expansion.TiledVersion), tiledCase("tiled-"+oldest+".tar", oldest),
+	} {
 		t.Run(tc.file, func(t *testing.T) {
 			g := NewWithT(t)
 			a := open(t, filepath.Join(dir, tc.file))
@@ -335,6 +383,22 @@ func TestImages(t *testing.T) {
 			}
 			for _, p := range tc.emptyFiles {
 				g.Expect(a.small[p]).To(BeEmpty(), "%s must be empty (the kubelet provides it)", p)
+			}
+			// The Tiled installed is the tag's: what `python -c 'import tiled; print(tiled.__version__)'`
+			// prints (tiled/_version.py) and what pip reports (the one tiled dist-info's METADATA).
+			if v := tc.tiledVersion; v != "" {
+				g.Expect(string(a.small[tiledVersionPy])).To(MatchRegexp(`(?m)^__version__ = (version = )?'%s'$`, regexp.QuoteMeta(v)),
+					"tiled.__version__ in %s", tiledVersionPy)
+				var dists []string
+				for p := range a.small {
+					if strings.HasSuffix(p, ".dist-info/METADATA") {
+						dists = append(dists, p)
+					}
+				}
+				g.Expect(dists).To(ConsistOf(tiledMetadata(v)), "one tiled distribution, at %s", v)
+				meta := string(a.small[tiledMetadata(v)])
+				g.Expect(meta).To(MatchRegexp(`(?m)^Name: tiled\r?$`), "Name in %s", tiledMetadata(v))
+				g.Expect(meta).To(MatchRegexp(`(?m)^Version: %s\r?$`, regexp.QuoteMeta(v)), "Version in %s", tiledMetadata(v))
 			}
 			// Nothing of the build machine's package lists is left.
 			for p := range a.files {

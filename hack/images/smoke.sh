@@ -4,15 +4,16 @@
 # pod's writable volumes as tmpfs or host folders, in private mount, PID and network namespaces (only
 # loopback; nothing leaves them).
 #
-#   hack/images/smoke.sh ~/.cache/tiled-operator/images/current/{postgres,tiled}.tar
+#   hack/images/smoke.sh ~/.cache/tiled-operator/images/current/{postgres,tiled,tiled-0.2.14}.tar
 #
 # postgres: the entrypoint initialises PGDATA (a subdirectory of the volume, as the operator sets it)
 #   with POSTGRES_USER/PASSWORD/DB, the operator's init script and a sourced shell script changing
 #   postgresql.conf in /docker-entrypoint-initdb.d, recovering from a left-over interrupted initialisation; the operator's probe (pg_isready) passes;
 #   psql as the database user reads the databases over TCP, the password is required off loopback;
 #   SIGINT stops it cleanly; a second start reuses the data.
-# tiled: `tiled --version` is the tag's version, /bin/sh -ec works, and a server on a temporary
-#   catalog accepts an array and a table written and read back through the Python client.
+# tiled (tiled.tar at TiledVersion and tiled-<Oldest>.tar alike): `tiled --version` is the tag's
+#   version, /bin/sh -ec works, and a server on a temporary catalog accepts an array and a table
+#   written and read back through the Python client.
 # Needs root (chroot, namespaces). The image is recognised by its tag in manifest.json.
 set -euo pipefail
 
