@@ -83,8 +83,17 @@ func (s *clusterState) member(name string) (cur *tiledv1alpha1.TiledInstance, ex
 	return ti, true, ""
 }
 
-// instanceReady reports whether an instance is Ready at its current generation.
+// instanceReady reports whether an instance is Ready at its current generation, or serves its old
+// version again after a failed migration was undone (Stalled, MigrationFailed, its pods ready): such an
+// instance takes nothing from the rollout budget, so that the others upgrade while it waits for a
+// person; the cluster still reports it Stalled.
 func instanceReady(ti *tiledv1alpha1.TiledInstance) bool {
-	c := meta.FindStatusCondition(ti.Status.Conditions, ConditionReady)
-	return c != nil && c.Status == metav1.ConditionTrue && ti.Status.ObservedGeneration == ti.Generation
+	if ti.Status.ObservedGeneration != ti.Generation {
+		return false
+	}
+	if c := meta.FindStatusCondition(ti.Status.Conditions, ConditionReady); c != nil && c.Status == metav1.ConditionTrue {
+		return true
+	}
+	u := ti.Status.Upgrade
+	return u != nil && u.Phase == tiledv1alpha1.UpgradeFailed && ti.Status.ReadyReplicas > 0
 }

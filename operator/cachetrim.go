@@ -195,7 +195,14 @@ func internMap(m map[string]string) map[string]string {
 func trimObject(obj any) any {
 	switch o := obj.(type) {
 	case *appsv1.StatefulSet:
+		// The containers' names and images stay: the upgrade procedure compares the image the Tiled
+		// pods run with the spec's.
+		var containers []corev1.Container
+		for _, c := range o.Spec.Template.Spec.Containers {
+			containers = append(containers, corev1.Container{Name: c.Name, Image: c.Image})
+		}
 		o.Spec = appsv1.StatefulSetSpec{Replicas: o.Spec.Replicas}
+		o.Spec.Template.Spec.Containers = containers
 	case *corev1.ConfigMap:
 		o.Data, o.BinaryData = nil, nil
 	case *corev1.Service:

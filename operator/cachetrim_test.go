@@ -53,15 +53,20 @@ func TestTrimTransform(t *testing.T) {
 		name    string
 		in, out func(metav1.ObjectMeta) any
 	}{
-		{"StatefulSet keeps replicas and status",
+		{"StatefulSet keeps replicas, its containers' names and images, and status",
 			func(m metav1.ObjectMeta) any {
 				return &appsv1.StatefulSet{ObjectMeta: m, Spec: appsv1.StatefulSetSpec{
 					Replicas: ptr.To(int32(2)), ServiceName: "nsls2-bmm",
-					Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "tiled", Image: "ghcr.io/bluesky/tiled:0.1.0"}}}},
+					Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{
+						Name: "tiled", Image: "ghcr.io/bluesky/tiled:0.1.0", Command: []string{"tiled"}, Env: []corev1.EnvVar{{Name: "A", Value: "b"}},
+					}}}},
 				}, Status: stsStatus}
 			},
 			func(m metav1.ObjectMeta) any {
-				return &appsv1.StatefulSet{ObjectMeta: m, Spec: appsv1.StatefulSetSpec{Replicas: ptr.To(int32(2))}, Status: stsStatus}
+				return &appsv1.StatefulSet{ObjectMeta: m, Spec: appsv1.StatefulSetSpec{
+					Replicas: ptr.To(int32(2)),
+					Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "tiled", Image: "ghcr.io/bluesky/tiled:0.1.0"}}}},
+				}, Status: stsStatus}
 			}},
 		{"ConfigMap loses its data",
 			func(m metav1.ObjectMeta) any {

@@ -296,6 +296,23 @@ stringData: {uri: "postgresql://tiled:secret@db.example.org:5432/catalog"}
 	apply(clusterDoc([]string{"b"}, true))
 	g.Eventually(func() error { return get("tiledinstance", "fleet-c") }).WithContext(ctx).WithTimeout(time.Minute).Should(HaveOccurred(), "beamline c dropped")
 
+	// A Tiled version change starts the upgrade procedure: its check Job is created (apply); the
+	// image set back cancels it, and the Job is pruned with its pods.
+	checkJobs := func() int {
+		out, _, _ := e.Kubectl(ctx, "get", "jobs", "-n", ns, "-l", tiledv1alpha1.LabelStep+"=check", "-o", `jsonpath={range .items[*]}{.metadata.name} {.metadata.deletionTimestamp}{"\n"}{end}`)
+		n := 0
+		for _, line := range strings.Split(out, "\n") {
+			if f := strings.Fields(line); len(f) == 1 {
+				n++
+			}
+		}
+		return n
+	}
+	apply(strings.ReplaceAll(profileDoc(false), "tiled:0.2.20", "tiled:0.2.19"))
+	g.Eventually(checkJobs).WithContext(ctx).WithTimeout(time.Minute).Should(Equal(1), "the upgrade's check Job")
+	apply(profileDoc(false))
+	g.Eventually(checkJobs).WithContext(ctx).WithTimeout(time.Minute).Should(BeZero(), "the check Job pruned once the upgrade is cancelled")
+
 	// The webhook CA rotates: the CA Secret is updated.
 	g.Expect(m.op.Webhooks.Certs.Rotate(ctx)).To(Succeed())
 
