@@ -10,6 +10,7 @@ import (
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/controllers/podstatus"
+	"github.com/bluesky/tiled-operator/controllers/upgrade"
 )
 
 // sts is a StatefulSet at generation gen whose status has observed observed, with ready (and as
@@ -137,4 +138,115 @@ func TestInstanceStatusSideConditions(t *testing.T) {
 	g.Expect(meta.FindStatusCondition(st.Conditions, ConditionIngressEnabled)).To(BeNil())
 	g.Expect(meta.FindStatusCondition(st.Conditions, ConditionExternalEdits)).To(BeNil())
 	g.Expect(meta.IsStatusConditionTrue(st.Conditions, ConditionReady)).To(BeTrue())
+}
+
+// TestInstanceStatusUpgrade: the upgrade procedure's stall wins over everything, its progress keeps
+// the instance Reconciling even with every pod ready, and the revisions report sets status.version
+// and the database's revisions (the previous ones kept when there is none).
+func TestInstanceStatusUpgrade(t *testing.T) {
+	image := "ghcr.io/bluesky/tiled:0.2.14"
+	base := func() observedInstance {
+		return observedInstance{
+			Generation: 3, Namespace: "nsls2", TiledName: "fleet-csx", Image: &image, Replicas: 2,
+			Tiled: sts(5, 5, 2), Postgres: sts(1, 1, 1), PostgresPod: "fleet-csx-postgres-0",
+		}
+	}
+	crash := &podstatus.Problem{Pod: "fleet-csx-0", Reason: podstatus.ReasonCrashLoop, Message: "pod fleet-csx-0: crash", Stalled: true}
+	dbCrash := &podstatus.Problem{Pod: "fleet-csx-postgres-0", Reason: podstatus.ReasonCrashLoop, Message: "pod fleet-csx-postgres-0: crash", Stalled: true}
+	stall := &upgrade.Condition{Reason: upgrade.ReasonMigrationFailed, Message: "the migration of the catalog failed; backup restored"}
+	progress := &upgrade.Condition{Reason: upgrade.ReasonUpgrading, Message: "upgrading Tiled 0.2.14 -> 0.2.20: migrating"}
+	rev := func(s string) *string { return &s }
+	report := &upgrade.Report{Version: "0.2.20",
+		Catalog: &upgrade.Revision{Current: rev("dfbb7478c6bd"), Required: "dfbb7478c6bd", Known: true},
+		Auth:    &upgrade.Revision{Current: rev("a806cc635ab2"), Required: "a806cc635ab2", Known: true}}
+	prevDB := &tiledv1alpha1.DatabaseStatus{Mode: "Managed", Ready: true, CatalogRevision: "6825c778aa3c", AuthRevision: "c7777c8e7c8b"}
+
+	type want struct {
+		ready, reason        string // Ready's status and reason
+		reconciling, stalled bool
+		message              string // Ready's message, when the upgrade's
+		version              string
+		catalogRev, authRev  string
+		dbReady              bool
+	}
+	cases := []struct {
+		name   string
+		prev   *tiledv1alpha1.TiledInstanceStatus
+		change func(o *observedInstance)
+		want   want
+	}{
+		{name: "the upgrade's stall with everything ready", change: func(o *observedInstance) { o.UpgradeStall = stall },
+			want: want{ready: "False", reason: upgrade.ReasonMigrationFailed, stalled: true, message: stall.Message, dbReady: true}},
+		{name: "the upgrade's stall wins over a crash-looping pod and its progress", change: func(o *observedInstance) {
+			o.UpgradeStall, o.UpgradeProgress, o.Tiled, o.ServerProblem = stall, progress, sts(5, 5, 0), crash
+		}, want: want{ready: "False", reason: upgrade.ReasonMigrationFailed, stalled: true, message: stall.Message, dbReady: true}},
+		{name: "the upgrade's stall wins over a crash-looping database", change: func(o *observedInstance) {
+			o.UpgradeStall, o.Postgres, o.DatabaseProblem = stall, sts(1, 1, 0), dbCrash
+		}, want: want{ready: "False", reason: upgrade.ReasonMigrationFailed, stalled: true, message: stall.Message}},
+		{name: "the upgrade in progress: Reconciling, not Ready, though the server is ready", change: func(o *observedInstance) { o.UpgradeProgress = progress },
+			want: want{ready: "False", reason: upgrade.ReasonUpgrading, reconciling: true, message: progress.Message, dbReady: true}},
+		{name: "the upgrade in progress, Tiled stopped", change: func(o *observedInstance) { o.UpgradeProgress, o.Replicas, o.Tiled = progress, 0, sts(6, 6, 0) },
+			want: want{ready: "False", reason: upgrade.ReasonUpgrading, reconciling: true, message: progress.Message, dbReady: true}},
+		{name: "the upgrade in progress, the database starting", change: func(o *observedInstance) { o.UpgradeProgress, o.Postgres = progress, nil },
+			want: want{ready: "False", reason: upgrade.ReasonUpgrading, reconciling: true, message: progress.Message}},
+		{name: "a pod's stall wins over the upgrade's progress", change: func(o *observedInstance) {
+			o.UpgradeProgress, o.Tiled, o.ServerProblem = progress, sts(5, 5, 0), crash
+		}, want: want{ready: "False", reason: podstatus.ReasonCrashLoop, stalled: true, dbReady: true}},
+		{name: "a report sets the version and the revisions", change: func(o *observedInstance) { o.Revisions = report },
+			want: want{ready: "True", reason: ReasonReady, version: "0.2.20", catalogRev: "dfbb7478c6bd", authRev: "a806cc635ab2", dbReady: true}},
+		{name: "a report replaces the previous revisions",
+			prev:   &tiledv1alpha1.TiledInstanceStatus{Version: "0.2.14", Database: prevDB},
+			change: func(o *observedInstance) { o.Revisions = report },
+			want:   want{ready: "True", reason: ReasonReady, version: "0.2.20", catalogRev: "dfbb7478c6bd", authRev: "a806cc635ab2", dbReady: true}},
+		{name: "a report without auth clears the auth revision",
+			prev: &tiledv1alpha1.TiledInstanceStatus{Version: "0.2.14", Database: prevDB},
+			change: func(o *observedInstance) {
+				o.Revisions = &upgrade.Report{Version: "0.2.20", Catalog: &upgrade.Revision{Current: rev("dfbb7478c6bd"), Required: "dfbb7478c6bd", Known: true}}
+			},
+			want: want{ready: "True", reason: ReasonReady, version: "0.2.20", catalogRev: "dfbb7478c6bd", dbReady: true}},
+		{name: "no report: the previous version and revisions are kept",
+			prev:   &tiledv1alpha1.TiledInstanceStatus{Version: "0.2.14", Database: prevDB},
+			change: func(*observedInstance) {},
+			want:   want{ready: "True", reason: ReasonReady, version: "0.2.14", catalogRev: "6825c778aa3c", authRev: "c7777c8e7c8b", dbReady: true}},
+		{name: "no report, the database down: the revisions are kept",
+			prev:   &tiledv1alpha1.TiledInstanceStatus{Version: "0.2.14", Database: prevDB},
+			change: func(o *observedInstance) { o.Postgres = sts(1, 1, 0) },
+			want:   want{ready: "False", reason: ReasonWaitingForDatabase, reconciling: true, version: "0.2.14", catalogRev: "6825c778aa3c", authRev: "c7777c8e7c8b"}},
+		{name: "no report, no previous: none",
+			change: func(*observedInstance) {},
+			want:   want{ready: "True", reason: ReasonReady, dbReady: true}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			o := base()
+			tc.change(&o)
+			prev := tc.prev
+			if prev == nil {
+				prev = &tiledv1alpha1.TiledInstanceStatus{}
+			}
+			before := prev.DeepCopy()
+			st := instanceStatus(prev, o)
+			g.Expect(prev).To(Equal(before), "the previous status is not modified")
+			ready := meta.FindStatusCondition(st.Conditions, ConditionReady)
+			g.Expect(ready).NotTo(BeNil())
+			g.Expect(string(ready.Status)).To(Equal(tc.want.ready))
+			g.Expect(ready.Reason).To(Equal(tc.want.reason))
+			if tc.want.message != "" {
+				g.Expect(ready.Message).To(Equal(tc.want.message))
+			}
+			g.Expect(meta.IsStatusConditionTrue(st.Conditions, ConditionReconciling)).To(Equal(tc.want.reconciling))
+			g.Expect(meta.IsStatusConditionTrue(st.Conditions, ConditionStalled)).To(Equal(tc.want.stalled))
+			if tc.want.stalled {
+				g.Expect(meta.FindStatusCondition(st.Conditions, ConditionStalled).Reason).To(Equal(tc.want.reason))
+			}
+			if tc.want.reconciling {
+				g.Expect(meta.FindStatusCondition(st.Conditions, ConditionReconciling).Reason).To(Equal(tc.want.reason))
+			}
+			g.Expect(st.Version).To(Equal(tc.want.version))
+			g.Expect(st.Database).To(Equal(&tiledv1alpha1.DatabaseStatus{Mode: "Managed", Ready: tc.want.dbReady,
+				CatalogRevision: tc.want.catalogRev, AuthRevision: tc.want.authRev}))
+			g.Expect(st.Image).To(Equal(image))
+		})
+	}
 }

@@ -1,0 +1,731 @@
+package upgrade
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
+	"github.com/bluesky/tiled-operator/render"
+)
+
+const (
+	oldImage   = "ghcr.io/bluesky/tiled:0.2.14"
+	newImage   = "ghcr.io/bluesky/tiled:0.2.20"
+	thirdImage = "ghcr.io/bluesky/tiled:0.2.18"
+	tools      = "docker.io/library/postgres:17"
+	catOld     = "6825c778aa3c"
+	catNew     = "dfbb7478c6bd"
+	authOld    = "c7777c8e7c8b"
+	authNew    = "a806cc635ab2"
+	backup     = "pre-upgrade-20261203-031510"
+	// failure is the Message the migrate step's failure records (Restoring, then Failed).
+	failure = "the migration of the catalog from revision " + catOld + " to " + catNew + " by " + newImage +
+		" failed; backup " + backup + " was restored and Tiled 0.2.14 serves again; set spec.tiled.image to a fixed image, or back to " +
+		oldImage + ": sqlalchemy.exc.ProgrammingError: column already exists"
+)
+
+// t0 is when the upgrade began; now when Decide decides.
+var (
+	t0  = time.Date(2026, 12, 3, 3, 15, 0, 0, time.UTC)
+	now = t0.Add(4 * time.Minute)
+)
+
+func mt(t time.Time) metav1.Time   { return metav1.NewTime(t) }
+func mtp(t time.Time) *metav1.Time { m := metav1.NewTime(t); return &m }
+
+// phases in order, as the procedure moves through them on success (Restoring and Failed: on failure).
+var order = []v1alpha1.UpgradePhase{
+	v1alpha1.UpgradeChecking, v1alpha1.UpgradeBackingUp, v1alpha1.UpgradeStopping, v1alpha1.UpgradeMigrating,
+	v1alpha1.UpgradeStarting, v1alpha1.UpgradeRestoring, v1alpha1.UpgradeFailed,
+}
+
+// at is the status.upgrade the procedure records when it reaches phase p (from oldImage to
+// newImage): the phases before it passed (Restoring and Failed after Migrating), each begun at t0 +
+// its index in order minutes.
+func at(p v1alpha1.UpgradePhase) *v1alpha1.UpgradeStatus {
+	u := &v1alpha1.UpgradeStatus{Phase: p, FromImage: oldImage, ToImage: newImage, FromVersion: "0.2.14", ToVersion: "0.2.20", StartTime: mt(t0)}
+	failing := p == v1alpha1.UpgradeRestoring || p == v1alpha1.UpgradeFailed
+	for i, q := range order {
+		if q == v1alpha1.UpgradeStarting && failing {
+			continue
+		}
+		u.PhaseTime = mtp(t0.Add(time.Duration(i) * time.Minute))
+		switch q {
+		case v1alpha1.UpgradeBackingUp:
+			u.FromRevision, u.ToRevision, u.AuthFromRevision, u.AuthToRevision = catOld, catNew, authOld, authNew
+			u.Backup = backup
+		case v1alpha1.UpgradeStopping:
+			u.StopTime = u.PhaseTime
+		case v1alpha1.UpgradeStarting:
+			u.MigrationSeconds = "42.5"
+		case v1alpha1.UpgradeRestoring:
+			u.MigrationSeconds, u.Message = "42.5", failure
+		}
+		if q == p {
+			break
+		}
+	}
+	return u
+}
+
+// with is a copy of u changed by f.
+func with(u *v1alpha1.UpgradeStatus, f func(*v1alpha1.UpgradeStatus)) *v1alpha1.UpgradeStatus {
+	n := u.DeepCopy()
+	f(n)
+	return n
+}
+
+// running is a step's Job that has not ended.
+var running = &Job{StartTime: now.Add(-time.Minute)}
+
+func complete(msg string) *Job {
+	return &Job{Complete: true, Message: msg, StartTime: now.Add(-time.Minute), CompletionTime: now.Add(-time.Minute + 42500*time.Millisecond)}
+}
+
+func failed(msg string) *Job {
+	return &Job{Failed: true, Message: msg, StartTime: now.Add(-time.Minute), CompletionTime: now.Add(-time.Minute + 30*time.Second)}
+}
+
+// report is a revisions report as entrypoint.py's publish writes it (sorted keys, no spaces).
+func report(version, catCurrent string, catKnown bool, catRequired string, auth ...string) string {
+	rev := func(current string, known bool, required string) string {
+		c := "null"
+		if current != "" {
+			c = `"` + current + `"`
+		}
+		return fmt.Sprintf(`{"current":%s,"known":%t,"required":"%s"}`, c, known, required)
+	}
+	out := "{"
+	if len(auth) == 3 {
+		out += `"auth":` + rev(auth[0], auth[1] == "true", auth[2]) + ","
+	}
+	return out + `"catalog":` + rev(catCurrent, catKnown, catRequired) + `,"version":"` + version + `"}`
+}
+
+// migrateLog is a failed step's log: more lines than a message keeps.
+const migrateLog = `INFO  [alembic.runtime.migration] Context impl PostgresqlImpl.
+INFO  [alembic.runtime.migration] Will assume transactional DDL.
+
+INFO  [alembic.runtime.migration] Running upgrade 6825c778aa3c -> 0b033e7fbe30
+Traceback (most recent call last):
+  File "/opt/venv/bin/tiled", line 8, in <module>
+  File "sqlalchemy/engine/base.py", line 1967, in _exec_single_context
+psycopg.errors.DuplicateColumn: column "structure_family" already exists
+sqlalchemy.exc.ProgrammingError: column already exists
+`
+
+// lc is the Lifecycle Decide renders.
+func lc(serving string, stopped bool, step *render.Step) *render.Lifecycle {
+	return &render.Lifecycle{ServingImage: serving, Stopped: stopped, Step: step, BackupClaim: true, ToolsImage: tools}
+}
+
+var (
+	checkStep   = &render.Step{Kind: render.StepCheck, Image: newImage}
+	backupStep  = &render.Step{Kind: render.StepBackup, Backup: backup, FromVersion: "0.2.14"}
+	migrateStep = &render.Step{Kind: render.StepMigrate, Image: newImage}
+	restoreStep = &render.Step{Kind: render.StepRestore, Backup: backup}
+	upgrading   = &Condition{Reason: ReasonUpgrading}
+)
+
+// texts are the free-text parts of a Decision, checked by substring.
+type texts struct{ event, stall, progress, upgrade string }
+
+// split returns d without its free text, and the text.
+func split(d Decision) (Decision, texts) {
+	var t texts
+	if d.Event != nil {
+		e := *d.Event
+		t.event, e.Message = e.Message, ""
+		d.Event = &e
+	}
+	if d.Stall != nil {
+		c := *d.Stall
+		t.stall, c.Message = c.Message, ""
+		d.Stall = &c
+	}
+	if d.Progress != nil {
+		c := *d.Progress
+		t.progress, c.Message = c.Message, ""
+		d.Progress = &c
+	}
+	if d.Upgrade != nil {
+		d.Upgrade = d.Upgrade.DeepCopy()
+		t.upgrade, d.Upgrade.Message = d.Upgrade.Message, ""
+	}
+	return d, t
+}
+
+// TestDecide: every transition of the procedure, from one observation each.
+func TestDecide(t *testing.T) {
+	// base: the spec moved from oldImage to newImage; the StatefulSet runs oldImage.
+	base := func() Observed {
+		return Observed{
+			SpecImage: newImage, SpecVersion: "0.2.20", ServingImage: oldImage, ServingVersion: "0.2.14",
+			ServerPods: 2, ToolsImage: tools, Now: now,
+		}
+	}
+	// in is base in phase p with the step's Job j.
+	in := func(p v1alpha1.UpgradePhase, j *Job) func(*Observed) {
+		return func(o *Observed) { o.Upgrade, o.Job = at(p), j }
+	}
+	nowT := mtp(now)
+	est := time.FixedZone("EST", -5*3600)
+
+	cases := []struct {
+		name   string
+		change func(*Observed)
+		// want is the Decision, compared without its free text (Upgrade.Message is among it).
+		want Decision
+		// substrings of the Event's, the stall's, the progress's and Upgrade.Message.
+		event, stall, progress, upgrade []string
+	}{
+		// No upgrade.
+		{name: "no StatefulSet: a new instance has nothing to upgrade", change: func(o *Observed) { o.ServingImage, o.ServingVersion, o.ServerPods = "", "", 0 }},
+		{name: "serving the spec's image: nothing to do", change: func(o *Observed) { o.ServingImage, o.ServingVersion = newImage, "0.2.20" }},
+
+		// Checking.
+		{
+			name:   "a new image begins the upgrade: Checking, a check Job on the new image, the old image serving",
+			change: func(*Observed) {},
+			want: Decision{
+				Lifecycle: lc(oldImage, false, checkStep), Changed: true, Progress: upgrading,
+				Upgrade: &v1alpha1.UpgradeStatus{Phase: v1alpha1.UpgradeChecking, FromImage: oldImage, ToImage: newImage,
+					FromVersion: "0.2.14", ToVersion: "0.2.20", StartTime: mt(now), PhaseTime: nowT},
+				Event: &Event{Normal: true, Reason: ReasonUpgrading},
+			},
+			event:    []string{"spec.tiled.image changed from " + oldImage + " to " + newImage, "checking"},
+			progress: []string{"0.2.14 -> 0.2.20", "checking", "the old version serves"},
+		},
+		{
+			name: "versions unknown: the images name the upgrade", change: func(o *Observed) { o.SpecVersion, o.ServingVersion = "", "" },
+			want: Decision{
+				Lifecycle: lc(oldImage, false, checkStep), Changed: true, Progress: upgrading,
+				Upgrade: &v1alpha1.UpgradeStatus{Phase: v1alpha1.UpgradeChecking, FromImage: oldImage, ToImage: newImage,
+					StartTime: mt(now), PhaseTime: nowT},
+				Event: &Event{Normal: true, Reason: ReasonUpgrading},
+			},
+			progress: []string{oldImage + " -> " + newImage},
+		},
+		{name: "checking, the Job not in the cache yet: stays", change: in(v1alpha1.UpgradeChecking, nil),
+			want: Decision{Upgrade: at(v1alpha1.UpgradeChecking), Lifecycle: lc(oldImage, false, checkStep), Progress: upgrading}},
+		{name: "checking, the Job running: stays", change: in(v1alpha1.UpgradeChecking, running),
+			want: Decision{Upgrade: at(v1alpha1.UpgradeChecking), Lifecycle: lc(oldImage, false, checkStep), Progress: upgrading}},
+		{
+			name:   "check complete, revisions equal: no migration, the pods roll to the new image",
+			change: in(v1alpha1.UpgradeChecking, complete(report("0.2.20", catNew, true, catNew, authNew, "true", authNew))),
+			want:   Decision{Changed: true, Event: &Event{Normal: true, Reason: ReasonUpgradedInPlace}},
+			event:  []string{"0.2.14 -> 0.2.20 needs no migration", "catalog at revision " + catNew, newImage},
+		},
+		{
+			name:   "check complete, databases not initialized: no migration",
+			change: in(v1alpha1.UpgradeChecking, complete(report("0.2.20", "", true, catNew))),
+			want:   Decision{Changed: true, Event: &Event{Normal: true, Reason: ReasonUpgradedInPlace}},
+		},
+		{
+			name: "check: an unknown (newer) catalog revision refuses the downgrade, naming the last backup",
+			change: func(o *Observed) {
+				in(v1alpha1.UpgradeChecking, complete(report("0.2.14", catNew, false, catOld)))(o)
+				o.LastBackup = backup
+			},
+			want: Decision{
+				Upgrade: at(v1alpha1.UpgradeChecking), Changed: true, Lifecycle: lc(oldImage, false, checkStep),
+				Stall: &Condition{Reason: ReasonDowngradeRefused},
+			},
+			stall: []string{"catalog database is at revision " + catNew, "Tiled 0.2.14 (" + newImage + ") does not know",
+				"restore backup " + backup, "the old version (" + oldImage + ") serves"},
+		},
+		{
+			name:   "check: an unknown auth revision, no backup ever taken",
+			change: in(v1alpha1.UpgradeChecking, complete(report("0.2.14", catOld, true, catOld, authNew, "false", authOld))),
+			want: Decision{
+				Upgrade: at(v1alpha1.UpgradeChecking), Changed: true, Lifecycle: lc(oldImage, false, checkStep),
+				Stall: &Condition{Reason: ReasonDowngradeRefused},
+			},
+			stall: []string{"auth database is at revision " + authNew, "no backup was taken by the operator"},
+		},
+		{
+			name: "check: refused again with the message recorded already is no change",
+			change: func(o *Observed) {
+				o.Upgrade, o.Job = at(v1alpha1.UpgradeChecking), complete(report("0.2.14", catNew, false, catOld))
+				o.Upgrade.Message = Decide(*o).Stall.Message
+			},
+			want: Decision{
+				Upgrade: at(v1alpha1.UpgradeChecking), Lifecycle: lc(oldImage, false, checkStep),
+				Stall: &Condition{Reason: ReasonDowngradeRefused},
+			},
+			upgrade: []string{"does not know"},
+		},
+		{
+			name: "check: an older revision backs up first, the backup named from now (UTC), the revisions recorded",
+			change: func(o *Observed) {
+				in(v1alpha1.UpgradeChecking, complete(report("0.2.20", catOld, true, catNew, authOld, "true", authNew)))(o)
+				o.Now = time.Date(2026, 12, 2, 22, 19, 5, 0, est)
+			},
+			want: Decision{
+				Upgrade: with(at(v1alpha1.UpgradeChecking), func(u *v1alpha1.UpgradeStatus) {
+					u.Phase, u.PhaseTime = v1alpha1.UpgradeBackingUp, mtp(time.Date(2026, 12, 2, 22, 19, 5, 0, est))
+					u.FromRevision, u.ToRevision, u.AuthFromRevision, u.AuthToRevision = catOld, catNew, authOld, authNew
+					u.Backup = "pre-upgrade-20261203-031905"
+				}),
+				Changed:   true,
+				Lifecycle: lc(oldImage, false, &render.Step{Kind: render.StepBackup, Backup: "pre-upgrade-20261203-031905", FromVersion: "0.2.14"}),
+				Progress:  upgrading,
+			},
+			progress: []string{"backing up the databases to pre-upgrade-20261203-031905", "the old version serves"},
+		},
+		{
+			name:   "check: the version the image reports replaces the one its tag said",
+			change: in(v1alpha1.UpgradeChecking, complete(report("0.2.19", catOld, true, catNew))),
+			want: Decision{
+				Upgrade: with(at(v1alpha1.UpgradeChecking), func(u *v1alpha1.UpgradeStatus) {
+					u.Phase, u.PhaseTime, u.ToVersion = v1alpha1.UpgradeBackingUp, nowT, "0.2.19"
+					u.FromRevision, u.ToRevision = catOld, catNew
+					u.Backup = "pre-upgrade-20261203-031900"
+				}),
+				Changed:   true,
+				Lifecycle: lc(oldImage, false, &render.Step{Kind: render.StepBackup, Backup: "pre-upgrade-20261203-031900", FromVersion: "0.2.14"}),
+				Progress:  upgrading,
+			},
+		},
+		{
+			name:   "check Job failed: CheckFailed, not retried (its Job stays rendered), the old version serves",
+			change: in(v1alpha1.UpgradeChecking, failed("connection refused\nno database at postgres:5432")),
+			want: Decision{
+				Upgrade: at(v1alpha1.UpgradeChecking), Changed: true, Lifecycle: lc(oldImage, false, checkStep),
+				Stall: &Condition{Reason: ReasonCheckFailed},
+			},
+			stall: []string{"the check of the databases with " + newImage + " failed", "the old version serves",
+				"connection refused | no database at postgres:5432"},
+		},
+		{
+			name:   "check complete with an unreadable report: CheckFailed",
+			change: in(v1alpha1.UpgradeChecking, complete("Traceback: boom")),
+			want: Decision{
+				Upgrade: at(v1alpha1.UpgradeChecking), Changed: true, Lifecycle: lc(oldImage, false, checkStep),
+				Stall: &Condition{Reason: ReasonCheckFailed},
+			},
+			stall: []string{"reported nothing readable", "not a revisions report"},
+		},
+
+		// BackingUp.
+		{name: "backing up, the Job running: stays", change: in(v1alpha1.UpgradeBackingUp, running),
+			want:     Decision{Upgrade: at(v1alpha1.UpgradeBackingUp), Lifecycle: lc(oldImage, false, backupStep), Progress: upgrading},
+			progress: []string{"backing up the databases to " + backup}},
+		{
+			name:   "backup complete: Stopping, the stop time set, Tiled stopped, no Job",
+			change: in(v1alpha1.UpgradeBackingUp, complete(`{"name":"`+backup+`"}`)),
+			want: Decision{
+				Upgrade: with(at(v1alpha1.UpgradeBackingUp), func(u *v1alpha1.UpgradeStatus) {
+					u.Phase, u.PhaseTime, u.StopTime = v1alpha1.UpgradeStopping, nowT, nowT
+				}),
+				Changed: true, Lifecycle: lc(oldImage, true, nil), Progress: upgrading,
+			},
+			progress: []string{"stopping the old version's pods"},
+		},
+		{
+			name:   "backup Job failed: BackupFailed, nothing migrated, the old version serves",
+			change: in(v1alpha1.UpgradeBackingUp, failed("pg_dump: error: connection to server failed")),
+			want: Decision{
+				Upgrade: at(v1alpha1.UpgradeBackingUp), Changed: true, Lifecycle: lc(oldImage, false, backupStep),
+				Stall: &Condition{Reason: ReasonBackupFailed},
+			},
+			stall: []string{"the backup " + backup, "nothing was migrated", "the old version serves", "pg_dump: error"},
+		},
+
+		// Stopping.
+		{name: "stopping with pods left: stays", change: in(v1alpha1.UpgradeStopping, nil),
+			want: Decision{Upgrade: at(v1alpha1.UpgradeStopping), Lifecycle: lc(oldImage, true, nil), Progress: upgrading}},
+		{
+			name: "stopping, a terminating pod left: stays",
+			change: func(o *Observed) {
+				in(v1alpha1.UpgradeStopping, nil)(o)
+				o.ServerPods = 1
+			},
+			want: Decision{Upgrade: at(v1alpha1.UpgradeStopping), Lifecycle: lc(oldImage, true, nil), Progress: upgrading},
+		},
+		{
+			name: "stopped, no pod left: Migrating, the migrate Job on the new image, Tiled stopped",
+			change: func(o *Observed) {
+				in(v1alpha1.UpgradeStopping, nil)(o)
+				o.ServerPods = 0
+			},
+			want: Decision{
+				Upgrade: with(at(v1alpha1.UpgradeStopping), func(u *v1alpha1.UpgradeStatus) {
+					u.Phase, u.PhaseTime = v1alpha1.UpgradeMigrating, nowT
+				}),
+				Changed: true, Lifecycle: lc(oldImage, true, migrateStep), Progress: upgrading,
+			},
+			progress: []string{"migrating the catalog from revision " + catOld + " to " + catNew},
+		},
+
+		// Migrating.
+		{name: "migrating, the Job running: stays", change: in(v1alpha1.UpgradeMigrating, running),
+			want: Decision{Upgrade: at(v1alpha1.UpgradeMigrating), Lifecycle: lc(oldImage, true, migrateStep), Progress: upgrading}},
+		{
+			name:   "migrate complete: Starting, the new image serving, not stopped, its duration recorded",
+			change: in(v1alpha1.UpgradeMigrating, complete(report("0.2.20", catNew, true, catNew, authNew, "true", authNew))),
+			want: Decision{
+				Upgrade: with(at(v1alpha1.UpgradeMigrating), func(u *v1alpha1.UpgradeStatus) {
+					u.Phase, u.PhaseTime, u.MigrationSeconds = v1alpha1.UpgradeStarting, nowT, "42.5"
+				}),
+				Changed: true, Lifecycle: lc(newImage, false, nil), Progress: upgrading,
+			},
+			progress: []string{"starting the new version"},
+		},
+		{
+			name:   "migrate complete: the revisions it reports are recorded",
+			change: in(v1alpha1.UpgradeMigrating, complete(report("0.2.20+local", "0b033e7fbe30", true, "0b033e7fbe30", "ffffffffffff", "true", "ffffffffffff"))),
+			want: Decision{
+				Upgrade: with(at(v1alpha1.UpgradeMigrating), func(u *v1alpha1.UpgradeStatus) {
+					u.Phase, u.PhaseTime, u.MigrationSeconds = v1alpha1.UpgradeStarting, nowT, "42.5"
+					u.ToVersion, u.ToRevision, u.AuthToRevision = "0.2.20+local", "0b033e7fbe30", "ffffffffffff"
+				}),
+				Changed: true, Lifecycle: lc(newImage, false, nil), Progress: upgrading,
+			},
+		},
+		{
+			name:   "migrate complete, no times and no report: Starting all the same",
+			change: in(v1alpha1.UpgradeMigrating, &Job{Complete: true}),
+			want: Decision{
+				Upgrade: with(at(v1alpha1.UpgradeMigrating), func(u *v1alpha1.UpgradeStatus) { u.Phase, u.PhaseTime = v1alpha1.UpgradeStarting, nowT }),
+				Changed: true, Lifecycle: lc(newImage, false, nil), Progress: upgrading,
+			},
+		},
+		{
+			name:   "migrate failed: Restoring the backup, Tiled stopped, the revisions and the error's tail recorded",
+			change: in(v1alpha1.UpgradeMigrating, failed(migrateLog)),
+			want: Decision{
+				Upgrade: with(at(v1alpha1.UpgradeMigrating), func(u *v1alpha1.UpgradeStatus) {
+					u.Phase, u.PhaseTime, u.MigrationSeconds = v1alpha1.UpgradeRestoring, nowT, "30.0"
+				}),
+				Changed: true, Lifecycle: lc(oldImage, true, restoreStep), Progress: upgrading,
+			},
+			progress: []string{"the migration failed; restoring backup " + backup},
+			upgrade: []string{"from revision " + catOld + " to " + catNew, "by " + newImage, "backup " + backup,
+				"Tiled 0.2.14 serves again", "or back to " + oldImage,
+				": INFO  [alembic.runtime.migration] Running upgrade 6825c778aa3c -> 0b033e7fbe30 | Traceback (most recent call last):",
+				"| sqlalchemy.exc.ProgrammingError: column already exists"},
+		},
+
+		// Starting.
+		{name: "starting, not ready: stays", change: in(v1alpha1.UpgradeStarting, nil),
+			want: Decision{Upgrade: at(v1alpha1.UpgradeStarting), Lifecycle: lc(newImage, false, nil), Progress: upgrading}},
+		{
+			name: "started and ready: Succeeded, recorded with its downtime, the upgrade done",
+			change: func(o *Observed) {
+				in(v1alpha1.UpgradeStarting, nil)(o)
+				o.ServingImage, o.ServerReady = newImage, true
+			},
+			want: Decision{
+				Changed: true, Event: &Event{Normal: true, Reason: ReasonMigrated},
+				Record: &v1alpha1.MigrationRecord{FromVersion: "0.2.14", ToVersion: "0.2.20", FromRevision: catOld, ToRevision: catNew,
+					Backup: backup, Result: ResultSucceeded, StartTime: mt(t0), CompletionTime: mt(now),
+					MigrationSeconds: "42.5", DowntimeSeconds: "120.0"},
+			},
+			event: []string{"Tiled 0.2.14 -> 0.2.20", "from revision " + catOld + " to " + catNew, "in 42.5s", "120.0s without a serving pod", "backup " + backup},
+		},
+
+		// Restoring.
+		{name: "restoring, the Job running: stays, Tiled stopped", change: in(v1alpha1.UpgradeRestoring, running),
+			want:    Decision{Upgrade: at(v1alpha1.UpgradeRestoring), Lifecycle: lc(oldImage, true, restoreStep), Progress: upgrading},
+			upgrade: []string{failure}},
+		{
+			name:   "restore complete: Failed, MigrationFailed, RolledBack recorded, the old image serving",
+			change: in(v1alpha1.UpgradeRestoring, complete(`{"restored":"`+backup+`"}`)),
+			want: Decision{
+				Upgrade: with(at(v1alpha1.UpgradeRestoring), func(u *v1alpha1.UpgradeStatus) { u.Phase, u.PhaseTime = v1alpha1.UpgradeFailed, nowT }),
+				Changed: true, Lifecycle: lc(oldImage, false, nil),
+				Stall: &Condition{Reason: ReasonMigrationFailed}, Event: &Event{Reason: ReasonMigrationFailed},
+				Record: &v1alpha1.MigrationRecord{FromVersion: "0.2.14", ToVersion: "0.2.20", FromRevision: catOld, ToRevision: catNew,
+					Backup: backup, Result: ResultRolledBack, StartTime: mt(t0), CompletionTime: mt(now),
+					MigrationSeconds: "42.5", DowntimeSeconds: "120.0"},
+			},
+			stall: []string{failure}, event: []string{failure}, upgrade: []string{failure},
+		},
+		{
+			name:   "restore failed: RestoreFailed, Tiled stays stopped",
+			change: in(v1alpha1.UpgradeRestoring, failed("backup "+backup+" is corrupt: its checksums do not match")),
+			want: Decision{
+				Upgrade: at(v1alpha1.UpgradeRestoring), Changed: true, Lifecycle: lc(oldImage, true, restoreStep),
+				Stall: &Condition{Reason: ReasonRestoreFailed},
+			},
+			stall: []string{"the migration of the catalog from revision " + catOld + " to " + catNew + " by " + newImage + " failed; restoring backup " + backup + " failed too",
+				"Tiled stays stopped", "by hand", "is corrupt"},
+		},
+
+		// Failed.
+		{
+			name:   "failed, the spec still on the failed image: stays stalled, the old image serving, no Job",
+			change: in(v1alpha1.UpgradeFailed, nil),
+			want: Decision{Upgrade: at(v1alpha1.UpgradeFailed), Lifecycle: lc(oldImage, false, nil),
+				Stall: &Condition{Reason: ReasonMigrationFailed}},
+			stall: []string{failure}, upgrade: []string{failure},
+		},
+
+		// The spec changes during the upgrade.
+		{
+			name: "spec back to the old image while checking: cancelled",
+			change: func(o *Observed) {
+				in(v1alpha1.UpgradeChecking, running)(o)
+				o.SpecImage, o.SpecVersion = oldImage, "0.2.14"
+			},
+			want:  Decision{Changed: true, Event: &Event{Normal: true, Reason: ReasonUpgradeCancelled}},
+			event: []string{"spec.tiled.image is " + oldImage + " again", "the upgrade to " + newImage + " is dropped"},
+		},
+		{
+			name: "spec back to the old image while backing up: cancelled",
+			change: func(o *Observed) {
+				in(v1alpha1.UpgradeBackingUp, running)(o)
+				o.SpecImage = oldImage
+			},
+			want: Decision{Changed: true, Event: &Event{Normal: true, Reason: ReasonUpgradeCancelled}},
+		},
+		{
+			name: "spec back to the old image while stopping: cancelled, Tiled starts again",
+			change: func(o *Observed) {
+				in(v1alpha1.UpgradeStopping, nil)(o)
+				o.SpecImage = oldImage
+			},
+			want: Decision{Changed: true, Event: &Event{Normal: true, Reason: ReasonUpgradeCancelled}},
+		},
+		{
+			name: "spec back to the old image after a failure: cancelled, the stall gone",
+			change: func(o *Observed) {
+				in(v1alpha1.UpgradeFailed, nil)(o)
+				o.SpecImage = oldImage
+			},
+			want: Decision{Changed: true, Event: &Event{Normal: true, Reason: ReasonUpgradeCancelled}},
+		},
+		{
+			name: "spec to a third image while checking: begins again, from the old image",
+			change: func(o *Observed) {
+				in(v1alpha1.UpgradeChecking, running)(o)
+				o.SpecImage, o.SpecVersion = thirdImage, "0.2.18"
+			},
+			want: Decision{
+				Lifecycle: lc(oldImage, false, &render.Step{Kind: render.StepCheck, Image: thirdImage}), Changed: true, Progress: upgrading,
+				Upgrade: &v1alpha1.UpgradeStatus{Phase: v1alpha1.UpgradeChecking, FromImage: oldImage, ToImage: thirdImage,
+					FromVersion: "0.2.14", ToVersion: "0.2.18", StartTime: mt(now), PhaseTime: nowT},
+				Event: &Event{Normal: true, Reason: ReasonUpgrading},
+			},
+			event: []string{"from " + oldImage + " to " + thirdImage + " during the upgrade to " + newImage},
+		},
+		{
+			name: "spec to a third image after a failure: begins again from the old image (which serves)",
+			change: func(o *Observed) {
+				in(v1alpha1.UpgradeFailed, nil)(o)
+				o.SpecImage, o.SpecVersion = thirdImage, "0.2.18"
+				o.ServingVersion = "0.2.99" // the upgrade's FromVersion is used, not the serving one
+			},
+			want: Decision{
+				Lifecycle: lc(oldImage, false, &render.Step{Kind: render.StepCheck, Image: thirdImage}), Changed: true, Progress: upgrading,
+				Upgrade: &v1alpha1.UpgradeStatus{Phase: v1alpha1.UpgradeChecking, FromImage: oldImage, ToImage: thirdImage,
+					FromVersion: "0.2.14", ToVersion: "0.2.18", StartTime: mt(now), PhaseTime: nowT},
+				Event: &Event{Normal: true, Reason: ReasonUpgrading},
+			},
+		},
+		{
+			name: "spec to a third image while migrating: carries on with the old target",
+			change: func(o *Observed) {
+				in(v1alpha1.UpgradeMigrating, running)(o)
+				o.SpecImage, o.SpecVersion = thirdImage, "0.2.18"
+			},
+			want: Decision{Upgrade: at(v1alpha1.UpgradeMigrating), Lifecycle: lc(oldImage, true, migrateStep), Progress: upgrading},
+		},
+		{
+			name: "spec to a third image while migrating, the migration done: Starting the old target",
+			change: func(o *Observed) {
+				in(v1alpha1.UpgradeMigrating, complete(report("0.2.20", catNew, true, catNew, authNew, "true", authNew)))(o)
+				o.SpecImage = thirdImage
+			},
+			want: Decision{
+				Upgrade: with(at(v1alpha1.UpgradeMigrating), func(u *v1alpha1.UpgradeStatus) {
+					u.Phase, u.PhaseTime, u.MigrationSeconds = v1alpha1.UpgradeStarting, nowT, "42.5"
+				}),
+				Changed: true, Lifecycle: lc(newImage, false, nil), Progress: upgrading,
+			},
+		},
+		{
+			name: "spec back to the old image while restoring: the restore finishes first",
+			change: func(o *Observed) {
+				in(v1alpha1.UpgradeRestoring, running)(o)
+				o.SpecImage = oldImage
+			},
+			want:    Decision{Upgrade: at(v1alpha1.UpgradeRestoring), Lifecycle: lc(oldImage, true, restoreStep), Progress: upgrading},
+			upgrade: []string{failure},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			o := base()
+			tc.change(&o)
+			before := o.Upgrade.DeepCopy()
+			d := Decide(o)
+			g.Expect(o.Upgrade).To(Equal(before), "the observed status is not modified")
+			if !d.Changed {
+				g.Expect(d.Upgrade).To(Equal(o.Upgrade), "an unchanged decision keeps the status")
+			}
+			if d.Stall != nil && d.Upgrade != nil {
+				g.Expect(d.Upgrade.Message).To(Equal(d.Stall.Message), "the status says why it is stalled")
+			}
+			g.Expect(d.Stall != nil && d.Progress != nil).To(BeFalse(), "never both stalled and progressing")
+			got, txt := split(d)
+			want, _ := split(tc.want)
+			g.Expect(got).To(Equal(want))
+			for _, s := range tc.event {
+				g.Expect(txt.event).To(ContainSubstring(s))
+			}
+			for _, s := range tc.stall {
+				g.Expect(txt.stall).To(ContainSubstring(s))
+			}
+			for _, s := range tc.progress {
+				g.Expect(txt.progress).To(ContainSubstring(s))
+			}
+			for _, s := range tc.upgrade {
+				g.Expect(txt.upgrade).To(ContainSubstring(s))
+			}
+			if tc.upgrade == nil && tc.stall == nil {
+				g.Expect(txt.upgrade).To(BeEmpty())
+			}
+			if got.Progress != nil {
+				g.Expect(txt.progress).To(HavePrefix("upgrading Tiled "))
+			}
+			if d.Lifecycle != nil {
+				g.Expect(d.Lifecycle.Step).To(Equal(CurrentStep(d.Upgrade)), "the controller looks up the Job the decision renders")
+			}
+		})
+	}
+}
+
+// TestDecideWalk drives the procedure as the controller does (the decision's status recorded, the
+// step's Job looked up by CurrentStep), through a migration that succeeds and one that fails.
+func TestDecideWalk(t *testing.T) {
+	type world struct {
+		jobs  map[render.StepKind]*Job // how the step's Job ends
+		pods  int                      // Tiled pods left after a stop
+		ready bool
+	}
+	walk := func(g Gomega, w world) (phases []v1alpha1.UpgradePhase, last Decision, record *v1alpha1.MigrationRecord) {
+		o := Observed{SpecImage: newImage, SpecVersion: "0.2.20", ServingImage: oldImage, ServingVersion: "0.2.14",
+			ServerPods: 2, ToolsImage: tools, Now: t0}
+		for range 20 {
+			o.Job = nil
+			if s := CurrentStep(o.Upgrade); s != nil {
+				o.Job = w.jobs[s.Kind]
+			}
+			d := Decide(o)
+			if d.Record != nil {
+				record = d.Record
+			}
+			if l := d.Lifecycle; l != nil {
+				if l.Stopped {
+					o.ServerPods = 0
+				}
+				o.ServingImage = l.ServingImage
+			} else {
+				o.ServingImage = o.SpecImage
+			}
+			o.ServerReady = w.ready && o.ServingImage == o.SpecImage
+			last = d
+			if !d.Changed {
+				return phases, last, record
+			}
+			o.Upgrade = d.Upgrade
+			if d.Upgrade == nil {
+				return append(phases, ""), last, record
+			}
+			phases = append(phases, d.Upgrade.Phase)
+			o.Now = o.Now.Add(time.Minute)
+		}
+		g.Expect(false).To(BeTrue(), "the walk ends")
+		return
+	}
+	g := NewWithT(t)
+	ok := map[render.StepKind]*Job{
+		render.StepCheck:   complete(report("0.2.20", catOld, true, catNew)),
+		render.StepBackup:  complete(`{}`),
+		render.StepMigrate: complete(report("0.2.20", catNew, true, catNew)),
+		render.StepRestore: complete(`{}`),
+	}
+	phases, last, rec := walk(g, world{jobs: ok, ready: true})
+	g.Expect(phases).To(Equal([]v1alpha1.UpgradePhase{v1alpha1.UpgradeChecking, v1alpha1.UpgradeBackingUp, v1alpha1.UpgradeStopping,
+		v1alpha1.UpgradeMigrating, v1alpha1.UpgradeStarting, ""}))
+	g.Expect(last.Lifecycle).To(BeNil())
+	g.Expect(rec.Result).To(Equal(ResultSucceeded))
+	g.Expect(rec.Backup).To(Equal("pre-upgrade-20261203-031600"))
+	g.Expect(rec.DowntimeSeconds).To(Equal("180.0"), "stopped at the third decision, ready at the sixth")
+
+	bad := map[render.StepKind]*Job{}
+	for k, v := range ok {
+		bad[k] = v
+	}
+	bad[render.StepMigrate] = failed("boom")
+	phases, last, rec = walk(g, world{jobs: bad, ready: true})
+	g.Expect(phases).To(Equal([]v1alpha1.UpgradePhase{v1alpha1.UpgradeChecking, v1alpha1.UpgradeBackingUp, v1alpha1.UpgradeStopping,
+		v1alpha1.UpgradeMigrating, v1alpha1.UpgradeRestoring, v1alpha1.UpgradeFailed}))
+	g.Expect(last.Stall.Reason).To(Equal(ReasonMigrationFailed))
+	g.Expect(last.Lifecycle).To(Equal(lc(oldImage, false, nil)))
+	g.Expect(rec.Result).To(Equal(ResultRolledBack))
+}
+
+func TestParseReport(t *testing.T) {
+	g := NewWithT(t)
+	r, err := ParseReport(`{"auth":{"current":"` + authOld + `","known":true,"required":"` + authNew + `"},"catalog":{"current":"x","known":true,"required":"y"},"version":"0.2.20"}` + "\n")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(r.Version).To(Equal("0.2.20"))
+	g.Expect(r.Catalog.Rev()).To(Equal("x"))
+	g.Expect(r.Catalog.Required).To(Equal("y"))
+	g.Expect(r.Catalog.Known).To(BeTrue())
+	g.Expect(r.Auth.Rev()).To(Equal(authOld))
+	g.Expect(r.Auth.Required).To(Equal(authNew))
+
+	r, err = ParseReport(report("0.2.14", "", true, catOld))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(r.Catalog.Current).To(BeNil(), "a new database has no revision")
+	g.Expect(r.Catalog.Rev()).To(BeEmpty())
+	g.Expect(r.Auth).To(BeNil())
+	g.Expect(r.Auth.Rev()).To(BeEmpty(), "no auth database")
+
+	for _, msg := range []string{migrateLog, "", `{"version":"0.2.20"}`, `{"restored":"` + backup + `"}`} {
+		_, err := ParseReport(msg)
+		g.Expect(err).To(MatchError(ContainSubstring("not a revisions report")), msg)
+	}
+}
+
+func TestTail(t *testing.T) {
+	g := NewWithT(t)
+	g.Expect(tail(migrateLog)).To(Equal(strings.Join([]string{
+		"INFO  [alembic.runtime.migration] Running upgrade 6825c778aa3c -> 0b033e7fbe30",
+		"Traceback (most recent call last):",
+		`File "/opt/venv/bin/tiled", line 8, in <module>`,
+		`File "sqlalchemy/engine/base.py", line 1967, in _exec_single_context`,
+		`psycopg.errors.DuplicateColumn: column "structure_family" already exists`,
+		"sqlalchemy.exc.ProgrammingError: column already exists",
+	}, " | ")), "the last six lines that say something, trimmed, on one line")
+	g.Expect(tail("one\n\n  two  \n")).To(Equal("one | two"))
+	g.Expect(tail("")).To(Equal("(the step left no message)"))
+	g.Expect(tail(" \n\n")).To(Equal("(the step left no message)"))
+}
+
+func TestCurrentStep(t *testing.T) {
+	g := NewWithT(t)
+	g.Expect(CurrentStep(nil)).To(BeNil())
+	want := map[v1alpha1.UpgradePhase]*render.Step{
+		v1alpha1.UpgradeChecking:  checkStep,
+		v1alpha1.UpgradeBackingUp: backupStep,
+		v1alpha1.UpgradeStopping:  nil,
+		v1alpha1.UpgradeMigrating: migrateStep,
+		v1alpha1.UpgradeStarting:  nil,
+		v1alpha1.UpgradeRestoring: restoreStep,
+		v1alpha1.UpgradeFailed:    nil,
+	}
+	for _, p := range order {
+		g.Expect(CurrentStep(at(p))).To(Equal(want[p]), string(p))
+	}
+}
