@@ -31,6 +31,19 @@ type Figures struct {
 	Cases                         []CaseResult       `json:"cases"`
 	Passed                        int                `json:"passed"`
 	Failed                        int                `json:"failed"`
+
+	// The Tiled upgrade (case 9): the most seconds an upgraded instance had no Ready Tiled pod (the
+	// last old pod unready -> the first new pod Ready, seen by a watch), the same for the upgrade done
+	// by hand on a paused cluster (the floor) and their ratio; the longest migration Job
+	// (status.lastMigration.migrationSeconds), the longest backup Job (from the Job's status, seen by
+	// the watch before the operator deletes it; omitted when none was seen), and the containers'
+	// restarts in the upgrade's namespace (goal 0).
+	UpgradeDowntimeSeconds float64 `json:"upgrade_downtime_seconds"`
+	UpgradeFloorSeconds    float64 `json:"upgrade_floor_seconds"`
+	UpgradeDowntimeRatio   float64 `json:"upgrade_downtime_ratio"`
+	MigrationSeconds       float64 `json:"migration_seconds"`
+	UpgradeBackupSeconds   float64 `json:"upgrade_backup_seconds,omitempty"`
+	UpgradeRestarts        int     `json:"upgrade_restarts"`
 }
 
 // CaseResult is one case's verdict and duration.

@@ -96,6 +96,19 @@ func render(f *e2e.Figures, src string) string {
 	w("| … operator writes by resource (audit log) | %s | only changed objects |\n", kv(f.KillRolloutWritesByKind))
 	w("| leader deleted → another replica leads | %.1f s | ≤ lease duration |\n", f.FailoverSeconds)
 	w("| webhook calls failed during the failover | %d of %d | 0 |\n", f.WebhookFailuresDuringFailover, f.WebhookCallsDuringFailover)
+	if f.UpgradeDowntimeSeconds > 0 || f.UpgradeFloorSeconds > 0 || f.MigrationSeconds > 0 {
+		// Only from a run that had the upgrade case (bench/e2e.json of an older run has none of it).
+		w("| Tiled upgrade: most time an upgraded instance had no Ready Tiled pod | %.1f s | |\n", f.UpgradeDowntimeSeconds)
+		w("| … the same upgrade by hand on a paused cluster (floor) | %.1f s | |\n", f.UpgradeFloorSeconds)
+		w("| … upgrade downtime / floor | %.2f | |\n", f.UpgradeDowntimeRatio)
+		w("| … longest migration Job | %.1f s | |\n", f.MigrationSeconds)
+		backup := "not seen"
+		if f.UpgradeBackupSeconds > 0 {
+			backup = fmt.Sprintf("%.0f s", f.UpgradeBackupSeconds)
+		}
+		w("| … longest backup Job (whole seconds) | %s | |\n", backup)
+		w("| … containers' restarts in the upgrade's namespace | %d | 0 |\n", f.UpgradeRestarts)
+	}
 	w("| operator pod peak memory (cgroup) | %.1f MiB | |\n", f.OperatorPeakMemoryMiB)
 	return b.String()
 }
