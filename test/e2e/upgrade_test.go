@@ -571,22 +571,13 @@ func testTiledUpgrade(t *testing.T) {
 		}
 	}
 
-	// u4 is Stalled, so unavailable: it takes the rollout budget (1) and u3's held change would wait
-	// for it forever. The message's own remedy: set its image back to the old one (the upgrade is
-	// dropped, the old pods serve on as they are).
-	tc.image = map[string]string{"u4": oldImg}
-	mustKubectl(t, []byte(tc.yaml()), "apply", "--server-side", "-f", "-")
-	eventually(t, 5*time.Minute, time.Second, "u4 Ready on "+oldImg+" with its upgrade dropped", func() (bool, string) {
-		ti := getInstanceIn(t, upgradeNS, inst("u4"))
-		return ti.Status.Upgrade == nil && isTrue(ti, "Ready") && condition(ti, "Stalled") == nil,
-			fmt.Sprintf("upgrade %s, Ready %+v, Stalled %+v", phaseOf(ti), condition(ti, "Ready"), condition(ti, "Stalled"))
-	})
-
-	// 7. Beamtime over: u3's hold released; it migrates too, within the budget.
+	// 7. Beamtime over: u3's hold released while u4 is still Stalled. u4 serves its old version again,
+	// so it takes nothing from the rollout budget (controllers.instanceReady): u3 migrates too, within
+	// the budget, and u4 stays as it is.
 	releaseStart := time.Now()
 	tc.hold = nil
 	mustKubectl(t, []byte(tc.yaml()), "apply", "--server-side", "-f", "-")
-	eventually(t, 10*time.Minute, 2*time.Second, "u3 migrated after its hold was released", func() (bool, string) {
+	eventually(t, 10*time.Minute, 2*time.Second, "u3 migrated after its hold was released, u4 Stalled meanwhile", func() (bool, string) {
 		ti := getInstanceIn(t, upgradeNS, inst("u3"))
 		m := ti.Status.LastMigration
 		if m != nil && m.Result == upgrade.ResultRolledBack {
@@ -595,13 +586,18 @@ func testTiledUpgrade(t *testing.T) {
 		return m != nil && m.Result == upgrade.ResultSucceeded && ti.Status.Version == newV && ti.Status.Upgrade == nil && isTrue(ti, "Ready"),
 			fmt.Sprintf("version %q, upgrade %s, lastMigration %s, Ready %+v", ti.Status.Version, phaseOf(ti), resultOf(ti), condition(ti, "Ready"))
 	})
-	mustKubectl(t, nil, "-n", upgradeNS, "wait", "--for=condition=Ready", "tc/"+upgradeCluster, "--timeout=3m")
 	releaseEnd := time.Now()
 	ti3 = getInstanceIn(t, upgradeNS, inst("u3"))
 	checkMigrated(t, w, ti3, before[ti3.Name], oldV, newV)
 	all := []string{inst("u1"), inst("u2"), inst("u3"), inst("u4")}
 	if n, at, which := w.maxWithoutReady(all, releaseStart, releaseEnd); n > 1 {
 		t.Errorf("%d instances had no Ready Tiled pod at once at %s (%v) after the release; rollout.maxUnavailable is 1", n, at.Format(time.RFC3339Nano), which)
+	}
+	if n, at, _ := w.maxWithoutReady([]string{inst("u4")}, releaseStart, releaseEnd); n != 0 {
+		t.Errorf("u4 (Stalled, serving its old version) had no Ready Tiled pod at %s while u3 upgraded", at.Format(time.RFC3339Nano))
+	}
+	if ti := getInstanceIn(t, upgradeNS, inst("u4")); ti.Status.Upgrade == nil || ti.Status.Upgrade.Phase != v1alpha1.UpgradeFailed || !isTrue(ti, "Stalled") {
+		t.Errorf("u4 after u3's upgrade: upgrade %s, Stalled %+v; want it left Failed", phaseOf(ti), condition(ti, "Stalled"))
 	}
 	if d, ok := w.downtime(ti3.Name, newImg, releaseStart); ok {
 		t.Logf("u3: migration %ss, downtime by the operator %ss, by the watch %.1fs",
@@ -610,6 +606,24 @@ func testTiledUpgrade(t *testing.T) {
 	got := runUpgradeClients(t, []clientRun{{pod: "client-read-u3", instance: ti3.Name, image: newImg, mode: "read"}})
 	if got[ti3.Name] != written[ti3.Name] {
 		t.Errorf("u3: read after the upgrade differs from what was written:\nwritten %s\nread    %s", written[ti3.Name], got[ti3.Name])
+	}
+
+	// The remedy the Stalled message names: u4's image set back to the old one. The upgrade is
+	// dropped, the old pods serve on as they are, and the cluster is Ready again.
+	remedyStart := time.Now()
+	tc.image = map[string]string{"u4": oldImg}
+	mustKubectl(t, []byte(tc.yaml()), "apply", "--server-side", "-f", "-")
+	eventually(t, 5*time.Minute, time.Second, "u4 Ready on "+oldImg+" with its upgrade dropped", func() (bool, string) {
+		ti := getInstanceIn(t, upgradeNS, inst("u4"))
+		return ti.Status.Upgrade == nil && isTrue(ti, "Ready") && condition(ti, "Stalled") == nil,
+			fmt.Sprintf("upgrade %s, Ready %+v, Stalled %+v", phaseOf(ti), condition(ti, "Ready"), condition(ti, "Stalled"))
+	})
+	mustKubectl(t, nil, "-n", upgradeNS, "wait", "--for=condition=Ready", "tc/"+upgradeCluster, "--timeout=3m")
+	if n, at, _ := w.maxWithoutReady([]string{inst("u4")}, remedyStart, time.Now()); n != 0 {
+		t.Errorf("u4 had no Ready Tiled pod at %s when its image was set back to the one it serves", at.Format(time.RFC3339Nano))
+	}
+	if n, _ := instanceEvents(t, upgradeNS, inst("u4"), upgrade.ReasonUpgradeCancelled); n != 1 {
+		t.Errorf("u4: %d Events %s after its image was set back, want 1", n, upgrade.ReasonUpgradeCancelled)
 	}
 
 	// 8. The floor: the same upgrade by hand, on a paused cluster of one beamline.
