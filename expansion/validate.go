@@ -19,6 +19,7 @@ import (
 
 	"github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/render"
+	"github.com/bluesky/tiled-operator/tiledversion"
 )
 
 // Values the API server accepts in a TiledInstance but refuses on the objects the operator makes
@@ -99,6 +100,7 @@ func validateTemplate(root *field.Path, t *v1alpha1.InstanceTemplate, complete b
 		v.expose(root.Child("expose"), t.Expose)
 	}
 	v.config(root.Child("config"), t)
+	v.tiledVersion(root.Child("tiled", "version"), t.Tiled)
 	if complete {
 		v.replicas(root, t)
 	}
@@ -765,8 +767,9 @@ func (v *validator) expose(p *field.Path, e *v1alpha1.ExposeSpec) {
 	}
 }
 
-// config checks the free-form Tiled configuration: keys Tiled's configuration model knows, a port
-// in range and, complete, a config.yml that fits in a ConfigMap.
+// config checks the free-form Tiled configuration: keys Tiled's configuration model knows (in some
+// supported release; configForVersion then refuses those the instance's release lacks), a port in
+// range and, complete, a config.yml that fits in a ConfigMap.
 func (v *validator) config(p *field.Path, t *v1alpha1.InstanceTemplate) {
 	if t.Config == nil || len(t.Config.Raw) == 0 {
 		return
@@ -776,9 +779,10 @@ func (v *validator) config(p *field.Path, t *v1alpha1.InstanceTemplate) {
 		v.add(field.Invalid(p, "", "must be an object: "+err.Error()))
 		return
 	}
-	for _, k := range render.UnknownConfigKeys(frag) {
-		v.add(field.NotSupported(p.Child(strings.Split(k, ".")[0], strings.Split(k, ".")[1:]...), "", []string{"the keys of Tiled " + TiledVersion + "'s configuration"}))
+	for _, k := range render.UnknownConfigKeysFor("", frag) {
+		v.add(field.NotSupported(configKeyPath(p, k), "", []string{"the keys of Tiled's configuration (releases " + tiledversion.Oldest + " to " + tiledversion.Newest + ")"}))
 	}
+	v.configForVersion(p, t, frag)
 	if u, ok := frag["uvicorn"].(map[string]any); ok {
 		if port, ok := u["port"]; ok {
 			n, isNum := port.(float64)
@@ -801,6 +805,74 @@ func (v *validator) config(p *field.Path, t *v1alpha1.InstanceTemplate) {
 		if size > MaxConfigBytes {
 			v.add(field.TooLong(p, fmt.Sprintf("<config.yml of %d bytes>", size), MaxConfigBytes))
 		}
+	}
+}
+
+// configKeyPath is the field path of the dotted key k of spec.config (at p).
+func configKeyPath(p *field.Path, k string) *field.Path {
+	parts := strings.Split(k, ".")
+	return p.Child(parts[0], parts[1:]...)
+}
+
+// configForVersion refuses the keys of spec.config (at p, parsed as frag) that the configuration of
+// the Tiled release the instance runs lacks (tiledversion.Lacking): keys of other releases of the
+// supported range, which that release would refuse to start on. The release is
+// tiledversion.Of(spec.tiled.image, spec.tiled.version). In an expanded instance (complete) the
+// image is the final one (expansion's default image when no layer sets one) and an image that does
+// not say its release is taken for tiledversion.Newest, as the operator takes it (admission warns).
+// On one layer, the release is the one the layer itself names by its image or its version, since
+// it says which Tiled its settings are for; a layer that names none is checked once expanded.
+func (v *validator) configForVersion(p *field.Path, t *v1alpha1.InstanceTemplate, frag map[string]any) {
+	image, stated := "", ""
+	if t.Tiled != nil {
+		image, stated = t.Tiled.Image, t.Tiled.Version
+	}
+	if v.complete && image == "" {
+		image = TiledImage
+	}
+	if image == "" && stated == "" {
+		return
+	}
+	version, known := tiledversion.Of(image, stated)
+	if !known && !v.complete {
+		return
+	}
+	if _, err := tiledversion.Parse(version); err != nil {
+		return // spec.tiled.version is refused itself (tiledVersion)
+	}
+	var source string
+	switch {
+	case !known:
+		source = fmt.Sprintf("assumed: image %s does not say its release; set spec.tiled.version", image)
+	case stated != "" && image != "":
+		source = fmt.Sprintf("image %s, spec.tiled.version", image)
+	case stated != "":
+		source = "spec.tiled.version"
+	default:
+		source = "image " + image
+	}
+	tiled := p.Root().Child("tiled")
+	unknown := render.UnknownConfigKeysFor("", frag)
+	for _, k := range render.UnknownConfigKeysFor(version, frag) {
+		if slices.Contains(unknown, k) {
+			continue // refused as unknown to every release
+		}
+		why, _ := tiledversion.Lacking(version, k)
+		v.addRelated(&field.Error{Type: field.ErrorTypeNotSupported, Field: configKeyPath(p, k).String(), BadValue: field.OmitValueType{},
+			Detail: fmt.Sprintf("Tiled %s (%s) has no configuration key %s (%s)", version, source, k, why)},
+			tiled.Child("image").String(), tiled.Child("version").String())
+	}
+}
+
+// tiledVersion checks spec.tiled.version (at p): a release x.y.z. (The CRD's pattern says as much
+// to the API server; kubectl-tiled checks files without it.) A release outside the supported range
+// is admitted with a warning.
+func (v *validator) tiledVersion(p *field.Path, t *v1alpha1.TiledServerSpec) {
+	if t == nil || t.Version == "" {
+		return
+	}
+	if _, err := tiledversion.Parse(t.Version); err != nil {
+		v.add(field.Invalid(p, t.Version, "must be a Tiled release x.y.z, e.g. "+tiledversion.Newest))
 	}
 }
 

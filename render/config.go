@@ -14,6 +14,7 @@ import (
 
 	v1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/names"
+	"github.com/bluesky/tiled-operator/tiledversion"
 )
 
 // Fixed facts of the rendered deployment.
@@ -322,13 +323,16 @@ func ConfigMap(ti *v1alpha1.TiledInstance, in Inputs) (*corev1ac.ConfigMapApplyC
 	return cm, Hash(b, []byte(entrypoint)), nil
 }
 
-// knownConfigKeys mirrors the pydantic models of tiled.config in Tiled 0.2.20 (Config and the models
-// of its fields), which forbid unknown keys. A nil value means any key below is accepted (free-form
-// arguments, media types); a non-nil map lists the accepted keys.
+// knownConfigKeys mirrors the pydantic models of tiled.config (Config and the models of its
+// fields, which forbid unknown keys) over the range of supported releases, tiledversion.Oldest
+// through tiledversion.Newest: it is the union of their keys, and tiledversion's table (Keys) takes
+// away what a release lacks. A nil value means any key below is accepted (free-form arguments, media
+// types); a non-nil map lists the accepted keys.
 var knownConfigKeys = map[string]any{
 	"catalog": map[string]any{
 		"uri": nil, "metadata": nil, "specs": nil, "writable_storage": nil, "readable_storage": nil,
-		"init_if_not_exists": nil, "adapters_by_mimetype": nil, "top_level_access_tags": nil,
+		"init_if_not_exists": nil, "adapters_by_mimetype": nil,
+		"top_level_access_blob": nil, "top_level_access_tags": nil,
 		"mount_node": nil, "catalog_pool_size": nil, "storage_pool_size": nil,
 		"catalog_max_overflow": nil, "storage_max_overflow": nil,
 	},
@@ -366,16 +370,25 @@ var knownConfigKeys = map[string]any{
 	"catalog_max_overflow": nil, "storage_max_overflow": nil,
 }
 
-// UnknownConfigKeys returns the dotted paths of keys in cfg that Tiled 0.2.20's configuration model
-// does not define, sorted. Tiled refuses to start on any of them; a webhook can report them early.
-// (uvicorn is a free dict in Tiled, but keys outside uvicorn's settings break the server at start.)
+// UnknownConfigKeys returns the dotted paths of keys in cfg that the configuration model of the
+// newest supported release (tiledversion.Newest, the default image's) does not define, sorted: it is
+// UnknownConfigKeysFor(tiledversion.Newest, cfg).
 func UnknownConfigKeys(cfg map[string]any) []string {
+	return UnknownConfigKeysFor(tiledversion.Newest, cfg)
+}
+
+// UnknownConfigKeysFor returns the dotted paths of keys in cfg that the configuration model of Tiled
+// version does not define, sorted: keys no supported release knows, and keys of releases other than
+// version (tiledversion.Lacks). An empty version checks against the union of the supported range
+// only. Tiled refuses to start on any of them; a webhook can report them early. (uvicorn is a free
+// dict in Tiled, but keys outside uvicorn's settings break the server at start.)
+func UnknownConfigKeysFor(version string, cfg map[string]any) []string {
 	var out []string
 	var walk func(prefix string, m map[string]any, known map[string]any)
 	walk = func(prefix string, m map[string]any, known map[string]any) {
 		for k, v := range m {
 			spec, ok := known[k]
-			if !ok {
+			if !ok || (version != "" && tiledversion.Lacks(version, prefix+k)) {
 				out = append(out, prefix+k)
 				continue
 			}

@@ -3,10 +3,17 @@ package render
 import (
 	"testing"
 
+	"strings"
+
 	. "github.com/onsi/gomega"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/bluesky/tiled-operator/tiledversion"
 )
+
+// supportedReleases are the releases of the supported range, oldest first.
+var supportedReleases = []string{"0.2.14", "0.2.15", "0.2.16", "0.2.17", "0.2.18", "0.2.19", "0.2.20"}
 
 func TestConfigEmitsOnlyKnownKeys(t *testing.T) {
 	for _, f := range fixtures() {
@@ -29,6 +36,84 @@ func TestConfigEmitsOnlyKnownKeys(t *testing.T) {
 		"trees":   []any{map[string]any{"anything": 1}},
 		"uvicorn": map[string]any{"port": 1, "prt": 2},
 	})).To(Equal([]string{"bogus", "catalog.cache", "uvicorn.prt"}))
+}
+
+// What the operator renders itself is accepted by every supported release: only spec.config can
+// hold a key that a release lacks (and admission refuses it, see expansion's config check).
+func TestConfigEmitsOnlyKeysEveryReleaseKnows(t *testing.T) {
+	g := NewWithT(t)
+	g.Expect(supportedReleases[0]).To(Equal(tiledversion.Oldest))
+	g.Expect(supportedReleases[len(supportedReleases)-1]).To(Equal(tiledversion.Newest))
+	for _, f := range fixtures() {
+		for _, v := range supportedReleases {
+			t.Run(f.name+"/"+v, func(t *testing.T) {
+				g := NewWithT(t)
+				ti := f.ti()
+				ti.Spec.Config = nil
+				cfg, err := Config(ti, f.in)
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(UnknownConfigKeysFor(v, cfg)).To(BeEmpty())
+			})
+		}
+	}
+}
+
+func TestUnknownConfigKeysFor(t *testing.T) {
+	cfg := map[string]any{
+		"bogus": 1,
+		"catalog": map[string]any{"uri": "x", "cache": 2,
+			"top_level_access_tags": []any{"public"}, "top_level_access_blob": map[string]any{"tags": []any{"public"}}},
+		"streaming_cache": map[string]any{"sentinels": []any{"redis-0:26379"}, "service_name": "mymaster", "data_ttl": 60},
+		"webhooks":        map[string]any{"blocked_networks": []any{"10.0.0.0/8"}, "allow_http": true},
+		"trees":           []any{map[string]any{"args": map[string]any{"top_level_access_blob": 1}}},
+	}
+	for _, tc := range []struct {
+		version string
+		want    []string
+	}{
+		// An empty version checks against the union of the range only.
+		{"", []string{"bogus", "catalog.cache"}},
+		{"0.2.14", []string{"bogus", "catalog.cache", "catalog.top_level_access_tags",
+			"streaming_cache.sentinels", "streaming_cache.service_name", "webhooks.blocked_networks"}},
+		{"0.2.15", []string{"bogus", "catalog.cache", "catalog.top_level_access_tags", "webhooks.blocked_networks"}},
+		{"0.2.17", []string{"bogus", "catalog.cache", "catalog.top_level_access_tags", "webhooks.blocked_networks"}},
+		{"0.2.18", []string{"bogus", "catalog.cache", "catalog.top_level_access_tags"}},
+		{"0.2.19", []string{"bogus", "catalog.cache", "catalog.top_level_access_blob"}},
+		{"0.2.20", []string{"bogus", "catalog.cache", "catalog.top_level_access_blob"}},
+	} {
+		t.Run("version "+tc.version, func(t *testing.T) {
+			NewWithT(t).Expect(UnknownConfigKeysFor(tc.version, cfg)).To(Equal(tc.want))
+		})
+	}
+	g := NewWithT(t)
+	g.Expect(UnknownConfigKeys(cfg)).To(Equal(UnknownConfigKeysFor(tiledversion.Newest, cfg)), "UnknownConfigKeys is the newest release's")
+}
+
+// Every key of tiledversion's table is a key of knownConfigKeys, the union of the range: the table
+// only takes keys away.
+func TestKnownConfigKeysHoldTheVersionTable(t *testing.T) {
+	for _, k := range tiledversion.Keys() {
+		g := NewWithT(t)
+		known := knownConfigKeys
+		parts := strings.Split(k.Path, ".")
+		for i, p := range parts {
+			g.Expect(known).To(HaveKey(p), k.Path)
+			if i < len(parts)-1 {
+				sub, ok := known[p].(map[string]any)
+				g.Expect(ok).To(BeTrue(), "%s: %s lists its keys", k.Path, p)
+				known = sub
+			}
+		}
+		g.Expect(UnknownConfigKeysFor("", nested(parts))).To(BeEmpty(), k.Path)
+	}
+}
+
+// nested builds {a: {b: {c: 1}}} of a path a.b.c.
+func nested(parts []string) map[string]any {
+	if len(parts) == 1 {
+		return map[string]any{parts[0]: 1}
+	}
+	return map[string]any{parts[0]: nested(parts[1:])}
 }
 
 func TestConfigFragmentMergesOverRendered(t *testing.T) {

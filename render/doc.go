@@ -47,13 +47,20 @@
 // tiled.blueskyproject.io/{cluster,instance} labels (Labels; the keys are constants of package
 // v1alpha1).
 //
-// # Tiled facts this package relies on (Tiled 0.2.20)
+// # Tiled facts this package relies on (Tiled 0.2.14 to 0.2.20)
 //
 // The configuration is validated by the pydantic model tiled.config.Config, which forbids unknown keys
-// (the YAML schema in tiled/config_schemas is documentation only and lacks `catalog`); knownConfigKeys
-// mirrors that model and UnknownConfigKeys reports keys outside it. The single-user API key and the
-// token signing keys are read from the environment variables TILED_SINGLE_USER_API_KEY and
-// TILED_SECRET_KEYS (a JSON list) by tiled.server.settings. Clients authenticate with the header
-// `Authorization: Apikey <key>`. `tiled catalog init --if-not-exists` is idempotent, `tiled admin
+// (the YAML schema in tiled/config_schemas is documentation only and lacks `catalog`). The model
+// changes within the supported range (tiledversion.Oldest to tiledversion.Newest): knownConfigKeys is
+// the union of its keys over the range, and package tiledversion's table (Keys, Lacks), the one place
+// saying what differs across the range, takes away the keys a release lacks; UnknownConfigKeysFor
+// reports the keys a given release would refuse, UnknownConfigKeys those the newest would. What
+// Config renders itself is the same for every release and made of keys every release of the range has
+// (a test renders each fixture for each release); only spec.config can name a key some release lacks,
+// and admission refuses it for the release the instance's image runs (expansion's config check). The
+// single-user API key and the token signing keys are read from the environment variables
+// TILED_SINGLE_USER_API_KEY and TILED_SECRET_KEYS (a JSON list) by tiled.server.settings. Clients
+// authenticate with the header `Authorization: Apikey <key>`. The command line the operator uses is
+// the same across the range: `tiled catalog init --if-not-exists` is idempotent, `tiled admin
 // initialize-database` is not, and both upgrade-database commands fail on an empty database.
 package render

@@ -9,6 +9,7 @@ import (
 
 	"github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/expansion"
+	"github.com/bluesky/tiled-operator/tiledversion"
 )
 
 // templateWarnings returns warnings for settings that are allowed but probably not meant: they
@@ -20,6 +21,7 @@ func templateWarnings(t *v1alpha1.InstanceTemplate, complete bool) []string {
 		if w := imageWarning("spec.tiled.image", t.Tiled.Image, "ghcr.io/bluesky/tiled:0.2.20"); w != "" {
 			out = append(out, w)
 		}
+		out = append(out, versionWarnings(t.Tiled)...)
 		if complete && (t.Tiled.Resources == nil || len(t.Tiled.Resources.Limits) == 0) {
 			out = append(out, "spec.tiled.resources: no limits: one busy Tiled pod can take a node's memory; set at least a memory limit")
 		}
@@ -51,6 +53,38 @@ func templateWarnings(t *v1alpha1.InstanceTemplate, complete bool) []string {
 	}
 	if t.Auth != nil && t.Auth.AllowAnonymousAccess != nil && *t.Auth.AllowAnonymousAccess {
 		out = append(out, "spec.auth.allowAnonymousAccess: true: anyone who reaches the service reads public data without credentials")
+	}
+	return out
+}
+
+// versionWarnings warns about the Tiled release a layer's image runs (tiledversion.Of of
+// spec.tiled.image and spec.tiled.version), which the configuration is checked and rendered for and
+// the upgrade procedure goes by: an image that does not say it (a digest, latest, a facility's own
+// tag) is taken for the newest supported release; a release outside the supported range is not
+// known to work; a stated version that differs from the image's tag is probably a mistake.
+func versionWarnings(t *v1alpha1.TiledServerSpec) []string {
+	if t.Image == "" && t.Version == "" {
+		return nil
+	}
+	version, known := tiledversion.Of(t.Image, t.Version)
+	if !known {
+		return []string{fmt.Sprintf("spec.tiled.image: %q does not say its Tiled version; assuming %s, the newest supported, for its configuration and upgrades; set spec.tiled.version",
+			t.Image, tiledversion.Newest)}
+	}
+	var out []string
+	fieldName, what := "spec.tiled.image", fmt.Sprintf("%q runs Tiled %s", t.Image, version)
+	if t.Version != "" {
+		fieldName, what = "spec.tiled.version", "Tiled "+version
+	}
+	if _, err := tiledversion.Parse(version); err == nil && !tiledversion.Supported(version) {
+		out = append(out, fmt.Sprintf("%s: %s, outside the supported range %s to %s: its configuration is checked as the nearest release's and its database upgrades are not known to work",
+			fieldName, what, tiledversion.Oldest, tiledversion.Newest))
+	}
+	if t.Version != "" && t.Image != "" {
+		if tagged, ok := tiledversion.Of(t.Image, ""); ok && tagged != t.Version {
+			out = append(out, fmt.Sprintf("spec.tiled.version: %s, but the image %q is tagged %s: the configuration is checked for %s; make them agree",
+				t.Version, t.Image, tagged, t.Version))
+		}
 	}
 	return out
 }
