@@ -12,6 +12,7 @@ import (
 	"github.com/bluesky/tiled-operator/controllers/upgrade"
 	"github.com/bluesky/tiled-operator/expansion"
 	"github.com/bluesky/tiled-operator/names"
+	"github.com/bluesky/tiled-operator/render"
 	"github.com/bluesky/tiled-operator/tiledversion"
 )
 
@@ -42,7 +43,11 @@ func (r *TiledInstanceReconciler) upgrade(ctx context.Context, cur *instanceStat
 		if o.ServingVersion == "" {
 			o.ServingVersion, _ = tiledversion.Of(o.ServingImage, "")
 		}
-		o.ServerReady = o.ServingImage == o.SpecImage && sts.Spec.Replicas != nil && *sts.Spec.Replicas > 0 &&
+		want := o.SpecImage
+		if o.Upgrade != nil {
+			want = o.Upgrade.ToImage // Starting runs the upgrade's target, whatever the spec says now
+		}
+		o.ServerReady = o.ServingImage == want && sts.Spec.Replicas != nil && *sts.Spec.Replicas > 0 &&
 			statefulSetReadyAt(sts, sts.Generation, *sts.Spec.Replicas)
 	}
 	if o.ServingImage == "" && o.Upgrade == nil {
@@ -60,6 +65,11 @@ func (r *TiledInstanceReconciler) upgrade(ctx context.Context, cur *instanceStat
 	}
 	d := upgrade.Decide(o)
 	in.render.Lifecycle = d.Lifecycle
+	if d.Lifecycle == nil && (ti.Status.LastMigration != nil || ti.Status.Upgrade != nil) {
+		// The backup claim stays once an upgrade made it: it holds the backups the status names
+		// (and, under the Delete policy, would otherwise be pruned with them).
+		in.render.Lifecycle = &render.Lifecycle{BackupClaim: true}
+	}
 	if !d.Changed {
 		return d, nil
 	}

@@ -216,11 +216,28 @@ async def wait_for(uri, deadline, limit):
             await asyncio.sleep(1)
 
 
+def error_line(output):
+    """The last line of a failed command's output that names an exception, without its SQL: what the
+    instance's condition quotes."""
+    for line in reversed(output.splitlines()):
+        line = line.strip()
+        if ("Error" in line or "Exception" in line) and ":" in line and not line.startswith("[SQL"):
+            return line
+    return ""
+
+
 def run(*args, check=True):
     say("running tiled " + " ".join(args))
-    r = subprocess.run([sys.executable, "-m", "tiled", *args])
+    # Wide lines: Tiled's error output is not wrapped in the middle of a message.
+    env = dict(os.environ, COLUMNS="400")
+    r = subprocess.run([sys.executable, "-m", "tiled", *args], env=env, stderr=subprocess.PIPE, text=True)
+    sys.stderr.write(r.stderr)
+    sys.stderr.flush()
     if check and r.returncode != 0:
-        raise SystemExit(f"[tiled-operator] tiled {args[0]} {args[1]} failed with exit code {r.returncode}")
+        why = error_line(r.stderr)
+        raise SystemExit(
+            f"[tiled-operator] tiled {args[0]} {args[1]} failed with exit code {r.returncode}" + (f": {why}" if why else "")
+        )
     return r.returncode
 
 

@@ -141,7 +141,14 @@ func LifecycleJob(ti *v1alpha1.TiledInstance, in Inputs) (*batchv1ac.JobApplyCon
 			WithTemplate(corev1ac.PodTemplateSpec().
 				WithLabels(labels).
 				WithSpec(pod.WithRestartPolicy(corev1.RestartPolicyNever)))).
-		WithAnnotations(map[string]string{AnnotationBackup: s.Backup}), nil
+		WithAnnotations(backupAnnotation(s.Backup)), nil
+}
+
+func backupAnnotation(backup string) map[string]string {
+	if backup == "" {
+		return nil
+	}
+	return map[string]string{AnnotationBackup: backup}
 }
 
 // AnnotationBackup on a backup or restore Job names its backup.
@@ -190,6 +197,12 @@ func tiledStepPod(ti *v1alpha1.TiledInstance, in Inputs, s *Step) (*corev1ac.Pod
 		)
 	if err := placement(pod, t); err != nil {
 		return nil, err
+	}
+	if t.ServiceAccountName != "" {
+		pod.WithServiceAccountName(t.ServiceAccountName)
+	}
+	if t.PriorityClassName != "" {
+		pod.WithPriorityClassName(t.PriorityClassName)
 	}
 	if len(t.NodeSelector) > 0 {
 		pod.WithNodeSelector(t.NodeSelector)
@@ -260,7 +273,7 @@ func databaseStepPod(ti *v1alpha1.TiledInstance, in Inputs, s *Step) (*corev1ac.
 		).
 		WithTerminationMessagePolicy(corev1.TerminationMessageFallbackToLogsOnError).
 		WithSecurityContext(restrictedContainerSecurityContext())
-	return corev1ac.PodSpec().
+	pod := corev1ac.PodSpec().
 		WithEnableServiceLinks(false).
 		WithAutomountServiceAccountToken(false).
 		WithSecurityContext(restrictedPodSecurityContext(podIdentity{uid: RunAsUser, gid: RunAsUser, fsGroup: RunAsUser})).
@@ -268,7 +281,21 @@ func databaseStepPod(ti *v1alpha1.TiledInstance, in Inputs, s *Step) (*corev1ac.
 		WithVolumes(
 			claimVolume("backups", n.BackupClaim, false),
 			corev1ac.Volume().WithName("tmp").WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
-		), nil
+		)
+	if db.Managed != nil {
+		// The managed database's image, so its pull secrets and placement.
+		m := db.Managed
+		if len(m.ImagePullSecrets) > 0 {
+			pod.WithImagePullSecrets(pullSecrets(m.ImagePullSecrets)...)
+		}
+		if len(m.NodeSelector) > 0 {
+			pod.WithNodeSelector(m.NodeSelector)
+		}
+		for i := range m.Tolerations {
+			pod.WithTolerations(toleration(m.Tolerations[i]))
+		}
+	}
+	return pod, nil
 }
 
 // libpqURI turns a SQLAlchemy URI (postgresql+asyncpg://...) into one libpq reads (shell).

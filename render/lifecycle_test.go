@@ -116,7 +116,11 @@ func TestLifecycleJobs(t *testing.T) {
 				g.Expect(labels).To(HaveKeyWithValue(v1alpha1.LabelAppInstance, ti.Name))
 				g.Expect(labels).To(HaveKeyWithValue(v1alpha1.LabelManagedBy, v1alpha1.ManagedByValue))
 			}
-			g.Expect(job.Annotations).To(HaveKeyWithValue(AnnotationBackup, step.Backup))
+			if step.Backup != "" {
+				g.Expect(job.Annotations).To(HaveKeyWithValue(AnnotationBackup, step.Backup))
+			} else {
+				g.Expect(job.Annotations).NotTo(HaveKey(AnnotationBackup))
+			}
 			pod := job.Spec.Template.Spec
 			g.Expect(pod.Containers).To(HaveLen(1))
 			c := pod.Containers[0]

@@ -77,20 +77,23 @@ type UpgradeStatus struct {
 	// ToImage is spec.tiled.image, the image the upgrade moves to.
 	ToImage string `json:"toImage"`
 
-	// FromVersion and ToVersion are the Tiled versions of the two images.
+	// FromVersion is the Tiled version of FromImage.
 	// +optional
 	FromVersion string `json:"fromVersion,omitempty"`
+	// ToVersion is the Tiled version of ToImage, as its check reported it.
 	// +optional
 	ToVersion string `json:"toVersion,omitempty"`
 
-	// FromRevision is the catalog's revision before the migration; ToRevision the one the new
-	// version expects. AuthFromRevision and AuthToRevision are the authentication database's.
+	// FromRevision is the catalog database's alembic revision before the migration.
 	// +optional
 	FromRevision string `json:"fromRevision,omitempty"`
+	// ToRevision is the catalog revision the new version requires.
 	// +optional
 	ToRevision string `json:"toRevision,omitempty"`
+	// AuthFromRevision is the authentication database's revision before the migration.
 	// +optional
 	AuthFromRevision string `json:"authFromRevision,omitempty"`
+	// AuthToRevision is the authentication revision the new version requires.
 	// +optional
 	AuthToRevision string `json:"authToRevision,omitempty"`
 
@@ -98,8 +101,9 @@ type UpgradeStatus struct {
 	// +optional
 	Backup string `json:"backup,omitempty"`
 
-	// StartTime is when the upgrade began; PhaseTime when the current phase began.
+	// StartTime is when the upgrade began.
 	StartTime metav1.Time `json:"startTime"`
+	// PhaseTime is when the current phase began.
 	// +optional
 	PhaseTime *metav1.Time `json:"phaseTime,omitempty"`
 
@@ -118,13 +122,15 @@ type UpgradeStatus struct {
 
 // MigrationRecord is the last migration of an instance's databases.
 type MigrationRecord struct {
-	// FromVersion and ToVersion are the Tiled versions before and after.
+	// FromVersion is the Tiled version before the migration.
 	FromVersion string `json:"fromVersion"`
-	ToVersion   string `json:"toVersion"`
+	// ToVersion is the Tiled version the migration moved to.
+	ToVersion string `json:"toVersion"`
 
-	// FromRevision and ToRevision are the catalog's revisions before and after.
+	// FromRevision is the catalog's revision before the migration.
 	// +optional
 	FromRevision string `json:"fromRevision,omitempty"`
+	// ToRevision is the catalog's revision after it (the one ToVersion requires).
 	// +optional
 	ToRevision string `json:"toRevision,omitempty"`
 
@@ -136,14 +142,16 @@ type MigrationRecord struct {
 	// +kubebuilder:validation:Enum=Succeeded;RolledBack
 	Result string `json:"result"`
 
-	// StartTime is when the upgrade began and CompletionTime when its last step ended.
-	StartTime      metav1.Time `json:"startTime"`
+	// StartTime is when the upgrade began.
+	StartTime metav1.Time `json:"startTime"`
+	// CompletionTime is when its last step ended.
 	CompletionTime metav1.Time `json:"completionTime"`
 
-	// MigrationSeconds is how long the migration Job ran; DowntimeSeconds how long no Tiled pod
-	// served (from the stop to the first new pod Ready).
+	// MigrationSeconds is how long the migration Job ran.
 	// +optional
 	MigrationSeconds string `json:"migrationSeconds,omitempty"`
+	// DowntimeSeconds is how long no Tiled pod served: from the stop of the old pods to the new
+	// version Ready (or, rolled back, the old version Ready again).
 	// +optional
 	DowntimeSeconds string `json:"downtimeSeconds,omitempty"`
 }

@@ -276,8 +276,10 @@ spec:
 	g.Expect(code).To(Equal(0), errOut)
 	g.Expect(out).To(Equal("tiledinstance.tiled.blueskyproject.io/c-x\ntiledinstance.tiled.blueskyproject.io/c-z\n"))
 	g.Expect(errOut).To(Equal(`Warning: TiledProfile default/p: spec.tiled.image: "ghcr.io/bluesky/tiled:latest" uses the tag latest: each pod restart may run another version; pin a version, e.g. ghcr.io/bluesky/tiled:0.2.20
+Warning: TiledProfile default/p: spec.tiled.image: "ghcr.io/bluesky/tiled:latest" does not say its Tiled version; assuming 0.2.20, the newest supported, for its configuration and upgrades; set spec.tiled.version
 Warning: TiledProfile default/p: spec.auth.allowAnonymousAccess: true: anyone who reaches the service reads public data without credentials
 Warning: TiledCluster default/c: instances x, z: spec.auth.allowAnonymousAccess: true: anyone who reaches the service reads public data without credentials
+Warning: TiledCluster default/c: instances x, z: spec.tiled.image: "ghcr.io/bluesky/tiled:latest" does not say its Tiled version; assuming 0.2.20, the newest supported, for its configuration and upgrades; set spec.tiled.version
 Warning: TiledCluster default/c: instances x, z: spec.tiled.image: "ghcr.io/bluesky/tiled:latest" uses the tag latest: each pod restart may run another version; pin a version, e.g. ghcr.io/bluesky/tiled:0.2.20
 `))
 }

@@ -14,20 +14,20 @@ import (
 
 // Reasons of the stalls and Events the procedure reports.
 const (
-	ReasonUpgrading          = "Upgrading"
-	ReasonMigrated           = "Migrated"
-	ReasonUpgradedInPlace    = "UpgradedWithoutMigration"
-	ReasonMigrationFailed    = "MigrationFailed"
-	ReasonBackupFailed       = "BackupFailed"
-	ReasonRestoreFailed      = "RestoreFailed"
-	ReasonCheckFailed        = "UpgradeCheckFailed"
-	ReasonDowngradeRefused   = "DowngradeRefused"
-	ReasonUpgradeCancelled   = "UpgradeCancelled"
-	ResultSucceeded          = "Succeeded"
-	ResultRolledBack         = "RolledBack"
-	backupPrefix             = "pre-upgrade-"
-	backupTimeLayout         = "20060102-150405"
-	messageTailLines         = 6
+	ReasonUpgrading        = "Upgrading"
+	ReasonMigrated         = "Migrated"
+	ReasonUpgradedInPlace  = "UpgradedWithoutMigration"
+	ReasonMigrationFailed  = "MigrationFailed"
+	ReasonBackupFailed     = "BackupFailed"
+	ReasonRestoreFailed    = "RestoreFailed"
+	ReasonCheckFailed      = "UpgradeCheckFailed"
+	ReasonDowngradeRefused = "DowngradeRefused"
+	ReasonUpgradeCancelled = "UpgradeCancelled"
+	ResultSucceeded        = "Succeeded"
+	ResultRolledBack       = "RolledBack"
+	backupPrefix           = "pre-upgrade-"
+	backupTimeLayout       = "20060102-150405"
+	messageTailLines       = 6
 )
 
 // Job is the state of the current step's Job as the cache holds it.

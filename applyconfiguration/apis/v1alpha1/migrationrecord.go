@@ -17,23 +17,27 @@ import (
 //
 // MigrationRecord is the last migration of an instance's databases.
 type MigrationRecordApplyConfiguration struct {
-	// FromVersion and ToVersion are the Tiled versions before and after.
+	// FromVersion is the Tiled version before the migration.
 	FromVersion *string `json:"fromVersion,omitempty"`
-	ToVersion   *string `json:"toVersion,omitempty"`
-	// FromRevision and ToRevision are the catalog's revisions before and after.
+	// ToVersion is the Tiled version the migration moved to.
+	ToVersion *string `json:"toVersion,omitempty"`
+	// FromRevision is the catalog's revision before the migration.
 	FromRevision *string `json:"fromRevision,omitempty"`
-	ToRevision   *string `json:"toRevision,omitempty"`
+	// ToRevision is the catalog's revision after it (the one ToVersion requires).
+	ToRevision *string `json:"toRevision,omitempty"`
 	// Backup names the backup taken before the migration.
 	Backup *string `json:"backup,omitempty"`
 	// Result is Succeeded, or RolledBack when the migration failed and the backup was restored.
 	Result *string `json:"result,omitempty"`
-	// StartTime is when the upgrade began and CompletionTime when its last step ended.
-	StartTime      *v1.Time `json:"startTime,omitempty"`
+	// StartTime is when the upgrade began.
+	StartTime *v1.Time `json:"startTime,omitempty"`
+	// CompletionTime is when its last step ended.
 	CompletionTime *v1.Time `json:"completionTime,omitempty"`
-	// MigrationSeconds is how long the migration Job ran; DowntimeSeconds how long no Tiled pod
-	// served (from the stop to the first new pod Ready).
+	// MigrationSeconds is how long the migration Job ran.
 	MigrationSeconds *string `json:"migrationSeconds,omitempty"`
-	DowntimeSeconds  *string `json:"downtimeSeconds,omitempty"`
+	// DowntimeSeconds is how long no Tiled pod served: from the stop of the old pods to the new
+	// version Ready (or, rolled back, the old version Ready again).
+	DowntimeSeconds *string `json:"downtimeSeconds,omitempty"`
 }
 
 // MigrationRecordApplyConfiguration constructs a declarative configuration of the MigrationRecord type for use with

@@ -26,19 +26,23 @@ type UpgradeStatusApplyConfiguration struct {
 	FromImage *string `json:"fromImage,omitempty"`
 	// ToImage is spec.tiled.image, the image the upgrade moves to.
 	ToImage *string `json:"toImage,omitempty"`
-	// FromVersion and ToVersion are the Tiled versions of the two images.
+	// FromVersion is the Tiled version of FromImage.
 	FromVersion *string `json:"fromVersion,omitempty"`
-	ToVersion   *string `json:"toVersion,omitempty"`
-	// FromRevision is the catalog's revision before the migration; ToRevision the one the new
-	// version expects. AuthFromRevision and AuthToRevision are the authentication database's.
-	FromRevision     *string `json:"fromRevision,omitempty"`
-	ToRevision       *string `json:"toRevision,omitempty"`
+	// ToVersion is the Tiled version of ToImage, as its check reported it.
+	ToVersion *string `json:"toVersion,omitempty"`
+	// FromRevision is the catalog database's alembic revision before the migration.
+	FromRevision *string `json:"fromRevision,omitempty"`
+	// ToRevision is the catalog revision the new version requires.
+	ToRevision *string `json:"toRevision,omitempty"`
+	// AuthFromRevision is the authentication database's revision before the migration.
 	AuthFromRevision *string `json:"authFromRevision,omitempty"`
-	AuthToRevision   *string `json:"authToRevision,omitempty"`
+	// AuthToRevision is the authentication revision the new version requires.
+	AuthToRevision *string `json:"authToRevision,omitempty"`
 	// Backup names the backup taken before the migration, on the instance's backup claim.
 	Backup *string `json:"backup,omitempty"`
-	// StartTime is when the upgrade began; PhaseTime when the current phase began.
+	// StartTime is when the upgrade began.
 	StartTime *v1.Time `json:"startTime,omitempty"`
+	// PhaseTime is when the current phase began.
 	PhaseTime *v1.Time `json:"phaseTime,omitempty"`
 	// StopTime is when the old pods were told to stop (the downtime's start).
 	StopTime *v1.Time `json:"stopTime,omitempty"`
