@@ -42,12 +42,13 @@ const (
 	upgradeFloor    = "upgfloor"
 	upgradeFacility = "e2e-upgrade"
 	floorFacility   = "e2e-upgrade-floor"
-	// conflictTable is created by hand in u4's catalog database before the upgrade. Tiled 0.2.15's
-	// catalog revision c31f6a1d7e20 (after 0.2.14's head, before 0.2.20's) creates the tables
-	// entities, links and namespaces, in that order; with namespaces already there the migration
-	// fails on `CREATE TABLE namespaces` with `relation "namespaces" already exists`, after it created
-	// entities and links in the same run, which the restore must take away again.
-	conflictTable = "namespaces"
+	// conflictTable is created by hand in u4's catalog database before the upgrade. Tiled 0.2.20's
+	// last catalog revision, 917dbbcfc4b1, renames access_tag_principal_scopes_association to
+	// access_grants; with access_grants already there it fails with `relation "access_grants" already
+	// exists`. Revisions before it have been committed by then (3bc110ce44e9 commits part-way, before
+	// a VACUUM), so the database is left half migrated: only the restore of the backup lets 0.2.14
+	// serve again.
+	conflictTable = "access_grants"
 	// floorJob is the migration Job the floor runs by hand.
 	floorJob = "floor-migrate"
 )
@@ -433,7 +434,7 @@ func testTiledUpgrade(t *testing.T) {
 		return c.Status.ObservedGeneration == c.Generation, fmt.Sprintf("observed %d of %d", c.Status.ObservedGeneration, c.Generation)
 	})
 	n4 := fleet.NamesOf(getInstanceIn(t, upgradeNS, inst("u4")))
-	psql(t, upgradeNS, n4, render.CatalogDatabase, "CREATE TABLE "+conflictTable+" (prefix varchar PRIMARY KEY)")
+	psql(t, upgradeNS, n4, render.CatalogDatabase, "CREATE TABLE "+conflictTable+" (id integer)")
 
 	// 4. The watch has run since the start. 5. One change of the profile's image.
 	upgradeStart := time.Now()
