@@ -24,6 +24,9 @@ import (
 //	                                                    ignored for another UID of the same name
 //	rendered        instanceMemories         instance   the instance is gone (instanceMemories.forget);
 //	                (desired.Renders)                   replaced when its render's inputs change
+//	upgrades        instanceMemories         instance   the instance is gone (instanceMemories.forget);
+//	                                                    ignored for another UID, or once the cache
+//	                                                    shows a newer instance
 //	verdicts        profileMemories          profile    the profile is gone (profileMemories.forget);
 //	                                                    ignored for another UID or generation
 //	records         applier.Applier          object     pruned (childset.Prune: Forget), seen deleted by
@@ -62,6 +65,19 @@ type instanceMemories struct {
 	// rendered is the desired state's cache: the prepared form of the instance's last render with
 	// the hash of its inputs, so that a reconcile caused by a child's status renders nothing.
 	rendered desired.Renders
+	// upgrades is the upgrade status this controller last wrote and the version of the instance it
+	// was written over: until the cache shows a newer instance, a reconcile decides from what was
+	// written, so that a transition (a backup's name, an Event) is never made twice.
+	upgrades keyed[writtenUpgrade]
+}
+
+// writtenUpgrade is the upgrade status written over the instance with this UID at this
+// resourceVersion.
+type writtenUpgrade struct {
+	uid             types.UID
+	resourceVersion string
+	upgrade         *tiledv1alpha1.UpgradeStatus
+	last            *tiledv1alpha1.MigrationRecord
 }
 
 // instanceSecrets is the Secret data last applied for the instance with this UID.
@@ -71,11 +87,12 @@ type instanceSecrets struct {
 }
 
 // forget drops what the controller and the applier remember of an instance that is gone: its
-// Secret's data, its render, and the records of its status and its children's applies (group
+// Secret's data, its render, the upgrade status it wrote, and the records of its status and its children's applies (group
 // "namespace/name").
 func (m *instanceMemories) forget(a *applier.Applier, instance types.NamespacedName) {
 	m.secrets.forget(instance)
 	m.rendered.Forget(instance)
+	m.upgrades.forget(instance)
 	a.ForgetGroup(instance.String())
 }
 

@@ -7,6 +7,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/bluesky/tiled-operator/controllers/upgrade"
@@ -28,6 +29,12 @@ import (
 func (r *TiledInstanceReconciler) upgrade(ctx context.Context, cur *instanceState, in *instanceInputs) (upgrade.Decision, error) {
 	ti, spec := cur.ti, in.spec
 	n := names.For(spec.Namespace, spec.Name)
+	key := types.NamespacedName{Namespace: ti.Namespace, Name: ti.Name}
+	if w, ok := r.memories.upgrades.load(key); ok && w.uid == ti.UID && w.resourceVersion == ti.ResourceVersion {
+		// The cache still shows the instance this controller's last upgrade write went over: decide
+		// from what was written (ti is this reconcile's copy).
+		ti.Status.Upgrade, ti.Status.LastMigration = w.upgrade, w.last
+	}
 	o := upgrade.Observed{Upgrade: ti.Status.Upgrade, ToolsImage: expansion.PostgresImage, Now: time.Now()}
 	if t := spec.Spec.Tiled; t != nil {
 		o.SpecImage = t.Image
@@ -85,11 +92,13 @@ func (r *TiledInstanceReconciler) upgrade(ctx context.Context, cur *instanceStat
 		removeCondition(&status.Conditions, ConditionStalled)
 		setReconciling(&status.Conditions, ti.Generation, p.Reason, p.Message)
 	}
-	if _, err := r.writeStatus(ctx, ti, status); err != nil {
+	sent, err := r.writeStatus(ctx, ti, status)
+	if err != nil {
 		return upgrade.Decision{}, err
 	}
+	r.memories.upgrades.store(key, writtenUpgrade{uid: ti.UID, resourceVersion: ti.ResourceVersion, upgrade: status.Upgrade, last: status.LastMigration})
 	ti.Status = *status
-	if e := d.Event; e != nil {
+	if e := d.Event; e != nil && sent {
 		typ := corev1.EventTypeWarning
 		if e.Normal {
 			typ = corev1.EventTypeNormal

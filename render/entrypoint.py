@@ -292,11 +292,10 @@ def publish(report):
 
     line = json.dumps(report, sort_keys=True, separators=(",", ":"))
     print(line, flush=True)
-    try:
-        with open(TERMINATION_LOG, "w") as f:
-            f.write(line)
-    except OSError:
-        pass  # not in a pod
+    if not os.path.exists(TERMINATION_LOG):
+        return  # not in a pod: the kubelet mounts the file
+    with open(TERMINATION_LOG, "w") as f:
+        f.write(line)
 
 
 def migrate_steps(catalog, auth):

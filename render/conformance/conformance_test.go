@@ -823,3 +823,49 @@ func (d *deployment) get(s *server, path string) (int, string) {
 	body, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(body)
 }
+
+// tiled0214CatalogHead is Tiled 0.2.14's catalog revision (tiled.catalog.core.REQUIRED_REVISION in
+// 0.2.14): a beamline that ran 0.2.14 has its catalog there.
+const tiled0214CatalogHead = "b93c79d197f4"
+
+// A catalog at an older revision — 0.2.14's, reached with Tiled's own downgrade-database — is
+// upgraded by the migrate step, where a newer `catalog init --if-not-exists` refuses it
+// (DatabaseUpgradeNeeded) before any upgrade could run. The revisions step reports the database's
+// revision and the one this Tiled requires, before and after, and changes nothing.
+func TestMigrateUpgradesAnOlderCatalog(t *testing.T) {
+	e := getEnv(t)
+	g := NewWithT(t)
+	d := deploy(t, e, instance("older"), render.Inputs{}, nil)
+	password := string(d.secrets[d.objs.Names.Secret][render.SecretKeyDatabasePassword])
+	e.provisionManaged(t, password)
+	d.runInit()
+	required := e.query(t, "catalog", "SELECT version_num FROM alembic_version")
+	g.Expect(required).NotTo(Equal(tiled0214CatalogHead))
+
+	uri := fmt.Sprintf("postgresql+asyncpg://%s:%s@%s/%s", render.DatabaseUser, password, e.pg, render.CatalogDatabase)
+	out, err := exec.Command(e.bin("tiled"), "catalog", "downgrade-database", uri, tiled0214CatalogHead).CombinedOutput()
+	g.Expect(err).NotTo(HaveOccurred(), "%s", out)
+	g.Expect(e.query(t, "catalog", "SELECT version_num FROM alembic_version")).To(Equal(tiled0214CatalogHead))
+
+	report := func() map[string]any {
+		t.Helper()
+		cmd, out := d.initCmd(func(args []string) []string { args[2] = "revisions"; return args })
+		g.Expect(cmd.Run()).To(Succeed(), "%s", out)
+		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+		var r map[string]any
+		g.Expect(json.Unmarshal([]byte(lines[len(lines)-1]), &r)).To(Succeed(), "%s", out)
+		return r
+	}
+	before := report()
+	g.Expect(before["catalog"]).To(Equal(map[string]any{"current": tiled0214CatalogHead, "required": required, "known": true}))
+	g.Expect(e.query(t, "catalog", "SELECT version_num FROM alembic_version")).To(Equal(tiled0214CatalogHead), "revisions changed nothing")
+
+	log := d.runInit()
+	g.Expect(log).To(ContainSubstring("running tiled catalog upgrade-database"))
+	g.Expect(log).NotTo(ContainSubstring("running tiled catalog init"))
+	g.Expect(e.query(t, "catalog", "SELECT version_num FROM alembic_version")).To(Equal(required))
+	g.Expect(report()["catalog"]).To(Equal(map[string]any{"current": required, "required": required, "known": true}))
+	s := d.mustStart()
+	d.python("write", s.url)
+	s.stop()
+}
