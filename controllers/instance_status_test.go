@@ -1,7 +1,9 @@
 package controllers
 
 import (
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
@@ -249,4 +251,15 @@ func TestInstanceStatusUpgrade(t *testing.T) {
 			g.Expect(st.Image).To(Equal(image))
 		})
 	}
+}
+
+// An Event's note is at most 1 kB (events.k8s.io refuses a longer one, and the Event is lost):
+// eventNote cuts a longer message on a rune boundary.
+func TestEventNoteFitsTheAPI(t *testing.T) {
+	g := NewWithT(t)
+	g.Expect(eventNote("short")).To(Equal("short"))
+	long := eventNote(strings.Repeat("─", 1000))
+	g.Expect(len(long)).To(BeNumerically("<=", maxEventNote))
+	g.Expect(long).To(HaveSuffix("..."))
+	g.Expect(utf8.ValidString(long)).To(BeTrue())
 }

@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"time"
+	"unicode/utf8"
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
@@ -103,7 +104,7 @@ func (r *TiledInstanceReconciler) upgrade(ctx context.Context, cur *instanceStat
 		if e.Normal {
 			typ = corev1.EventTypeNormal
 		}
-		r.Recorder.Eventf(ti, nil, typ, e.Reason, "Upgrade", "%s", e.Message)
+		r.Recorder.Eventf(ti, nil, typ, e.Reason, "Upgrade", "%s", eventNote(e.Message))
 	}
 	return d, nil
 }
@@ -180,4 +181,20 @@ func reportOf(server []corev1.Pod) *upgrade.Report {
 		}
 	}
 	return report
+}
+
+// maxEventNote is the longest note an Event may carry (events.k8s.io/v1 refuses a longer one, and the
+// Event is lost).
+const maxEventNote = 1024
+
+// eventNote is msg cut, on a rune boundary, to fit an Event's note.
+func eventNote(msg string) string {
+	if len(msg) <= maxEventNote {
+		return msg
+	}
+	cut := maxEventNote - len("...")
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut] + "..."
 }

@@ -228,8 +228,8 @@ def error_line(output):
 
 def run(*args, check=True):
     say("running tiled " + " ".join(args))
-    # Wide lines: Tiled's error output is not wrapped in the middle of a message.
-    env = dict(os.environ, COLUMNS="400")
+    # Plain tracebacks (Typer draws framed ones otherwise), lines not wrapped mid-message.
+    env = dict(os.environ, _TYPER_STANDARD_TRACEBACK="1", COLUMNS="200")
     r = subprocess.run([sys.executable, "-m", "tiled", *args], env=env, stderr=subprocess.PIPE, text=True)
     sys.stderr.write(r.stderr)
     sys.stderr.flush()

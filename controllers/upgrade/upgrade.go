@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -395,22 +397,42 @@ func (o Observed) record(u *v1alpha1.UpgradeStatus, result string) *v1alpha1.Mig
 
 func seconds(d time.Duration) string { return fmt.Sprintf("%.1f", d.Seconds()) }
 
-// tail is the last lines of a failed step's log, on one line.
+// tail is what a failed step's log says of its failure, on one line: the step's own last line when
+// it is entrypoint.py's summary (which names the exception), else the last lines that hold any text
+// (a drawn frame is not text), at most maxTail bytes.
 func tail(msg string) string {
-	lines := strings.Split(strings.TrimSpace(msg), "\n")
 	var keep []string
-	for _, l := range lines {
-		if l = strings.TrimSpace(l); l != "" {
+	for _, l := range strings.Split(strings.TrimSpace(msg), "\n") {
+		if l = strings.TrimSpace(l); strings.IndexFunc(l, func(r rune) bool { return unicode.IsLetter(r) || unicode.IsDigit(r) }) >= 0 {
 			keep = append(keep, l)
 		}
-	}
-	if len(keep) > messageTailLines {
-		keep = keep[len(keep)-messageTailLines:]
 	}
 	if len(keep) == 0 {
 		return "(the step left no message)"
 	}
-	return strings.Join(keep, " | ")
+	if last := keep[len(keep)-1]; strings.HasPrefix(last, "[tiled-operator]") {
+		return clip(last)
+	}
+	if len(keep) > messageTailLines {
+		keep = keep[len(keep)-messageTailLines:]
+	}
+	return clip(strings.Join(keep, " | "))
+}
+
+// maxTail bounds the quoted part of a message, so that the condition stays readable and the Event
+// quoting it fits the API's 1 kB note.
+const maxTail = 480
+
+// clip keeps the last maxTail bytes of s, on a rune boundary.
+func clip(s string) string {
+	if len(s) <= maxTail {
+		return s
+	}
+	s = s[len(s)-maxTail:]
+	for len(s) > 0 && !utf8.RuneStart(s[0]) {
+		s = s[1:]
+	}
+	return "..." + s
 }
 
 // CurrentStep is the Job step of phase u (nil: the phase runs none, or there is no upgrade): the

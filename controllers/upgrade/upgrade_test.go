@@ -3,6 +3,7 @@ package upgrade
 import (
 	"fmt"
 	"strings"
+	"unicode/utf8"
 	"testing"
 	"time"
 
@@ -711,6 +712,21 @@ func TestTail(t *testing.T) {
 	g.Expect(tail("one\n\n  two  \n")).To(Equal("one | two"))
 	g.Expect(tail("")).To(Equal("(the step left no message)"))
 	g.Expect(tail(" \n\n")).To(Equal("(the step left no message)"))
+
+	// A framed traceback (as Typer draws it) ending in entrypoint.py's summary: the summary alone,
+	// so that the message names the error and its Event fits the API's 1 kB note.
+	summary := `[tiled-operator] tiled catalog upgrade-database failed with exit code 1: ProgrammingError: <class 'asyncpg.exceptions.DuplicateTableError'>: relation "access_grants" already exists`
+	framed := "╭" + strings.Repeat("─", 400) + "╮\n│ frame │\n╰" + strings.Repeat("─", 400) + "╯\n" +
+		"ProgrammingError: relation \"access_grants\" already exists\n" + summary + "\n"
+	g.Expect(tail(framed)).To(Equal(summary))
+	// Lines of frame only are no text.
+	g.Expect(tail("a\n" + strings.Repeat("─", 300) + "\nb")).To(Equal("a | b"))
+	// A long tail keeps its end, cut on a rune boundary.
+	long := tail(strings.Repeat("é", 1000) + " end")
+	g.Expect(len(long)).To(BeNumerically("<=", maxTail+len("...")))
+	g.Expect(long).To(HavePrefix("..."))
+	g.Expect(long).To(HaveSuffix(" end"))
+	g.Expect(utf8.ValidString(long)).To(BeTrue())
 }
 
 func TestCurrentStep(t *testing.T) {
