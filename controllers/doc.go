@@ -10,6 +10,9 @@
 //	                              its cache (the cluster's expansion, the instance's render)
 //	plan      tiledcluster_plan.go  what the rollout does with each desired instance (package
 //	                              rollout)
+//	upgrade   tiledinstance_upgrade.go  between the instance's inputs and its render: the next
+//	                              step of a Tiled version change (package upgrade), recorded in
+//	                              the status before it is applied
 //	apply     tiled*_apply.go     package childset: apply in order, refusals classified, what was
 //	prune                         sent recorded; prune what is owned and no longer wanted
 //	status    tiled*_status.go    the status, written only when it changed; Events on transitions
