@@ -84,9 +84,10 @@ func (s *clusterState) member(name string) (cur *tiledv1alpha1.TiledInstance, ex
 }
 
 // instanceReady reports whether an instance is Ready at its current generation, or serves its old
-// version again after a failed migration was undone (Stalled, MigrationFailed, its pods ready): such an
-// instance takes nothing from the rollout budget, so that the others upgrade while it waits for a
-// person; the cluster still reports it Stalled.
+// version while its upgrade waits for a person: undone after a failed migration (phase Failed), or
+// stalled before anything was stopped (a failed check or backup, a refused downgrade), its pods
+// ready. Such an instance takes nothing from the rollout budget, so that the others upgrade; the
+// cluster still reports it Stalled.
 func instanceReady(ti *tiledv1alpha1.TiledInstance) bool {
 	if ti.Status.ObservedGeneration != ti.Generation {
 		return false
@@ -95,5 +96,15 @@ func instanceReady(ti *tiledv1alpha1.TiledInstance) bool {
 		return true
 	}
 	u := ti.Status.Upgrade
-	return u != nil && u.Phase == tiledv1alpha1.UpgradeFailed && ti.Status.ReadyReplicas > 0
+	if u == nil || ti.Status.ReadyReplicas == 0 {
+		return false
+	}
+	switch u.Phase {
+	case tiledv1alpha1.UpgradeFailed:
+		return true
+	case tiledv1alpha1.UpgradeChecking, tiledv1alpha1.UpgradeBackingUp:
+		c := meta.FindStatusCondition(ti.Status.Conditions, ConditionStalled)
+		return c != nil && c.Status == metav1.ConditionTrue
+	}
+	return false
 }

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/bluesky/tiled-operator/controllers/podstatus"
 	"github.com/bluesky/tiled-operator/controllers/upgrade"
 	"github.com/bluesky/tiled-operator/expansion"
 	"github.com/bluesky/tiled-operator/names"
@@ -73,7 +74,7 @@ func (r *TiledInstanceReconciler) upgrade(ctx context.Context, cur *instanceStat
 	}
 	d := upgrade.Decide(o)
 	in.render.Lifecycle = d.Lifecycle
-	if d.Lifecycle == nil && (ti.Status.LastMigration != nil || ti.Status.Upgrade != nil) {
+	if d.Lifecycle == nil && ((ti.Status.LastMigration != nil && ti.Status.LastMigration.Backup != "") || (ti.Status.Upgrade != nil && ti.Status.Upgrade.Backup != "")) {
 		// The backup claim stays once an upgrade made it: it holds the backups the status names
 		// (and, under the Delete policy, would otherwise be pruned with them).
 		in.render.Lifecycle = &render.Lifecycle{BackupClaim: true}
@@ -145,13 +146,18 @@ func (s *instanceState) job(ctx context.Context, name string) (*upgrade.Job, err
 	if t := j.Status.CompletionTime; t != nil {
 		out.CompletionTime = t.Time
 	}
-	if !out.Complete && !out.Failed {
-		return out, nil
-	}
 	var pods corev1.PodList
 	if err := s.c.List(ctx, &pods, client.InNamespace(s.ti.Namespace), client.MatchingFields{podInstanceIndex: s.ti.Name},
 		client.MatchingLabels{batchv1.JobNameLabel: name}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, err
+	}
+	if !out.Complete && !out.Failed {
+		// A step whose pod cannot start (an image that cannot be pulled, a bad reference) would
+		// otherwise wait for the Job's deadline: it has failed.
+		if p, _ := podstatus.Diagnose(pods.Items, time.Now(), DefaultProbeGrace); p != nil && p.Stalled {
+			out.Failed, out.Message, out.CompletionTime = true, p.Message, time.Now()
+		}
+		return out, nil
 	}
 	for _, p := range pods.Items {
 		for _, cs := range p.Status.ContainerStatuses {

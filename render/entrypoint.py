@@ -306,11 +306,12 @@ def migrate_steps(catalog, auth):
     # (DatabaseUpgradeNeeded) before the upgrade could run. The auth database likewise: `admin
     # initialize-database` for a new one, `admin upgrade-database` otherwise.
     before = revision_report(catalog, auth)
-    if not before["catalog"]["known"]:
-        raise SystemExit(
-            f"[tiled-operator] catalog {where(catalog)} is at revision {before['catalog']['current']}, "
-            f"which Tiled {before['version']} does not know (a newer Tiled migrated it): restore a backup taken before"
-        )
+    for name, uri in (("catalog", catalog), ("auth", auth)):
+        if name in before and not before[name]["known"]:
+            raise SystemExit(
+                f"[tiled-operator] the {name} database {where(uri)} is at revision {before[name]['current']}, "
+                f"which Tiled {before['version']} does not know (a newer Tiled migrated it): restore a backup taken before"
+            )
     if before["catalog"]["current"] is None:
         run("catalog", "init", catalog)
     else:

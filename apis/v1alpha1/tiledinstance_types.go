@@ -28,9 +28,8 @@ type DatabaseStatus struct {
 	// +optional
 	Ready bool `json:"ready,omitempty"`
 
-	// CatalogRevision is the alembic revision of the catalog database, as the Tiled pods' migrate
-	// step last reported it (or the upgrade's check). Tiled serves only at the revision its version
-	// expects.
+	// CatalogRevision is the alembic revision of the catalog database, as the newest Tiled pod's
+	// migrate step reported it. Tiled serves only at the revision its version expects.
 	// +optional
 	CatalogRevision string `json:"catalogRevision,omitempty"`
 
@@ -151,7 +150,7 @@ type MigrationRecord struct {
 	// +optional
 	MigrationSeconds string `json:"migrationSeconds,omitempty"`
 	// DowntimeSeconds is how long no Tiled pod served: from the stop of the old pods to the new
-	// version Ready (or, rolled back, the old version Ready again).
+	// version Ready; rolled back, to the end of the restore (the old version then starts).
 	// +optional
 	DowntimeSeconds string `json:"downtimeSeconds,omitempty"`
 }

@@ -156,6 +156,12 @@ func Decide(o Observed) Decision {
 			o.ServingImage, o.ServingVersion = u.FromImage, u.FromVersion
 			return o.begin(fmt.Sprintf("spec.tiled.image changed from %s to %s during the upgrade to %s", u.FromImage, o.SpecImage, u.ToImage))
 		}
+		// After a failed restore, the old image set back says the databases were restored by hand.
+		if u.Phase == v1alpha1.UpgradeRestoring && o.Job != nil && o.Job.Failed && o.SpecImage == u.FromImage {
+			return Decision{Changed: true, Event: &Event{Reason: ReasonUpgradeCancelled, Message: fmt.Sprintf(
+				"spec.tiled.image is %s again after the restore of backup %s failed: the upgrade is dropped and %s starts on the databases as they are",
+				u.FromImage, u.Backup, u.FromImage)}}
+		}
 		// Migrating, Starting, Restoring: the databases are changing; finish first.
 	}
 	switch u.Phase {
@@ -231,8 +237,11 @@ func orImage(version, image string) string {
 	return image
 }
 
+// lifecycle is a render's Lifecycle. The backup claim is rendered from the backup on (and while one
+// exists): a check that finds no migration to do leaves no claim behind.
 func (o Observed) lifecycle(serving string, stopped bool, step *render.Step) *render.Lifecycle {
-	return &render.Lifecycle{ServingImage: serving, Stopped: stopped, Step: step, BackupClaim: true, ToolsImage: o.ToolsImage}
+	claim := o.LastBackup != "" || (o.Upgrade != nil && o.Upgrade.Backup != "") || (step != nil && step.Backup != "")
+	return &render.Lifecycle{ServingImage: serving, Stopped: stopped, Step: step, BackupClaim: claim, ToolsImage: o.ToolsImage}
 }
 
 // next moves u to phase p, recorded now.
@@ -244,7 +253,7 @@ func (o Observed) next(u *v1alpha1.UpgradeStatus, p v1alpha1.UpgradePhase) *v1al
 }
 
 // stuck keeps phase u where it is and stalls the instance: no retry; a new image (or the old one)
-// is the way on.
+// is the way on. The message is recorded in status.upgrade.message.
 func (o Observed) stuck(u *v1alpha1.UpgradeStatus, reason, msg string) Decision {
 	d := o.at(u)
 	d.Progress = nil
@@ -275,9 +284,9 @@ func (o Observed) checking(u *v1alpha1.UpgradeStatus) Decision {
 		if r.Catalog.Known {
 			db, rev = "auth", r.Auth.current()
 		}
-		restore := "no backup was taken by the operator"
+		restore := "no backup of the databases before their migration is known to the operator"
 		if o.LastBackup != "" {
-			restore = fmt.Sprintf("to run Tiled %s, restore backup %s (taken before the migration) first", r.Version, o.LastBackup)
+			restore = fmt.Sprintf("to run Tiled %s again, its databases must first be restored from backup %s (taken before the migration; docs/upgrading.md)", r.Version, o.LastBackup)
 		}
 		return o.stuck(u, ReasonDowngradeRefused, fmt.Sprintf(
 			"the %s database is at revision %s, which Tiled %s (%s) does not know: a newer Tiled migrated it, and Tiled does not run on a newer revision; %s; the old version (%s) serves",
@@ -370,8 +379,14 @@ func (o Observed) restoring(u *v1alpha1.UpgradeStatus) Decision {
 		d := o.at(u)
 		return d
 	case j.Failed:
-		return o.stuck(u, ReasonRestoreFailed, fmt.Sprintf("%s; restoring backup %s failed too, so Tiled stays stopped: restore it by hand (docs/upgrading.md): %s",
-			strings.SplitN(u.Message, ";", 2)[0], u.Backup, tail(j.Message)))
+		// status.upgrade.message keeps the migration's failure, which the rollback reports once a
+		// restore succeeds; the stall says what happened since.
+		d := o.at(u)
+		d.Progress = nil
+		d.Stall = &Condition{Reason: ReasonRestoreFailed, Message: fmt.Sprintf(
+			"%s; restoring backup %s failed too, so Tiled stays stopped: restore it by hand and set spec.tiled.image back to %s, or delete the failed restore Job to run it again (docs/upgrading.md): %s",
+			strings.SplitN(u.Message, ";", 2)[0], u.Backup, u.FromImage, tail(j.Message))}
+		return d
 	}
 	n := o.next(u, v1alpha1.UpgradeFailed)
 	d := o.at(n)

@@ -3,9 +3,9 @@ package upgrade
 import (
 	"fmt"
 	"strings"
-	"unicode/utf8"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -120,9 +120,17 @@ psycopg.errors.DuplicateColumn: column "structure_family" already exists
 sqlalchemy.exc.ProgrammingError: column already exists
 `
 
-// lc is the Lifecycle Decide renders.
+// lc is the Lifecycle Decide renders once a backup is named: the backup claim with it.
 func lc(serving string, stopped bool, step *render.Step) *render.Lifecycle {
 	return &render.Lifecycle{ServingImage: serving, Stopped: stopped, Step: step, BackupClaim: true, ToolsImage: tools}
+}
+
+// lcNoClaim is the Lifecycle of a check before any backup: no backup claim (a check that finds no
+// migration to do leaves none behind).
+func lcNoClaim(serving string, stopped bool, step *render.Step) *render.Lifecycle {
+	l := lc(serving, stopped, step)
+	l.BackupClaim = false
+	return l
 }
 
 var (
@@ -194,7 +202,7 @@ func TestDecide(t *testing.T) {
 			name:   "a new image begins the upgrade: Checking, a check Job on the new image, the old image serving",
 			change: func(*Observed) {},
 			want: Decision{
-				Lifecycle: lc(oldImage, false, checkStep), Changed: true, Progress: upgrading,
+				Lifecycle: lcNoClaim(oldImage, false, checkStep), Changed: true, Progress: upgrading,
 				Upgrade: &v1alpha1.UpgradeStatus{Phase: v1alpha1.UpgradeChecking, FromImage: oldImage, ToImage: newImage,
 					FromVersion: "0.2.14", ToVersion: "0.2.20", StartTime: mt(now), PhaseTime: nowT},
 				Event: &Event{Normal: true, Reason: ReasonUpgrading},
@@ -205,7 +213,7 @@ func TestDecide(t *testing.T) {
 		{
 			name: "versions unknown: the images name the upgrade", change: func(o *Observed) { o.SpecVersion, o.ServingVersion = "", "" },
 			want: Decision{
-				Lifecycle: lc(oldImage, false, checkStep), Changed: true, Progress: upgrading,
+				Lifecycle: lcNoClaim(oldImage, false, checkStep), Changed: true, Progress: upgrading,
 				Upgrade: &v1alpha1.UpgradeStatus{Phase: v1alpha1.UpgradeChecking, FromImage: oldImage, ToImage: newImage,
 					StartTime: mt(now), PhaseTime: nowT},
 				Event: &Event{Normal: true, Reason: ReasonUpgrading},
@@ -213,9 +221,9 @@ func TestDecide(t *testing.T) {
 			progress: []string{oldImage + " -> " + newImage},
 		},
 		{name: "checking, the Job not in the cache yet: stays", change: in(v1alpha1.UpgradeChecking, nil),
-			want: Decision{Upgrade: at(v1alpha1.UpgradeChecking), Lifecycle: lc(oldImage, false, checkStep), Progress: upgrading}},
+			want: Decision{Upgrade: at(v1alpha1.UpgradeChecking), Lifecycle: lcNoClaim(oldImage, false, checkStep), Progress: upgrading}},
 		{name: "checking, the Job running: stays", change: in(v1alpha1.UpgradeChecking, running),
-			want: Decision{Upgrade: at(v1alpha1.UpgradeChecking), Lifecycle: lc(oldImage, false, checkStep), Progress: upgrading}},
+			want: Decision{Upgrade: at(v1alpha1.UpgradeChecking), Lifecycle: lcNoClaim(oldImage, false, checkStep), Progress: upgrading}},
 		{
 			name:   "check complete, revisions equal: no migration, the pods roll to the new image",
 			change: in(v1alpha1.UpgradeChecking, complete(report("0.2.20", catNew, true, catNew, authNew, "true", authNew))),
@@ -238,16 +246,16 @@ func TestDecide(t *testing.T) {
 				Stall: &Condition{Reason: ReasonDowngradeRefused},
 			},
 			stall: []string{"catalog database is at revision " + catNew, "Tiled 0.2.14 (" + newImage + ") does not know",
-				"restore backup " + backup, "the old version (" + oldImage + ") serves"},
+				"restored from backup " + backup, "the old version (" + oldImage + ") serves"},
 		},
 		{
 			name:   "check: an unknown auth revision, no backup ever taken",
 			change: in(v1alpha1.UpgradeChecking, complete(report("0.2.14", catOld, true, catOld, authNew, "false", authOld))),
 			want: Decision{
-				Upgrade: at(v1alpha1.UpgradeChecking), Changed: true, Lifecycle: lc(oldImage, false, checkStep),
+				Upgrade: at(v1alpha1.UpgradeChecking), Changed: true, Lifecycle: lcNoClaim(oldImage, false, checkStep),
 				Stall: &Condition{Reason: ReasonDowngradeRefused},
 			},
-			stall: []string{"auth database is at revision " + authNew, "no backup was taken by the operator"},
+			stall: []string{"auth database is at revision " + authNew, "no backup of the databases before their migration is known to the operator"},
 		},
 		{
 			name: "check: refused again with the message recorded already is no change",
@@ -256,7 +264,7 @@ func TestDecide(t *testing.T) {
 				o.Upgrade.Message = Decide(*o).Stall.Message
 			},
 			want: Decision{
-				Upgrade: at(v1alpha1.UpgradeChecking), Lifecycle: lc(oldImage, false, checkStep),
+				Upgrade: at(v1alpha1.UpgradeChecking), Lifecycle: lcNoClaim(oldImage, false, checkStep),
 				Stall: &Condition{Reason: ReasonDowngradeRefused},
 			},
 			upgrade: []string{"does not know"},
@@ -297,7 +305,7 @@ func TestDecide(t *testing.T) {
 			name:   "check Job failed: CheckFailed, not retried (its Job stays rendered), the old version serves",
 			change: in(v1alpha1.UpgradeChecking, failed("connection refused\nno database at postgres:5432")),
 			want: Decision{
-				Upgrade: at(v1alpha1.UpgradeChecking), Changed: true, Lifecycle: lc(oldImage, false, checkStep),
+				Upgrade: at(v1alpha1.UpgradeChecking), Changed: true, Lifecycle: lcNoClaim(oldImage, false, checkStep),
 				Stall: &Condition{Reason: ReasonCheckFailed},
 			},
 			stall: []string{"the check of the databases with " + newImage + " failed", "the old version serves",
@@ -307,7 +315,7 @@ func TestDecide(t *testing.T) {
 			name:   "check complete with an unreadable report: CheckFailed",
 			change: in(v1alpha1.UpgradeChecking, complete("Traceback: boom")),
 			want: Decision{
-				Upgrade: at(v1alpha1.UpgradeChecking), Changed: true, Lifecycle: lc(oldImage, false, checkStep),
+				Upgrade: at(v1alpha1.UpgradeChecking), Changed: true, Lifecycle: lcNoClaim(oldImage, false, checkStep),
 				Stall: &Condition{Reason: ReasonCheckFailed},
 			},
 			stall: []string{"reported nothing readable", "not a revisions report"},
@@ -452,11 +460,30 @@ func TestDecide(t *testing.T) {
 			name:   "restore failed: RestoreFailed, Tiled stays stopped",
 			change: in(v1alpha1.UpgradeRestoring, failed("backup "+backup+" is corrupt: its checksums do not match")),
 			want: Decision{
-				Upgrade: at(v1alpha1.UpgradeRestoring), Changed: true, Lifecycle: lc(oldImage, true, restoreStep),
+				Upgrade: at(v1alpha1.UpgradeRestoring), Lifecycle: lc(oldImage, true, restoreStep),
 				Stall: &Condition{Reason: ReasonRestoreFailed},
 			},
 			stall: []string{"the migration of the catalog from revision " + catOld + " to " + catNew + " by " + newImage + " failed; restoring backup " + backup + " failed too",
 				"Tiled stays stopped", "by hand", "is corrupt"},
+		},
+
+		{
+			name: "restore failed, then the old image set back (restored by hand): the upgrade is dropped, the old image starts",
+			change: func(o *Observed) {
+				in(v1alpha1.UpgradeRestoring, failed("backup "+backup+" is corrupt"))(o)
+				o.SpecImage, o.SpecVersion = oldImage, "0.2.14"
+			},
+			want:  Decision{Changed: true, Event: &Event{Reason: ReasonUpgradeCancelled}},
+			event: []string{"after the restore of backup " + backup + " failed"},
+		},
+		{
+			name: "restoring, the old image set back while the restore runs: the restore finishes first",
+			change: func(o *Observed) {
+				in(v1alpha1.UpgradeRestoring, running)(o)
+				o.SpecImage, o.SpecVersion = oldImage, "0.2.14"
+			},
+			want:    Decision{Upgrade: at(v1alpha1.UpgradeRestoring), Lifecycle: lc(oldImage, true, restoreStep), Progress: upgrading},
+			upgrade: []string{failure},
 		},
 
 		// Failed.
@@ -509,7 +536,7 @@ func TestDecide(t *testing.T) {
 				o.SpecImage, o.SpecVersion = thirdImage, "0.2.18"
 			},
 			want: Decision{
-				Lifecycle: lc(oldImage, false, &render.Step{Kind: render.StepCheck, Image: thirdImage}), Changed: true, Progress: upgrading,
+				Lifecycle: lcNoClaim(oldImage, false, &render.Step{Kind: render.StepCheck, Image: thirdImage}), Changed: true, Progress: upgrading,
 				Upgrade: &v1alpha1.UpgradeStatus{Phase: v1alpha1.UpgradeChecking, FromImage: oldImage, ToImage: thirdImage,
 					FromVersion: "0.2.14", ToVersion: "0.2.18", StartTime: mt(now), PhaseTime: nowT},
 				Event: &Event{Normal: true, Reason: ReasonUpgrading},
@@ -572,7 +599,9 @@ func TestDecide(t *testing.T) {
 			if !d.Changed {
 				g.Expect(d.Upgrade).To(Equal(o.Upgrade), "an unchanged decision keeps the status")
 			}
-			if d.Stall != nil && d.Upgrade != nil {
+			if d.Stall != nil && d.Upgrade != nil && d.Stall.Reason != ReasonRestoreFailed {
+				// (RestoreFailed keeps the migration's failure in the status, for the rollback a
+				// restore run again reports.)
 				g.Expect(d.Upgrade.Message).To(Equal(d.Stall.Message), "the status says why it is stalled")
 			}
 			g.Expect(d.Stall != nil && d.Progress != nil).To(BeFalse(), "never both stalled and progressing")

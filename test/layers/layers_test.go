@@ -95,7 +95,7 @@ func TestImportsFollowTheLayers(t *testing.T) {
 
 // pure are the packages that compute without reading or writing the cluster: the engine and what
 // it is built on, and the controllers' pure deciders. Their tests need no control plane.
-var pure = []string{"profiles", "names", "render", "expansion", "controllers/rollout", "controllers/podstatus"}
+var pure = []string{"profiles", "names", "render", "expansion", "controllers/rollout", "controllers/podstatus", "controllers/upgrade", "tiledversion"}
 
 // TestPureCoreTakesNoClient: the pure packages depend on no package of controller-runtime, even
 // through another; the desired state (controllers/desired), computed apart from any client, imports
