@@ -18,9 +18,8 @@ type DatabaseStatusApplyConfiguration struct {
 	// Ready is true when the database accepts connections (managed) or its Secret is complete
 	// (external).
 	Ready *bool `json:"ready,omitempty"`
-	// CatalogRevision is the alembic revision of the catalog database, as the Tiled pods' migrate
-	// step last reported it (or the upgrade's check). Tiled serves only at the revision its version
-	// expects.
+	// CatalogRevision is the alembic revision of the catalog database, as the newest Tiled pod's
+	// migrate step reported it. Tiled serves only at the revision its version expects.
 	CatalogRevision *string `json:"catalogRevision,omitempty"`
 	// AuthRevision is the alembic revision of the authentication database ("" without OIDC).
 	AuthRevision *string `json:"authRevision,omitempty"`

@@ -36,7 +36,7 @@ type MigrationRecordApplyConfiguration struct {
 	// MigrationSeconds is how long the migration Job ran.
 	MigrationSeconds *string `json:"migrationSeconds,omitempty"`
 	// DowntimeSeconds is how long no Tiled pod served: from the stop of the old pods to the new
-	// version Ready (or, rolled back, the old version Ready again).
+	// version Ready; rolled back, to the end of the restore (the old version then starts).
 	DowntimeSeconds *string `json:"downtimeSeconds,omitempty"`
 }
 
