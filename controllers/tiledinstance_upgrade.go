@@ -8,6 +8,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -99,6 +100,12 @@ func (r *TiledInstanceReconciler) upgrade(ctx context.Context, cur *instanceStat
 		return upgrade.Decision{}, err
 	}
 	r.memories.upgrades.store(key, writtenUpgrade{uid: ti.UID, resourceVersion: ti.ResourceVersion, upgrade: status.Upgrade, last: status.LastMigration})
+	// A stall this write records is the status stage's transition no more: say it here, once, unless
+	// the decision's own Event says it.
+	if c, changed := transitioned(ti.Status.Conditions, status.Conditions, ConditionStalled); sent && changed && c.Status == metav1.ConditionTrue &&
+		(d.Event == nil || d.Event.Reason != c.Reason) {
+		r.Recorder.Eventf(ti, nil, corev1.EventTypeWarning, c.Reason, "Upgrade", "%s", eventNote(c.Message))
+	}
 	ti.Status = *status
 	if e := d.Event; e != nil && sent {
 		typ := corev1.EventTypeWarning
