@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/bluesky/tiled-operator/controllers/applier"
 	"github.com/bluesky/tiled-operator/controllers/podstatus"
 	"github.com/bluesky/tiled-operator/controllers/upgrade"
 	"github.com/bluesky/tiled-operator/expansion"
@@ -75,10 +76,20 @@ func (r *TiledInstanceReconciler) upgrade(ctx context.Context, cur *instanceStat
 	}
 	d := upgrade.Decide(o)
 	in.render.Lifecycle = d.Lifecycle
-	if d.Lifecycle == nil && ((ti.Status.LastMigration != nil && ti.Status.LastMigration.Backup != "") || (ti.Status.Upgrade != nil && ti.Status.Upgrade.Backup != "")) {
-		// The backup claim stays once an upgrade made it: it holds the backups the status names
-		// (and, under the Delete policy, would otherwise be pruned with them).
-		in.render.Lifecycle = &render.Lifecycle{BackupClaim: true}
+	if l := d.Lifecycle; l == nil || !l.BackupClaim {
+		// The backup claim stays once an upgrade made it: it holds backups (and, under the Delete
+		// policy, would otherwise be pruned with them).
+		claim, err := cur.child(ctx, applier.Key{APIVersion: "v1", Kind: "PersistentVolumeClaim", Namespace: ti.Namespace, Name: n.BackupClaim})
+		if err != nil {
+			return upgrade.Decision{}, err
+		}
+		if claim != nil {
+			if l == nil {
+				in.render.Lifecycle = &render.Lifecycle{BackupClaim: true}
+			} else {
+				l.BackupClaim = true
+			}
+		}
 	}
 	if !d.Changed {
 		return d, nil
