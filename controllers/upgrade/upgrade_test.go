@@ -638,7 +638,6 @@ func TestDecide(t *testing.T) {
 func TestDecideWalk(t *testing.T) {
 	type world struct {
 		jobs  map[render.StepKind]*Job // how the step's Job ends
-		pods  int                      // Tiled pods left after a stop
 		ready bool
 	}
 	walk := func(g Gomega, w world) (phases []v1alpha1.UpgradePhase, last Decision, record *v1alpha1.MigrationRecord) {
