@@ -23,7 +23,7 @@ import (
 var env *testenv.Env
 
 func TestMain(m *testing.M) {
-	os.Exit(testenv.Run(m, testenv.Options{ControllerManager: true}, &env))
+	os.Exit(testenv.Run(m, testenv.Options{ControllerManager: true, Controllers: append([]string{"job"}, testenv.DefaultControllers...)}, &env))
 }
 
 // runningOperator is the shared fixture's in-process operator (test/support/fixture).
