@@ -407,7 +407,7 @@ func TestUpgradeFailedMigrationIsRolledBack(t *testing.T) {
 
 	// Restored: the old version serves again; the instance waits for a person.
 	f.finish(restore, 0, `{"restored":"`+backup+`"}`)
-	ti = f.phase(tiledv1alpha1.UpgradeFailed)
+	f.phase(tiledv1alpha1.UpgradeFailed)
 	ti = condition(t, g, f.ns, f.name, controllers.ConditionStalled, metav1.ConditionTrue, upgrade.ReasonMigrationFailed, upgradeWithin,
 		"already exists", revOld, revNew, "backup "+backup+" was restored")
 	ready := meta.FindStatusCondition(ti.Status.Conditions, controllers.ConditionReady)
