@@ -80,6 +80,15 @@ type writtenUpgrade struct {
 	last            *tiledv1alpha1.MigrationRecord
 }
 
+// apply puts what was written into ti's status when the cache still shows the instance the write
+// went over (same UID, same resourceVersion); a newer instance, or another of the same name, is left
+// as the cache shows it.
+func (w writtenUpgrade) apply(ti *tiledv1alpha1.TiledInstance) {
+	if w.uid == ti.UID && w.resourceVersion == ti.ResourceVersion {
+		ti.Status.Upgrade, ti.Status.LastMigration = w.upgrade, w.last
+	}
+}
+
 // instanceSecrets is the Secret data last applied for the instance with this UID.
 type instanceSecrets struct {
 	uid  types.UID

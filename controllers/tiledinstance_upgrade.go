@@ -34,10 +34,8 @@ func (r *TiledInstanceReconciler) upgrade(ctx context.Context, cur *instanceStat
 	ti, spec := cur.ti, in.spec
 	n := names.For(spec.Namespace, spec.Name)
 	key := types.NamespacedName{Namespace: ti.Namespace, Name: ti.Name}
-	if w, ok := r.memories.upgrades.load(key); ok && w.uid == ti.UID && w.resourceVersion == ti.ResourceVersion {
-		// The cache still shows the instance this controller's last upgrade write went over: decide
-		// from what was written (ti is this reconcile's copy).
-		ti.Status.Upgrade, ti.Status.LastMigration = w.upgrade, w.last
+	if w, ok := r.memories.upgrades.load(key); ok {
+		w.apply(ti) // ti is this reconcile's copy
 	}
 	o := upgrade.Observed{Upgrade: ti.Status.Upgrade, ToolsImage: expansion.PostgresImage, Now: time.Now()}
 	if t := spec.Spec.Tiled; t != nil {
@@ -64,14 +62,18 @@ func (r *TiledInstanceReconciler) upgrade(ctx context.Context, cur *instanceStat
 	if o.ServingImage == "" && o.Upgrade == nil {
 		return upgrade.Decision{}, nil // a new instance: nothing to upgrade
 	}
-	server, _, err := cur.pods(ctx)
-	if err != nil {
-		return upgrade.Decision{}, err
-	}
-	o.ServerPods = len(server)
-	if step := upgrade.CurrentStep(o.Upgrade); step != nil {
-		if o.Job, err = cur.job(ctx, step.JobName(spec, in.render)); err != nil {
+	if o.Upgrade != nil {
+		// What a step waits for: the Tiled pods gone (Stopping), the step's Job. An instance with
+		// no upgrade under way reads neither.
+		server, _, err := cur.pods(ctx)
+		if err != nil {
 			return upgrade.Decision{}, err
+		}
+		o.ServerPods = len(server)
+		if step := upgrade.CurrentStep(o.Upgrade); step != nil {
+			if o.Job, err = cur.job(ctx, step.JobName(spec, in.render)); err != nil {
+				return upgrade.Decision{}, err
+			}
 		}
 	}
 	d := upgrade.Decide(o)

@@ -159,11 +159,7 @@ func uris(ti *v1alpha1.TiledInstance, in Inputs) (databaseURIs, error) {
 		}
 		return u, nil
 	case db != nil && db.Managed != nil:
-		addr := in.DatabaseAddress
-		if addr == "" {
-			addr = fmt.Sprintf("%s.%s.svc:%d", in.names(ti).Postgres, ti.Namespace, PostgresPort)
-		}
-		base := "postgresql://" + addr + "/"
+		base := managedBaseURI(ti, in)
 		u := databaseURIs{catalog: base + CatalogDatabase, storage: base + StorageDatabase}
 		if modeOf(ti) == authOIDC {
 			u.auth = base + AuthDatabase
@@ -172,6 +168,16 @@ func uris(ti *v1alpha1.TiledInstance, in Inputs) (databaseURIs, error) {
 	default:
 		return databaseURIs{}, fmt.Errorf("spec.database: one of managed or external is required")
 	}
+}
+
+// managedBaseURI is the managed PostgreSQL's URI without a database, "postgresql://host:port/":
+// in.DatabaseAddress, else its Service's in-cluster DNS name.
+func managedBaseURI(ti *v1alpha1.TiledInstance, in Inputs) string {
+	addr := in.DatabaseAddress
+	if addr == "" {
+		addr = fmt.Sprintf("%s.%s.svc:%d", in.names(ti).Postgres, ti.Namespace, PostgresPort)
+	}
+	return "postgresql://" + addr + "/"
 }
 
 // oidcSecretEnv is the variable holding provider p's client secret.

@@ -198,18 +198,6 @@ func tiledStepPod(ti *v1alpha1.TiledInstance, in Inputs, s *Step) (*corev1ac.Pod
 	if err := placement(pod, t); err != nil {
 		return nil, err
 	}
-	if t.ServiceAccountName != "" {
-		pod.WithServiceAccountName(t.ServiceAccountName)
-	}
-	if t.PriorityClassName != "" {
-		pod.WithPriorityClassName(t.PriorityClassName)
-	}
-	if len(t.NodeSelector) > 0 {
-		pod.WithNodeSelector(t.NodeSelector)
-	}
-	for i := range t.Tolerations {
-		pod.WithTolerations(toleration(t.Tolerations[i]))
-	}
 	return pod, nil
 }
 
@@ -234,11 +222,7 @@ func databaseStepPod(ti *v1alpha1.TiledInstance, in Inputs, s *Step) (*corev1ac.
 	db := ti.Spec.Database
 	switch {
 	case db != nil && db.Managed != nil:
-		addr := in.DatabaseAddress
-		if addr == "" {
-			addr = fmt.Sprintf("%s.%s.svc:%d", n.Postgres, ti.Namespace, PostgresPort)
-		}
-		base := "postgresql://" + addr + "/"
+		base := managedBaseURI(ti, in)
 		env = append(env,
 			corev1ac.EnvVar().WithName(EnvDatabaseUser).WithValue(DatabaseUser),
 			secretEnv(EnvDatabasePassword, n.Secret, SecretKeyDatabasePassword),
@@ -283,17 +267,7 @@ func databaseStepPod(ti *v1alpha1.TiledInstance, in Inputs, s *Step) (*corev1ac.
 			corev1ac.Volume().WithName("tmp").WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
 		)
 	if db.Managed != nil {
-		// The managed database's image, so its pull secrets and placement.
-		m := db.Managed
-		if len(m.ImagePullSecrets) > 0 {
-			pod.WithImagePullSecrets(pullSecrets(m.ImagePullSecrets)...)
-		}
-		if len(m.NodeSelector) > 0 {
-			pod.WithNodeSelector(m.NodeSelector)
-		}
-		for i := range m.Tolerations {
-			pod.WithTolerations(toleration(m.Tolerations[i]))
-		}
+		databasePlacement(pod, db.Managed) // the managed database's image, so its placement
 	}
 	return pod, nil
 }

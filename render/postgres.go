@@ -101,15 +101,7 @@ func Postgres(ti *v1alpha1.TiledInstance, in Inputs) (*corev1ac.ConfigMapApplyCo
 			corev1ac.Volume().WithName("tmp").WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
 			corev1ac.Volume().WithName("init").WithConfigMap(corev1ac.ConfigMapVolumeSource().WithName(n.PostgresInit)),
 		)
-	if len(m.ImagePullSecrets) > 0 {
-		podSpec.WithImagePullSecrets(pullSecrets(m.ImagePullSecrets)...)
-	}
-	if len(m.NodeSelector) > 0 {
-		podSpec.WithNodeSelector(m.NodeSelector)
-	}
-	for i := range m.Tolerations {
-		podSpec.WithTolerations(toleration(m.Tolerations[i]))
-	}
+	databasePlacement(podSpec, m)
 	sts := appsv1ac.StatefulSet(n.Postgres, ti.Namespace).
 		WithLabels(labels).
 		WithSpec(appsv1ac.StatefulSetSpec().
@@ -120,4 +112,18 @@ func Postgres(ti *v1alpha1.TiledInstance, in Inputs) (*corev1ac.ConfigMapApplyCo
 				WithLabels(labels).
 				WithSpec(podSpec)))
 	return cm, svc, sts
+}
+
+// databasePlacement adds what every pod on the managed database's image takes from its spec (the
+// database's, and the upgrade's backup and restore Jobs'): pull secrets, node selector, tolerations.
+func databasePlacement(podSpec *corev1ac.PodSpecApplyConfiguration, m *v1alpha1.ManagedDatabase) {
+	if len(m.ImagePullSecrets) > 0 {
+		podSpec.WithImagePullSecrets(pullSecrets(m.ImagePullSecrets)...)
+	}
+	if len(m.NodeSelector) > 0 {
+		podSpec.WithNodeSelector(m.NodeSelector)
+	}
+	for i := range m.Tolerations {
+		podSpec.WithTolerations(toleration(m.Tolerations[i]))
+	}
 }

@@ -127,10 +127,24 @@ func applyConfiguration[T any](in any) (*T, error) {
 	return out, nil
 }
 
-// placement adds the Tiled pods' pull secrets, affinity and topology spread constraints.
+// placement adds what every pod on the Tiled image takes from spec.tiled (the server's and the
+// upgrade's check and migrate Jobs'): pull secrets, node selector, tolerations, priority class,
+// service account, affinity and topology spread constraints.
 func placement(podSpec *corev1ac.PodSpecApplyConfiguration, t *v1alpha1.TiledServerSpec) error {
 	if len(t.ImagePullSecrets) > 0 {
 		podSpec.WithImagePullSecrets(pullSecrets(t.ImagePullSecrets)...)
+	}
+	if len(t.NodeSelector) > 0 {
+		podSpec.WithNodeSelector(t.NodeSelector)
+	}
+	for i := range t.Tolerations {
+		podSpec.WithTolerations(toleration(t.Tolerations[i]))
+	}
+	if t.PriorityClassName != "" {
+		podSpec.WithPriorityClassName(t.PriorityClassName)
+	}
+	if t.ServiceAccountName != "" {
+		podSpec.WithServiceAccountName(t.ServiceAccountName)
 	}
 	if t.Affinity != nil {
 		a, err := applyConfiguration[corev1ac.AffinityApplyConfiguration](t.Affinity)
@@ -398,18 +412,6 @@ func StatefulSet(ti *v1alpha1.TiledInstance, in Inputs, configHash string) (*app
 		WithInitContainers(initC).
 		WithContainers(server).
 		WithVolumes(volumes...)
-	if len(t.NodeSelector) > 0 {
-		podSpec.WithNodeSelector(t.NodeSelector)
-	}
-	for i := range t.Tolerations {
-		podSpec.WithTolerations(toleration(t.Tolerations[i]))
-	}
-	if t.PriorityClassName != "" {
-		podSpec.WithPriorityClassName(t.PriorityClassName)
-	}
-	if t.ServiceAccountName != "" {
-		podSpec.WithServiceAccountName(t.ServiceAccountName)
-	}
 	if err := placement(podSpec, t); err != nil {
 		return nil, err
 	}

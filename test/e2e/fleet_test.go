@@ -167,9 +167,19 @@ t = c["e2e_table"].read()
 assert list(t["x"]) == [1, 2, 3], t
 print("E2E-OK", sorted(c))
 `
+	return pythonClientPodYAML(name, tenantNS, tiledImg(), script, url, secret, mode)
+}
+
+// pythonClientPodYAML is a restricted pod in namespace that runs script with the Tiled Python client
+// of image, against url with the instance's API key (from its Secret), the args after the script.
+func pythonClientPodYAML(name, namespace, image, script, url, secret string, args ...string) string {
 	var ind strings.Builder
 	for _, l := range strings.Split(strings.TrimSpace(script), "\n") {
 		ind.WriteString("      " + l + "\n")
+	}
+	var argv strings.Builder
+	for _, a := range args {
+		fmt.Fprintf(&argv, "    - %q\n", a)
 	}
 	return fmt.Sprintf(`apiVersion: v1
 kind: Pod
@@ -190,8 +200,7 @@ spec:
     command: [python, -c]
     args:
     - |
-%s    - %s
-    env:
+%s%s    env:
     - {name: TILED_URL, value: %q}
     - {name: HOME, value: /tmp}
     - name: TILED_API_KEY
@@ -199,5 +208,5 @@ spec:
     securityContext:
       allowPrivilegeEscalation: false
       capabilities: {drop: [ALL]}
-`, name, tenantNS, tiledImg(), ind.String(), mode, url, secret)
+`, name, namespace, image, ind.String(), argv.String(), url, secret)
 }

@@ -178,43 +178,9 @@ type clientRun struct {
 	seed                       int
 }
 
-// upgradeClientPodYAML is clientPodYAML with the namespace, the image and the script of the
-// upgrade case.
+// upgradeClientPodYAML is the upgrade case's client pod: its namespace, its image and its script.
 func upgradeClientPodYAML(r clientRun, url, secret string) string {
-	var ind strings.Builder
-	for _, l := range strings.Split(strings.TrimSpace(upgradeClientScript), "\n") {
-		ind.WriteString("      " + l + "\n")
-	}
-	return fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata:
-  name: %s
-  namespace: %s
-spec:
-  restartPolicy: Never
-  securityContext:
-    runAsNonRoot: true
-    runAsUser: 999
-    runAsGroup: 999
-    seccompProfile: {type: RuntimeDefault}
-  containers:
-  - name: client
-    image: %s
-    imagePullPolicy: IfNotPresent
-    command: [python, -c]
-    args:
-    - |
-%s    - %s
-    - %q
-    env:
-    - {name: TILED_URL, value: %q}
-    - {name: HOME, value: /tmp}
-    - name: TILED_API_KEY
-      valueFrom: {secretKeyRef: {name: %s, key: TILED_SINGLE_USER_API_KEY}}
-    securityContext:
-      allowPrivilegeEscalation: false
-      capabilities: {drop: [ALL]}
-`, r.pod, upgradeNS, r.image, ind.String(), r.mode, strconv.Itoa(r.seed), url, secret)
+	return pythonClientPodYAML(r.pod, upgradeNS, r.image, upgradeClientScript, url, secret, r.mode, strconv.Itoa(r.seed))
 }
 
 // runUpgradeClients runs the client pods at once, waits for all, requires E2E-OK of each and

@@ -5,6 +5,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 )
@@ -49,6 +50,37 @@ func TestUpgradeWaitingOnAPersonKeepsTheBudget(t *testing.T) {
 				ti.Status.Upgrade = &tiledv1alpha1.UpgradeStatus{Phase: tc.phase}
 			}
 			g.Expect(instanceReady(ti)).To(Equal(tc.want))
+		})
+	}
+}
+
+// A reconcile whose cache has not yet shown the controller's last upgrade write decides from what
+// was written; once the cache shows a newer instance, or for another instance of the same name, the
+// cache wins.
+func TestWrittenUpgradeOverAStaleCache(t *testing.T) {
+	written := writtenUpgrade{uid: "u1", resourceVersion: "7",
+		upgrade: &tiledv1alpha1.UpgradeStatus{Phase: tiledv1alpha1.UpgradeBackingUp, Backup: "pre-upgrade-1"},
+		last:    &tiledv1alpha1.MigrationRecord{Result: "Succeeded"}}
+	cached := &tiledv1alpha1.UpgradeStatus{Phase: tiledv1alpha1.UpgradeChecking}
+	cases := []struct {
+		name      string
+		uid, rv   string
+		wantPhase tiledv1alpha1.UpgradePhase
+		wantLast  bool
+	}{
+		{name: "the cache still shows the instance written over", uid: "u1", rv: "7", wantPhase: tiledv1alpha1.UpgradeBackingUp, wantLast: true},
+		{name: "the cache caught up (a newer instance)", uid: "u1", rv: "8", wantPhase: tiledv1alpha1.UpgradeChecking},
+		{name: "another instance of the same name", uid: "u2", rv: "7", wantPhase: tiledv1alpha1.UpgradeChecking},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			ti := &tiledv1alpha1.TiledInstance{}
+			ti.UID, ti.ResourceVersion = types.UID(tc.uid), tc.rv
+			ti.Status.Upgrade = cached.DeepCopy()
+			written.apply(ti)
+			g.Expect(ti.Status.Upgrade.Phase).To(Equal(tc.wantPhase))
+			g.Expect(ti.Status.LastMigration != nil).To(Equal(tc.wantLast))
 		})
 	}
 }
