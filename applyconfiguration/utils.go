@@ -26,6 +26,20 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apisv1alpha1.AllowedNFSExportApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("AuthSpec"):
 		return &apisv1alpha1.AuthSpecApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("AvailableBackup"):
+		return &apisv1alpha1.AvailableBackupApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("BackupClaimTarget"):
+		return &apisv1alpha1.BackupClaimTargetApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("BackupRecord"):
+		return &apisv1alpha1.BackupRecordApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("BackupRetention"):
+		return &apisv1alpha1.BackupRetentionApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("BackupS3Target"):
+		return &apisv1alpha1.BackupS3TargetApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("BackupSpec"):
+		return &apisv1alpha1.BackupSpecApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("BackupStatus"):
+		return &apisv1alpha1.BackupStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ClusterInstance"):
 		return &apisv1alpha1.ClusterInstanceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("DatabaseSpec"):
@@ -64,6 +78,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apisv1alpha1.OIDCProviderApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ReadOnlyMount"):
 		return &apisv1alpha1.ReadOnlyMountApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("RestoreRecord"):
+		return &apisv1alpha1.RestoreRecordApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("RolloutSpec"):
 		return &apisv1alpha1.RolloutSpecApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SecretKeyRef"):

@@ -18,6 +18,9 @@ const (
 	MaxServiceNameLength = 63
 	// MaxLabelValueLength bounds label values.
 	MaxLabelValueLength = 63
+	// MaxCronJobNameLength bounds CronJob names: the controller appends "-" and the scheduled time in
+	// minutes (11 characters) to name its Jobs, which are label values of their pods.
+	MaxCronJobNameLength = 52
 	// MaxObjectNameLength bounds the names of an instance's other children, which also appear as
 	// label values.
 	MaxObjectNameLength = 63
@@ -118,6 +121,9 @@ type Objects struct {
 	// BackupClaim is the claim the instance's backups are written to (the upgrade's backup before a
 	// migration); created at the first upgrade.
 	BackupClaim string
+	// BackupCronJob takes the scheduled backups; its Jobs (and the on-demand ones `kubectl tiled
+	// backup` creates from it) are named after it.
+	BackupCronJob string
 }
 
 // Job names the Job of one step of the upgrade procedure (check, backup, migrate, restore); key
@@ -144,6 +150,7 @@ func For(namespace, name string) Objects {
 		PostgresInit:    Object(b, "postgres-init", MaxObjectNameLength),
 		DatabaseClaim:   Object(b, "postgres-data", MaxObjectNameLength),
 		BackupClaim:     Object(b, "backups", MaxObjectNameLength),
+		BackupCronJob:   Object(b, "backup", MaxCronJobNameLength),
 	}
 }
 

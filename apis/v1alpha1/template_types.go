@@ -38,6 +38,13 @@ type InstanceTemplate struct {
 	// +optional
 	Monitoring *MonitoringSpec `json:"monitoring,omitempty"`
 
+	// Backup configures logical backups (pg_dump) of the instance's databases to a claim or an
+	// S3-compatible bucket, on a schedule and on demand (`kubectl tiled backup`), and the backup a new
+	// instance's database is restored from. Set once in a profile; absent, nothing is backed up (a
+	// managed database then gets an admission warning and the condition BackedUp=False).
+	// +optional
+	Backup *BackupSpec `json:"backup,omitempty"`
+
 	// Config is a free-form fragment of Tiled's own configuration file, merged over the configuration
 	// the operator renders (maps merge, other values replace). Tiled rejects unknown keys, so only keys
 	// of Tiled's config schema belong here, e.g. `{response_bytesize_limit: 500000000}`.
@@ -539,4 +546,123 @@ type MonitoringSpec struct {
 	// +optional
 	// +kubebuilder:validation:Pattern=`^([0-9]+(ms|s|m|h))+$`
 	Interval string `json:"interval,omitempty"`
+}
+
+// BackupSpec configures the backups of an instance's databases. A backup is one custom-format
+// pg_dump of each database the instance uses (catalog, tabular storage, auth), with SHA256SUMS and
+// a manifest.json (instance, Tiled version, revisions, sizes, checksums, time), under
+// <target>/<namespace>/<instance>/<NAME>, NAME being the UTC time it began (20261203T073000Z). A
+// backup is whole once its manifest.json exists: a half-written one is never listed or restored.
+// Files on the data volume (arrays written through Tiled) are not in a database backup.
+// +kubebuilder:validation:XValidation:rule="!(has(self.claim) && has(self.s3))",message="spec.backup: claim and s3 are exclusive: backups go to one target"
+// +kubebuilder:validation:XValidation:rule="!has(self.schedule) || self.schedule == ” || has(self.claim) || has(self.s3)",message="spec.backup.schedule needs a target: set spec.backup.claim or spec.backup.s3"
+// +kubebuilder:validation:XValidation:rule="!has(self.restoreFrom) || self.restoreFrom == ” || has(self.claim) || has(self.s3)",message="spec.backup.restoreFrom needs a target to read the backup from: set spec.backup.claim or spec.backup.s3"
+type BackupSpec struct {
+	// Schedule is when backups are taken, in cron syntax (as a CronJob's, e.g. "30 2 * * *" or
+	// "@daily"). Empty takes none on a schedule; `kubectl tiled backup` still takes one when a target
+	// is set.
+	// +optional
+	// +kubebuilder:validation:MaxLength=100
+	Schedule string `json:"schedule,omitempty"`
+
+	// TimeZone is the IANA time zone of the schedule (e.g. "America/New_York"); empty is the
+	// kube-controller-manager's.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	TimeZone string `json:"timeZone,omitempty"`
+
+	// Suspend stops scheduled backups (on-demand ones still run). Nothing is deleted.
+	// +optional
+	Suspend *bool `json:"suspend,omitempty"`
+
+	// Retention says which whole backups each backup keeps on the target after it is written; the
+	// newest is always kept.
+	// +optional
+	Retention *BackupRetention `json:"retention,omitempty"`
+
+	// Claim writes backups to an existing claim in the instance's namespace (an NFS export bound as
+	// ReadWriteMany is what most facilities have), under claim:/<path>/<namespace>/<instance>/.
+	// +optional
+	Claim *BackupClaimTarget `json:"claim,omitempty"`
+
+	// S3 writes backups to a bucket of an S3-compatible object store, under
+	// s3://<bucket>/<prefix>/<namespace>/<instance>/.
+	// +optional
+	S3 *BackupS3Target `json:"s3,omitempty"`
+
+	// RestoreFrom makes a new (or re-added) instance start from a backup on the target: "latest" (the
+	// newest whole backup) or a backup's name. The database is restored before Tiled starts, and only
+	// when it is empty: an instance whose database already holds a catalog (a re-added beamline
+	// whose retained volume came back) keeps it, and the status says so. A backup taken with a Tiled
+	// version newer than spec.tiled's, or one that is corrupt or missing, is refused with the
+	// condition Stalled (reason RestoreFailed) and nothing restored. Done once per instance
+	// (status.backup.restore).
+	// +optional
+	// +kubebuilder:validation:Pattern=`^(latest|[0-9]{8}T[0-9]{6}Z)$`
+	RestoreFrom string `json:"restoreFrom,omitempty"`
+}
+
+// BackupRetention is how many backups, and how old, each backup keeps on its target.
+type BackupRetention struct {
+	// Count keeps at most this many whole backups, the newest (default 7).
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	Count *int32 `json:"count,omitempty"`
+
+	// Days deletes whole backups older than this many days (the newest is kept whatever its age);
+	// absent, age deletes none.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=36500
+	Days *int32 `json:"days,omitempty"`
+}
+
+// BackupClaimTarget is an existing claim that backups are written to.
+type BackupClaimTarget struct {
+	// ClaimName is the claim, in the instance's namespace. Several instances may share it: each
+	// writes under its own directory. The operator never creates nor deletes it.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	ClaimName string `json:"claimName"`
+
+	// Path is the directory in the claim backups go under (default "tiled-backups").
+	// +optional
+	// +kubebuilder:validation:MaxLength=200
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$`
+	Path string `json:"path,omitempty"`
+}
+
+// BackupS3Target is a bucket of an S3-compatible object store (AWS S3, MinIO, Ceph RGW,
+// versitygw), addressed path-style and signed with AWS Signature Version 4.
+type BackupS3Target struct {
+	// Endpoint is the store's URL, e.g. https://s3.facility.org (path-style: the bucket follows it).
+	// +kubebuilder:validation:Pattern=`^https?://[^/?#]+$`
+	Endpoint string `json:"endpoint"`
+
+	// Bucket is the bucket's name; it must exist.
+	// +kubebuilder:validation:MinLength=3
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9][a-z0-9.-]*[a-z0-9]$`
+	Bucket string `json:"bucket"`
+
+	// Prefix is the key prefix backups go under (default "tiled-backups").
+	// +optional
+	// +kubebuilder:validation:MaxLength=200
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$`
+	Prefix string `json:"prefix,omitempty"`
+
+	// Region signs the requests (default "us-east-1", which most S3-compatible stores accept).
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Region string `json:"region,omitempty"`
+
+	// CredentialsSecret names a Secret in the instance's namespace with the keys AWS_ACCESS_KEY_ID and
+	// AWS_SECRET_ACCESS_KEY.
+	CredentialsSecret LocalObjectReference `json:"credentialsSecret"`
+
+	// CACertificateSecret names a Secret whose key ca.crt is the CA bundle the endpoint's TLS
+	// certificate is checked against (absent: the system's).
+	// +optional
+	CACertificateSecret *LocalObjectReference `json:"caCertificateSecret,omitempty"`
 }

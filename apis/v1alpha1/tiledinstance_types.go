@@ -201,6 +201,88 @@ type TiledInstanceStatus struct {
 	// result and durations.
 	// +optional
 	LastMigration *MigrationRecord `json:"lastMigration,omitempty"`
+
+	// Backup is the state of the instance's backups: the last one, the last whole one, the backups
+	// on the target, and the restore its database started from.
+	// +optional
+	Backup *BackupStatus `json:"backup,omitempty"`
+}
+
+// BackupStatus is the state of an instance's backups.
+type BackupStatus struct {
+	// Target is where backups go: claim:<claim>/<path>/<namespace>/<instance> or
+	// s3://<bucket>/<prefix>/<namespace>/<instance> at the endpoint.
+	// +optional
+	Target string `json:"target,omitempty"`
+
+	// Last is the last backup that ended, whole or failed.
+	// +optional
+	Last *BackupRecord `json:"last,omitempty"`
+
+	// LastSuccessful is the last whole backup.
+	// +optional
+	LastSuccessful *BackupRecord `json:"lastSuccessful,omitempty"`
+
+	// Available are the whole backups on the target after the last backup's pruning, newest first
+	// (at most 100). `kubectl tiled backups` lists them.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=100
+	Available []AvailableBackup `json:"available,omitempty"`
+
+	// Restore is the restore the instance's database started from (spec.backup.restoreFrom).
+	// +optional
+	Restore *RestoreRecord `json:"restore,omitempty"`
+}
+
+// BackupRecord is one backup's outcome.
+type BackupRecord struct {
+	// Name is the backup's name: the UTC time it began.
+	// +optional
+	Name string `json:"name,omitempty"`
+	// Job is the Job that took it.
+	Job string `json:"job"`
+	// Result is Succeeded or Failed.
+	// +kubebuilder:validation:Enum=Succeeded;Failed
+	Result string `json:"result"`
+	// CompletionTime is when the Job ended.
+	CompletionTime metav1.Time `json:"completionTime"`
+	// Bytes is the size of its dumps.
+	// +optional
+	Bytes int64 `json:"bytes,omitempty"`
+	// Seconds is how long the dumps took.
+	// +optional
+	Seconds int64 `json:"seconds,omitempty"`
+	// TiledVersion is the Tiled version the databases were at.
+	// +optional
+	TiledVersion string `json:"tiledVersion,omitempty"`
+	// Message says why a backup failed.
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// AvailableBackup is a whole backup on the target.
+type AvailableBackup struct {
+	// Name is the backup's name: the UTC time it began.
+	Name string `json:"name"`
+	// Bytes is the size of its dumps.
+	// +optional
+	Bytes int64 `json:"bytes,omitempty"`
+}
+
+// RestoreRecord is the restore an instance's database started from.
+type RestoreRecord struct {
+	// Backup is the backup restored (spec.backup.restoreFrom, "latest" resolved to a name).
+	Backup string `json:"backup"`
+	// Result is Restored, or Skipped when the database already held a catalog (a re-added instance
+	// whose retained volume came back): it was kept, nothing restored.
+	// +kubebuilder:validation:Enum=Restored;Skipped
+	Result string `json:"result"`
+	// CompletionTime is when the restore ended.
+	CompletionTime metav1.Time `json:"completionTime"`
+	// Seconds is how long the restore Job ran.
+	// +optional
+	Seconds int64 `json:"seconds,omitempty"`
 }
 
 // +kubebuilder:object:root=true
@@ -211,6 +293,7 @@ type TiledInstanceStatus struct {
 // +kubebuilder:printcolumn:name="Version",type=string,JSONPath=`.status.version`
 // +kubebuilder:printcolumn:name="Revision",type=string,JSONPath=`.status.database.catalogRevision`
 // +kubebuilder:printcolumn:name="Upgrade",type=string,JSONPath=`.status.upgrade.phase`
+// +kubebuilder:printcolumn:name="Last Backup",type=string,JSONPath=`.status.backup.lastSuccessful.name`,priority=1
 // +kubebuilder:printcolumn:name="Storage",type=string,JSONPath=`.spec.storage.data.size`
 // +kubebuilder:printcolumn:name="Database",type=string,JSONPath=`.status.database.mode`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`

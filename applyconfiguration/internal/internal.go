@@ -53,6 +53,126 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: singleUserAPIKey
       type:
         namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.SingleUserAPIKey
+- name: com.github.bluesky.tiled-operator.apis.v1alpha1.AvailableBackup
+  map:
+    fields:
+    - name: bytes
+      type:
+        scalar: numeric
+    - name: name
+      type:
+        scalar: string
+- name: com.github.bluesky.tiled-operator.apis.v1alpha1.BackupClaimTarget
+  map:
+    fields:
+    - name: claimName
+      type:
+        scalar: string
+    - name: path
+      type:
+        scalar: string
+- name: com.github.bluesky.tiled-operator.apis.v1alpha1.BackupRecord
+  map:
+    fields:
+    - name: bytes
+      type:
+        scalar: numeric
+    - name: completionTime
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: job
+      type:
+        scalar: string
+    - name: message
+      type:
+        scalar: string
+    - name: name
+      type:
+        scalar: string
+    - name: result
+      type:
+        scalar: string
+    - name: seconds
+      type:
+        scalar: numeric
+    - name: tiledVersion
+      type:
+        scalar: string
+- name: com.github.bluesky.tiled-operator.apis.v1alpha1.BackupRetention
+  map:
+    fields:
+    - name: count
+      type:
+        scalar: numeric
+    - name: days
+      type:
+        scalar: numeric
+- name: com.github.bluesky.tiled-operator.apis.v1alpha1.BackupS3Target
+  map:
+    fields:
+    - name: bucket
+      type:
+        scalar: string
+    - name: caCertificateSecret
+      type:
+        namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.LocalObjectReference
+    - name: credentialsSecret
+      type:
+        namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.LocalObjectReference
+    - name: endpoint
+      type:
+        scalar: string
+    - name: prefix
+      type:
+        scalar: string
+    - name: region
+      type:
+        scalar: string
+- name: com.github.bluesky.tiled-operator.apis.v1alpha1.BackupSpec
+  map:
+    fields:
+    - name: claim
+      type:
+        namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.BackupClaimTarget
+    - name: restoreFrom
+      type:
+        scalar: string
+    - name: retention
+      type:
+        namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.BackupRetention
+    - name: s3
+      type:
+        namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.BackupS3Target
+    - name: schedule
+      type:
+        scalar: string
+    - name: suspend
+      type:
+        scalar: boolean
+    - name: timeZone
+      type:
+        scalar: string
+- name: com.github.bluesky.tiled-operator.apis.v1alpha1.BackupStatus
+  map:
+    fields:
+    - name: available
+      type:
+        list:
+          elementType:
+            namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.AvailableBackup
+          elementRelationship: atomic
+    - name: last
+      type:
+        namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.BackupRecord
+    - name: lastSuccessful
+      type:
+        namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.BackupRecord
+    - name: restore
+      type:
+        namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.RestoreRecord
+    - name: target
+      type:
+        scalar: string
 - name: com.github.bluesky.tiled-operator.apis.v1alpha1.ClusterInstance
   map:
     fields:
@@ -204,6 +324,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: auth
       type:
         namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.AuthSpec
+    - name: backup
+      type:
+        namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.BackupSpec
     - name: config
       type:
         map:
@@ -373,6 +496,21 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: nfs
       type:
         namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.NFSVolumeSource
+- name: com.github.bluesky.tiled-operator.apis.v1alpha1.RestoreRecord
+  map:
+    fields:
+    - name: backup
+      type:
+        scalar: string
+    - name: completionTime
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: result
+      type:
+        scalar: string
+    - name: seconds
+      type:
+        scalar: numeric
 - name: com.github.bluesky.tiled-operator.apis.v1alpha1.RetentionPolicy
   scalar: string
 - name: com.github.bluesky.tiled-operator.apis.v1alpha1.RolloutSpec
@@ -558,6 +696,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: auth
       type:
         namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.AuthSpec
+    - name: backup
+      type:
+        namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.BackupSpec
     - name: config
       type:
         map:
@@ -592,6 +733,9 @@ var schemaYAML = typed.YAMLObject(`types:
 - name: com.github.bluesky.tiled-operator.apis.v1alpha1.TiledInstanceStatus
   map:
     fields:
+    - name: backup
+      type:
+        namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.BackupStatus
     - name: conditions
       type:
         list:
@@ -666,6 +810,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: auth
       type:
         namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.AuthSpec
+    - name: backup
+      type:
+        namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.BackupSpec
     - name: config
       type:
         map:

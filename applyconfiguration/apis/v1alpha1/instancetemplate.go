@@ -36,6 +36,11 @@ type InstanceTemplateApplyConfiguration struct {
 	Expose *ExposeSpecApplyConfiguration `json:"expose,omitempty"`
 	// Monitoring configures Prometheus scraping of Tiled's metrics endpoint.
 	Monitoring *MonitoringSpecApplyConfiguration `json:"monitoring,omitempty"`
+	// Backup configures logical backups (pg_dump) of the instance's databases to a claim or an
+	// S3-compatible bucket, on a schedule and on demand (`kubectl tiled backup`), and the backup a new
+	// instance's database is restored from. Set once in a profile; absent, nothing is backed up (a
+	// managed database then gets an admission warning and the condition BackedUp=False).
+	Backup *BackupSpecApplyConfiguration `json:"backup,omitempty"`
 	// Config is a free-form fragment of Tiled's own configuration file, merged over the configuration
 	// the operator renders (maps merge, other values replace). Tiled rejects unknown keys, so only keys
 	// of Tiled's config schema belong here, e.g. `{response_bytesize_limit: 500000000}`.
@@ -93,6 +98,14 @@ func (b *InstanceTemplateApplyConfiguration) WithExpose(value *ExposeSpecApplyCo
 // If called multiple times, the Monitoring field is set to the value of the last call.
 func (b *InstanceTemplateApplyConfiguration) WithMonitoring(value *MonitoringSpecApplyConfiguration) *InstanceTemplateApplyConfiguration {
 	b.Monitoring = value
+	return b
+}
+
+// WithBackup sets the Backup field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Backup field is set to the value of the last call.
+func (b *InstanceTemplateApplyConfiguration) WithBackup(value *BackupSpecApplyConfiguration) *InstanceTemplateApplyConfiguration {
+	b.Backup = value
 	return b
 }
 

@@ -89,6 +89,14 @@ func (b *TiledInstanceSpecApplyConfiguration) WithMonitoring(value *MonitoringSp
 	return b
 }
 
+// WithBackup sets the Backup field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Backup field is set to the value of the last call.
+func (b *TiledInstanceSpecApplyConfiguration) WithBackup(value *BackupSpecApplyConfiguration) *TiledInstanceSpecApplyConfiguration {
+	b.InstanceTemplateApplyConfiguration.Backup = value
+	return b
+}
+
 // WithConfig sets the Config field in the declarative configuration to the given value
 // and returns the receiver, so that objects can be built by chaining "With" function invocations.
 // If called multiple times, the Config field is set to the value of the last call.

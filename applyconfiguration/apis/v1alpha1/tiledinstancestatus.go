@@ -42,6 +42,9 @@ type TiledInstanceStatusApplyConfiguration struct {
 	// LastMigration records the last migration of the databases: versions, revisions, backup,
 	// result and durations.
 	LastMigration *MigrationRecordApplyConfiguration `json:"lastMigration,omitempty"`
+	// Backup is the state of the instance's backups: the last one, the last whole one, the backups
+	// on the target, and the restore its database started from.
+	Backup *BackupStatusApplyConfiguration `json:"backup,omitempty"`
 }
 
 // TiledInstanceStatusApplyConfiguration constructs a declarative configuration of the TiledInstanceStatus type for use with
@@ -124,5 +127,13 @@ func (b *TiledInstanceStatusApplyConfiguration) WithUpgrade(value *UpgradeStatus
 // If called multiple times, the LastMigration field is set to the value of the last call.
 func (b *TiledInstanceStatusApplyConfiguration) WithLastMigration(value *MigrationRecordApplyConfiguration) *TiledInstanceStatusApplyConfiguration {
 	b.LastMigration = value
+	return b
+}
+
+// WithBackup sets the Backup field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Backup field is set to the value of the last call.
+func (b *TiledInstanceStatusApplyConfiguration) WithBackup(value *BackupStatusApplyConfiguration) *TiledInstanceStatusApplyConfiguration {
+	b.Backup = value
 	return b
 }
