@@ -2,9 +2,9 @@ package render
 
 import (
 	"crypto/sha256"
+	_ "embed"
 	"encoding/hex"
 	"fmt"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -42,6 +42,9 @@ const (
 	StepMigrate StepKind = "migrate"
 	// StepRestore restores the databases from a backup.
 	StepRestore StepKind = "restore"
+	// StepBootstrap restores a new instance's empty databases from a backup on spec.backup's target
+	// (spec.backup.restoreFrom) before Tiled first starts.
+	StepBootstrap StepKind = "bootstrap"
 )
 
 // Step is one Job of the upgrade procedure.
@@ -125,6 +128,12 @@ func LifecycleJob(ti *v1alpha1.TiledInstance, in Inputs) (*batchv1ac.JobApplyCon
 		pod, err = tiledStepPod(ti, in, s)
 	case StepBackup, StepRestore:
 		pod, err = databaseStepPod(ti, in, s)
+	case StepBootstrap:
+		pod, err = targetPod(ti, in, dbtoolRestore, []*corev1ac.EnvVarApplyConfiguration{
+			corev1ac.EnvVar().WithName("BACKUP").WithValue(s.Backup),
+			corev1ac.EnvVar().WithName("RESTORE_IF_EMPTY").WithValue("1"),
+			corev1ac.EnvVar().WithName("TILED_VERSION").WithValue(s.FromVersion),
+		})
 	default:
 		err = fmt.Errorf("unknown upgrade step %q", s.Kind)
 	}
@@ -201,22 +210,32 @@ func tiledStepPod(ti *v1alpha1.TiledInstance, in Inputs, s *Step) (*corev1ac.Pod
 	return pod, nil
 }
 
-// Database environment of backup and restore Jobs: libpq reads PGUSER and PGPASSWORD (managed), and
-// the URIs of an external database's Secret.
+// Database environment of backup and restore Jobs (dbtool.sh): libpq reads PGUSER and PGPASSWORD
+// (managed), and the URIs of an external database's Secret.
 const (
 	envDumpCatalog = "DUMP_CATALOG_URI"
 	envDumpStorage = "DUMP_STORAGE_URI"
 	envDumpAuth    = "DUMP_AUTH_URI"
 )
 
-// databaseStepPod runs backupScript or restoreScript with PostgreSQL's own tools, the backup claim
-// mounted at BackupMount.
-func databaseStepPod(ti *v1alpha1.TiledInstance, in Inputs, s *Step) (*corev1ac.PodSpecApplyConfiguration, error) {
+// dbtool.sh's modes.
+const (
+	dbtoolBackup  = "backup"
+	dbtoolRestore = "restore"
+)
+
+// DBTool is dbtool.sh, the program backup and restore Jobs run on PostgreSQL's image: pg_dump of
+// each database to a directory or an S3 bucket, checksums and a manifest, pruning, and restore.
+//
+//go:embed dbtool.sh
+var DBTool string
+
+// databaseEnv is the environment dbtool.sh reaches the instance's databases with.
+func databaseEnv(ti *v1alpha1.TiledInstance, in Inputs) ([]*corev1ac.EnvVarApplyConfiguration, error) {
 	n := in.names(ti)
 	env := []*corev1ac.EnvVarApplyConfiguration{
 		corev1ac.EnvVar().WithName("HOME").WithValue("/tmp"),
-		corev1ac.EnvVar().WithName("BACKUP").WithValue(s.Backup),
-		corev1ac.EnvVar().WithName("TILED_VERSION").WithValue(s.FromVersion),
+		corev1ac.EnvVar().WithName("WORK").WithValue("/tmp/dbtool"),
 		corev1ac.EnvVar().WithName("INSTANCE").WithValue(ti.Namespace + "/" + ti.Name),
 	}
 	db := ti.Spec.Database
@@ -241,20 +260,20 @@ func databaseStepPod(ti *v1alpha1.TiledInstance, in Inputs, s *Step) (*corev1ac.
 	default:
 		return nil, fmt.Errorf("spec.database: one of managed or external is required")
 	}
-	script := backupScript
-	if s.Kind == StepRestore {
-		script = restoreScript
-	}
+	return env, nil
+}
+
+// dbtoolPod is a pod running dbtool.sh mode with PostgreSQL's tools, env (the databases' and the
+// target's) and the volumes of the target.
+func dbtoolPod(ti *v1alpha1.TiledInstance, in Inputs, name, mode string, env []*corev1ac.EnvVarApplyConfiguration,
+	mounts []*corev1ac.VolumeMountApplyConfiguration, volumes []*corev1ac.VolumeApplyConfiguration) *corev1ac.PodSpecApplyConfiguration {
 	c := corev1ac.Container().
-		WithName(string(s.Kind)).
+		WithName(name).
 		WithImage(postgresToolsImage(ti, in)).
 		WithImagePullPolicy(corev1.PullIfNotPresent).
-		WithCommand("sh", "-c", script).
+		WithCommand("sh", "-c", DBTool, "dbtool.sh", mode).
 		WithEnv(env...).
-		WithVolumeMounts(
-			corev1ac.VolumeMount().WithName("backups").WithMountPath(BackupMount),
-			corev1ac.VolumeMount().WithName("tmp").WithMountPath("/tmp"),
-		).
+		WithVolumeMounts(append(mounts, corev1ac.VolumeMount().WithName("tmp").WithMountPath("/tmp"))...).
 		WithTerminationMessagePolicy(corev1.TerminationMessageFallbackToLogsOnError).
 		WithSecurityContext(restrictedContainerSecurityContext())
 	pod := corev1ac.PodSpec().
@@ -262,78 +281,30 @@ func databaseStepPod(ti *v1alpha1.TiledInstance, in Inputs, s *Step) (*corev1ac.
 		WithAutomountServiceAccountToken(false).
 		WithSecurityContext(restrictedPodSecurityContext(podIdentity{uid: RunAsUser, gid: RunAsUser, fsGroup: RunAsUser})).
 		WithContainers(c).
-		WithVolumes(
-			claimVolume("backups", n.BackupClaim, false),
-			corev1ac.Volume().WithName("tmp").WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
-		)
-	if db.Managed != nil {
+		WithVolumes(append(volumes, corev1ac.Volume().WithName("tmp").WithEmptyDir(corev1ac.EmptyDirVolumeSource()))...)
+	if db := ti.Spec.Database; db != nil && db.Managed != nil {
 		databasePlacement(pod, db.Managed) // the managed database's image, so its placement
 	}
-	return pod, nil
+	return pod
 }
 
-// libpqURI turns a SQLAlchemy URI (postgresql+asyncpg://...) into one libpq reads (shell).
-const libpqURI = `sed -E 's#^postgres(ql)?\+[a-z0-9_]+://#postgresql://#'`
-
-// backupScript dumps each database the instance uses (custom format, one file each) into
-// BACKUP_DIR/.NAME.partial, writes SHA256SUMS and manifest.json, and renames the directory to NAME
-// only then: a directory named like a backup is always whole. It ends by printing the manifest,
-// which the kubelet keeps as the termination message.
-var backupScript = strings.TrimSpace(`
-set -eu
-say() { echo "[tiled-operator] $*"; }
-cd ` + BackupMount + `
-name=$BACKUP; tmp=.$name.partial
-[ -n "$name" ] || { say "no backup name"; exit 1; }
-if [ -d "$name" ]; then say "backup $name exists already"; cat "$name/manifest.json" > /dev/termination-log; exit 0; fi
-rm -rf "$tmp"; mkdir "$tmp"
-start=$(date +%s)
-files=""
-for db in catalog storage auth; do
-  case $db in catalog) uri=${DUMP_CATALOG_URI:-};; storage) uri=${DUMP_STORAGE_URI:-};; auth) uri=${DUMP_AUTH_URI:-};; esac
-  [ -n "$uri" ] || continue
-  uri=$(printf '%s' "$uri" | ` + libpqURI + `)
-  say "dumping the $db database"
-  pg_dump --format=custom --no-owner --no-privileges --file "$tmp/$db.dump" --dbname "$uri"
-  files="$files $db.dump"
-done
-cd "$tmp"
-sha256sum $files > SHA256SUMS
-entries=""
-for f in $files; do
-  size=$(stat -c %s "$f"); sum=$(sha256sum "$f" | cut -d' ' -f1)
-  entries="$entries${entries:+,}{\"database\":\"${f%.dump}\",\"file\":\"$f\",\"bytes\":$size,\"sha256\":\"$sum\"}"
-done
-end=$(date +%s)
-printf '{"name":"%s","instance":"%s","tiledVersion":"%s","time":"%s","seconds":%s,"files":[%s]}\n' \
-  "$name" "$INSTANCE" "$TILED_VERSION" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$((end - start))" "$entries" > manifest.json
-sync
-cd ..
-mv "$tmp" "$name"
-say "backup $name is whole"
-tr -d '\n' < "$name/manifest.json" > /dev/termination-log
-`)
-
-// restoreScript checks backup NAME (SHA256SUMS) and restores each of its dumps into its database in
-// one transaction per database: the public schema is dropped and the dump's objects recreated, so
-// that tables a failed migration created are gone too; a failure leaves the database as it was.
-var restoreScript = strings.TrimSpace(`
-set -eu
-say() { echo "[tiled-operator] $*"; }
-dir=` + BackupMount + `/$BACKUP
-[ -f "$dir/manifest.json" ] || { say "backup $BACKUP not found (no $dir/manifest.json)"; exit 1; }
-cd "$dir"
-sha256sum -c --quiet SHA256SUMS || { say "backup $BACKUP is corrupt: its checksums do not match"; exit 1; }
-for f in *.dump; do pg_restore --list "$f" > /dev/null || { say "backup $BACKUP: $f is not a readable dump"; exit 1; }; done
-for f in *.dump; do
-  db=${f%.dump}
-  case $db in catalog) uri=${DUMP_CATALOG_URI:-};; storage) uri=${DUMP_STORAGE_URI:-};; auth) uri=${DUMP_AUTH_URI:-};; *) uri=;; esac
-  [ -n "$uri" ] || { say "backup $BACKUP has $f but the instance has no $db database"; exit 1; }
-  uri=$(printf '%s' "$uri" | ` + libpqURI + `)
-  say "restoring the $db database"
-  { echo "DROP SCHEMA public CASCADE; CREATE SCHEMA public;"; pg_restore --no-owner --no-privileges --file - "$f"; } |
-    psql --quiet --no-psqlrc --single-transaction -v ON_ERROR_STOP=1 --dbname "$uri" > /dev/null
-done
-say "restored backup $BACKUP"
-printf '{"restored":"%s"}' "$BACKUP" > /dev/termination-log
-`)
+// databaseStepPod runs dbtool.sh backup or restore for the upgrade procedure, on the instance's
+// backup claim mounted at BackupMount (backup NAME is the directory BackupMount/NAME).
+func databaseStepPod(ti *v1alpha1.TiledInstance, in Inputs, s *Step) (*corev1ac.PodSpecApplyConfiguration, error) {
+	env, err := databaseEnv(ti, in)
+	if err != nil {
+		return nil, err
+	}
+	env = append(env,
+		corev1ac.EnvVar().WithName("TARGET").WithValue("dir"),
+		corev1ac.EnvVar().WithName("BACKUP_ROOT").WithValue(BackupMount),
+		corev1ac.EnvVar().WithName("BACKUP").WithValue(s.Backup),
+		corev1ac.EnvVar().WithName("TILED_VERSION").WithValue(s.FromVersion))
+	mode := dbtoolBackup
+	if s.Kind == StepRestore {
+		mode = dbtoolRestore
+	}
+	return dbtoolPod(ti, in, string(s.Kind), mode, env,
+		[]*corev1ac.VolumeMountApplyConfiguration{corev1ac.VolumeMount().WithName("backups").WithMountPath(BackupMount)},
+		[]*corev1ac.VolumeApplyConfiguration{claimVolume("backups", in.names(ti).BackupClaim, false)}), nil
+}

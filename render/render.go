@@ -34,6 +34,7 @@ type Objects struct {
 	Postgres        *appsv1ac.StatefulSetApplyConfiguration             // nil for an external database
 	ServiceMonitor  *unstructured.Unstructured                          // nil unless asked for and possible
 	Job             *batchv1ac.JobApplyConfiguration                    // the upgrade step's Job, nil when none
+	BackupCronJob   *batchv1ac.CronJobApplyConfiguration                // nil without spec.backup's target
 }
 
 // Render renders every object of the instance. The Secret holds in.SecretData as given: callers
@@ -66,6 +67,9 @@ func Render(ti *v1alpha1.TiledInstance, in Inputs) (*Objects, error) {
 	}
 	o.PostgresInit, o.PostgresService, o.Postgres = Postgres(ti, in)
 	if o.Job, err = LifecycleJob(ti, in); err != nil {
+		return nil, err
+	}
+	if o.BackupCronJob, err = BackupCronJob(ti, in); err != nil {
 		return nil, err
 	}
 	return o, nil
@@ -102,5 +106,6 @@ func (o *Objects) All() []any {
 		add(o.ServiceMonitor, false)
 	}
 	add(o.Job, o.Job == nil)
+	add(o.BackupCronJob, o.BackupCronJob == nil)
 	return out
 }

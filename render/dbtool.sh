@@ -1,0 +1,355 @@
+# shellcheck shell=sh disable=SC2059,SC2086,SC2013,SC2015,SC3012
+# dbtool.sh backup|restore|list: the backups of a TiledInstance's databases, run by the backup and
+# restore Jobs on the PostgreSQL image (pg_dump, pg_restore, psql, sha256sum, curl). POSIX sh.
+#
+# A backup NAME is one custom-format pg_dump per database (catalog.dump, storage.dump, auth.dump),
+# SHA256SUMS and manifest.json. It is whole once manifest.json exists on the target, which is written
+# last: on a directory target the backup is written as .NAME.partial and renamed to NAME; on an S3
+# target the manifest is uploaded after every other file. A half-written backup is never listed,
+# pruned as a whole one, nor restored.
+#
+# Environment:
+#   TARGET          dir (BACKUP_ROOT, a mounted claim) or s3 (S3_ENDPOINT, S3_BUCKET, S3_PREFIX,
+#                   S3_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY; CURL_CA_BUNDLE optionally)
+#   BACKUP          the backup to write (empty: the UTC time now) or to restore ("latest" or a name)
+#   DUMP_CATALOG_URI, DUMP_STORAGE_URI, DUMP_AUTH_URI  the databases (libpq or SQLAlchemy URIs);
+#                   PGUSER and PGPASSWORD when the URIs carry no credentials
+#   INSTANCE        namespace/name, recorded in the manifest
+#   TILED_VERSION   backup: the version recorded; restore: a backup from a newer version is refused
+#   RETAIN_COUNT, RETAIN_DAYS  backup: prune to this many whole backups / none older (newest kept)
+#   RESTORE_IF_EMPTY  restore: only into an empty catalog database; one holding tables is kept
+#   WORK            a scratch directory (S3: dumps are staged there)
+#
+# The last line of a run is a JSON report written to /dev/termination-log, which the operator reads:
+# a backup's manifest (plus "available", the whole backups after pruning as NAME:BYTES, newest
+# first), {"restored":NAME,...} or {"skipped":NAME,...}; a failure writes its reason there instead.
+set -eu
+
+say() { echo "[tiled-operator] $*" >&2; }
+report() { printf '%s' "$1" > /dev/termination-log 2>/dev/null || true; printf '%s\n' "$1"; }
+fail() {
+	say "$*"
+	printf '%s' "$*" | head -c 3900 > /dev/termination-log 2>/dev/null || true
+	exit 1
+}
+
+mode=${1:-}
+WORK=${WORK:-/tmp/dbtool}
+mkdir -p "$WORK"
+target=${TARGET:-dir}
+
+# libpq reads postgresql://, not SQLAlchemy's postgresql+asyncpg://.
+libpq() { printf '%s' "$1" | sed -E 's#^postgres(ql)?\+[a-z0-9_]+://#postgresql://#'; }
+
+uri_of() {
+	case $1 in
+	catalog) v=${DUMP_CATALOG_URI:-} ;;
+	storage) v=${DUMP_STORAGE_URI:-} ;;
+	auth) v=${DUMP_AUTH_URI:-} ;;
+	*) v= ;;
+	esac
+	[ -z "$v" ] || libpq "$v"
+}
+
+where() {
+	case $target in
+	dir) echo "$BACKUP_ROOT" ;;
+	s3) echo "s3://$S3_BUCKET/$S3_PREFIX at $S3_ENDPOINT" ;;
+	esac
+}
+
+# --- S3: path-style requests signed with AWS Signature Version 4 by curl -------------------------
+
+# urlenc S: S percent-encoded as SigV4 wants (unreserved characters kept; "/" kept when $2 is "path").
+urlenc() {
+	printf '%s' "$1" | od -An -tx1 -v | tr -s ' \n' '  ' | tr ' ' '\n' | while read -r h; do
+		[ -n "$h" ] || continue
+		c=$(printf "\\$(printf %o 0x$h)")
+		case $c in
+		[A-Za-z0-9._~-]) printf '%s' "$c" ;;
+		/) if [ "${2:-}" = path ]; then printf /; else printf %%2F; fi ;;
+		*) printf '%%%s' "$(echo "$h" | tr a-f A-F)" ;;
+		esac
+	done
+}
+
+# s3 METHOD KEY [curl args...]: one request for the object KEY ("" for the bucket) of S3_BUCKET.
+s3() {
+	m=$1 k=$2
+	shift 2
+	curl --silent --show-error --fail --retry 3 --retry-all-errors --max-time 3600 \
+		--aws-sigv4 "aws:amz:${S3_REGION:-us-east-1}:s3" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" \
+		-H "x-amz-content-sha256: UNSIGNED-PAYLOAD" -X "$m" "$@" \
+		"${S3_ENDPOINT%/}/$S3_BUCKET/$(urlenc "$k" path)"
+}
+
+# s3_list: "KEY SIZE" for every object under S3_PREFIX/, following continuation tokens.
+s3_list() {
+	token=
+	while :; do
+		q="list-type=2&prefix=$(urlenc "$S3_PREFIX/")"
+		[ -z "$token" ] || q="continuation-token=$(urlenc "$token")&$q"
+		page=$(curl --silent --show-error --fail --retry 3 --retry-all-errors \
+			--aws-sigv4 "aws:amz:${S3_REGION:-us-east-1}:s3" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" \
+			-H "x-amz-content-sha256: UNSIGNED-PAYLOAD" "${S3_ENDPOINT%/}/$S3_BUCKET?$q") ||
+			fail "cannot list s3://$S3_BUCKET/$S3_PREFIX/ at $S3_ENDPOINT (is the bucket there, are the credentials right?)"
+		printf '%s' "$page" | sed 's#<Contents>#\n<Contents>#g' | sed -n 's#.*<Key>\([^<]*\)</Key>.*<Size>\([0-9]*\)</Size>.*#\1 \2#p'
+		case $page in
+		*"<IsTruncated>true</IsTruncated>"*)
+			token=$(printf '%s' "$page" | sed -n 's#.*<NextContinuationToken>\([^<]*\)</NextContinuationToken>.*#\1#p')
+			[ -n "$token" ] || break
+			;;
+		*) break ;;
+		esac
+	done
+}
+
+# --- the target: whole backups, and their files ---------------------------------------------------
+
+# load reads the target's listing (S3: into WORK/keys), in the main shell so that a failure ends the
+# run with its own message; backups and partials read it.
+load() {
+	[ "$target" != s3 ] || s3_list > "$WORK/keys"
+}
+
+# backups: "NAME BYTES" of every whole backup on the target (as load read it), newest first.
+backups() {
+	case $target in
+	dir)
+		[ -d "$BACKUP_ROOT" ] || return 0
+		for d in "$BACKUP_ROOT"/*/; do
+			[ -f "$d/manifest.json" ] || continue
+			n=$(basename "$d")
+			b=0
+			for f in "$d"*.dump; do [ -f "$f" ] && b=$((b + $(stat -c %s "$f"))); done
+			echo "$n $b"
+		done | sort -r
+		;;
+	s3)
+		awk -v p="$S3_PREFIX/" '
+			index($1, p) == 1 { rest = substr($1, length(p) + 1); n = split(rest, a, "/"); if (n != 2) next
+				if (a[2] == "manifest.json") whole[a[1]] = 1; else if (a[2] ~ /\.dump$/) bytes[a[1]] += $2 }
+			END { for (b in whole) print b, bytes[b] + 0 }' "$WORK/keys" | sort -r
+		;;
+	esac
+}
+
+# partials: names of backups begun and not whole (a Job that died), for pruning.
+partials() {
+	case $target in
+	dir) for d in "$BACKUP_ROOT"/.*.partial; do [ -d "$d" ] && basename "$d" .partial | sed 's/^\.//'; done; true ;;
+	s3)
+		awk -v p="$S3_PREFIX/" '
+			index($1, p) == 1 { rest = substr($1, length(p) + 1); n = split(rest, a, "/"); if (n != 2) next
+				seen[a[1]] = 1; if (a[2] == "manifest.json") whole[a[1]] = 1 }
+			END { for (b in seen) if (!(b in whole)) print b }' "$WORK/keys"
+		;;
+	esac
+}
+
+# remove NAME [partial]: delete a backup from the target.
+remove() {
+	case $target in
+	dir) if [ "${2:-}" = partial ]; then rm -rf "$BACKUP_ROOT/.$1.partial"; else rm -rf "${BACKUP_ROOT:?}/${1:?}"; fi ;;
+	s3)
+		# The manifest first: from then on the backup is not whole, whatever else is left.
+		s3 DELETE "$S3_PREFIX/$1/manifest.json" -o /dev/null || true
+		awk -v p="$S3_PREFIX/$1/" 'index($1, p) == 1 { print $1 }' "$WORK/keys" | while read -r k; do
+			s3 DELETE "$k" -o /dev/null
+		done
+		;;
+	esac
+}
+
+# fetch NAME: a directory holding backup NAME's files (S3: downloaded into WORK).
+fetch() {
+	case $target in
+	dir)
+		[ -f "$BACKUP_ROOT/$1/manifest.json" ] || fail "backup $1 not found: $BACKUP_ROOT/$1/manifest.json does not exist (no whole backup of that name on $(where))"
+		echo "$BACKUP_ROOT/$1"
+		;;
+	s3)
+		d=$WORK/restore/$1
+		rm -rf "$d"
+		mkdir -p "$d"
+		s3 GET "$S3_PREFIX/$1/manifest.json" -o "$d/manifest.json" 2> "$WORK/err" ||
+			fail "backup $1 not found: s3://$S3_BUCKET/$S3_PREFIX/$1/manifest.json cannot be read ($(tail -c 300 "$WORK/err"))"
+		s3 GET "$S3_PREFIX/$1/SHA256SUMS" -o "$d/SHA256SUMS" 2> "$WORK/err" ||
+			fail "backup $1 is corrupt: its SHA256SUMS cannot be read ($(tail -c 300 "$WORK/err"))"
+		for f in $(awk '{print $2}' "$d/SHA256SUMS"); do
+			case $f in *.dump) ;; *) fail "backup $1 is corrupt: SHA256SUMS names $f" ;; esac
+			s3 GET "$S3_PREFIX/$1/$f" -o "$d/$f" 2> "$WORK/err" ||
+				fail "backup $1 is corrupt: $f cannot be read ($(tail -c 300 "$WORK/err"))"
+		done
+		echo "$d"
+		;;
+	esac
+}
+
+# wait_for URI: until the database answers (a new instance's PostgreSQL starts with the Job).
+wait_for() {
+	i=0
+	until pg_isready --quiet --dbname "$1"; do
+		i=$((i + 1))
+		[ "$i" -lt 300 ] || fail "the database did not answer in 300 s"
+		sleep 1
+	done
+}
+
+revision() {
+	psql --no-psqlrc --quiet --tuples-only --no-align --dbname "$1" \
+		-c "SELECT version_num FROM alembic_version" 2> /dev/null | head -n 1 || true
+}
+
+# --- backup --------------------------------------------------------------------------------------
+
+do_backup() {
+	name=${BACKUP:-$(date -u +%Y%m%dT%H%M%SZ)}
+	start=$(date +%s)
+	case $target in
+	dir)
+		mkdir -p "$BACKUP_ROOT" || fail "cannot create $BACKUP_ROOT on the backup claim"
+		if [ -f "$BACKUP_ROOT/$name/manifest.json" ]; then
+			say "backup $name exists already"
+			report "$(tr -d '\n' < "$BACKUP_ROOT/$name/manifest.json")"
+			return
+		fi
+		out=$BACKUP_ROOT/.$name.partial
+		;;
+	s3) out=$WORK/$name ;;
+	esac
+	rm -rf "$out"
+	mkdir -p "$out"
+	files='' revs=''
+	for db in catalog storage auth; do
+		uri=$(uri_of $db)
+		[ -n "$uri" ] || continue
+		wait_for "$uri"
+		say "dumping the $db database"
+		pg_dump --format=custom --no-owner --no-privileges --file "$out/$db.dump" --dbname "$uri" 2> "$WORK/err" ||
+			fail "pg_dump of the $db database failed: $(tail -c 400 "$WORK/err")"
+		files="$files $db.dump"
+		rev=$(revision "$uri")
+		[ -z "$rev" ] || revs="$revs${revs:+,}\"$db\":\"$rev\""
+	done
+	[ -n "$files" ] || fail "no database to back up"
+	entries='' total=0
+	(cd "$out" && sha256sum $files > SHA256SUMS)
+	for f in $files; do
+		size=$(stat -c %s "$out/$f")
+		sum=$(grep " $f\$" "$out/SHA256SUMS" | cut -d' ' -f1)
+		total=$((total + size))
+		entries="$entries${entries:+,}{\"database\":\"${f%.dump}\",\"file\":\"$f\",\"bytes\":$size,\"sha256\":\"$sum\"}"
+	done
+	manifest=$(printf '{"name":"%s","instance":"%s","tiledVersion":"%s","revisions":{%s},"time":"%s","seconds":%s,"bytes":%s,"files":[%s]}' \
+		"$name" "${INSTANCE:-}" "${TILED_VERSION:-}" "$revs" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$(($(date +%s) - start))" "$total" "$entries")
+	printf '%s\n' "$manifest" > "$out/manifest.json"
+	case $target in
+	dir)
+		sync
+		mv "$out" "$BACKUP_ROOT/$name"
+		;;
+	s3)
+		for f in $files SHA256SUMS; do
+			s3 PUT "$S3_PREFIX/$name/$f" -T "$out/$f" -o /dev/null 2> "$WORK/err" ||
+				fail "uploading $f of backup $name to $(where) failed: $(tail -c 400 "$WORK/err")"
+		done
+		s3 PUT "$S3_PREFIX/$name/manifest.json" -T "$out/manifest.json" -o /dev/null 2> "$WORK/err" ||
+			fail "uploading manifest.json of backup $name to $(where) failed: $(tail -c 400 "$WORK/err")"
+		rm -rf "$out"
+		;;
+	esac
+	say "backup $name is whole ($total bytes) on $(where)"
+	prune "$name"
+	load
+	avail=$(backups | head -n 100 | awk '{printf "%s%s:%s", (NR > 1 ? "," : ""), $1, $2}')
+	report "${manifest%\}},\"available\":\"$avail\"}"
+}
+
+# prune NEW: keep RETAIN_COUNT whole backups and none older than RETAIN_DAYS; NEW (just written) and
+# the newest are always kept. Partial backups older than a day (a Job that died) go too.
+prune() {
+	[ -n "${RETAIN_COUNT:-}${RETAIN_DAYS:-}" ] || return 0
+	cutoff=
+	if [ -n "${RETAIN_DAYS:-}" ]; then
+		cutoff=$(date -u -d "@$(($(date +%s) - RETAIN_DAYS * 86400))" +%Y%m%dT%H%M%SZ)
+	fi
+	stale=$(date -u -d "@$(($(date +%s) - 86400))" +%Y%m%dT%H%M%SZ)
+	load
+	i=0
+	backups | while read -r n _; do
+		i=$((i + 1))
+		[ "$n" != "$1" ] && [ "$i" -gt 1 ] || continue
+		if { [ -n "${RETAIN_COUNT:-}" ] && [ "$i" -gt "$RETAIN_COUNT" ]; } || { [ -n "$cutoff" ] && [ "$n" \< "$cutoff" ]; }; then
+			say "pruning backup $n"
+			remove "$n"
+		fi
+	done
+	partials | while read -r n; do
+		[ -n "$n" ] && [ "$n" \< "$stale" ] || continue
+		say "pruning the partial backup $n (begun over a day ago and never whole)"
+		remove "$n" partial
+	done
+}
+
+# --- restore -------------------------------------------------------------------------------------
+
+do_restore() {
+	name=${BACKUP:-latest}
+	start=$(date +%s)
+	if [ "$name" = latest ]; then
+		load
+		name=$(backups | head -n 1 | cut -d' ' -f1)
+		[ -n "$name" ] || fail "no whole backup on $(where) to restore (restoreFrom: latest)"
+		say "the latest backup is $name"
+	fi
+	if [ -n "${RESTORE_IF_EMPTY:-}" ]; then
+		uri=$(uri_of catalog)
+		wait_for "$uri"
+		tables=$(psql --no-psqlrc --quiet --tuples-only --no-align --dbname "$uri" \
+			-c "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'") ||
+			fail "cannot read the catalog database's tables"
+		if [ "$tables" -gt 0 ]; then
+			say "the catalog database holds $tables tables: it is kept, backup $name is not restored"
+			report "{\"skipped\":\"$name\",\"tables\":$tables}"
+			return
+		fi
+	fi
+	dir=$(fetch "$name")
+	manifest=$(tr -d '\n' < "$dir/manifest.json")
+	from=$(printf '%s' "$manifest" | sed -n 's/.*"tiledVersion":"\([^"]*\)".*/\1/p')
+	if [ -n "${TILED_VERSION:-}" ] && [ -n "$from" ] && [ "$from" != "$TILED_VERSION" ] &&
+		[ "$(printf '%s\n%s\n' "$from" "$TILED_VERSION" | sort -V | tail -n 1)" = "$from" ]; then
+		fail "backup $name was taken with Tiled $from, newer than this instance's Tiled $TILED_VERSION: its databases may be at revisions $TILED_VERSION does not know; restore it with Tiled $from or newer"
+	fi
+	# Everything is checked before any database is touched.
+	(cd "$dir" && sha256sum -c --quiet SHA256SUMS > "$WORK/sums" 2>&1) ||
+		fail "backup $name is corrupt: $(grep -v ': OK$' "$WORK/sums" | head -n 3 | tr '\n' ' ')(SHA256SUMS does not match); nothing was restored"
+	dumps=$(awk '{print $2}' "$dir/SHA256SUMS")
+	for f in $dumps; do
+		pg_restore --list "$dir/$f" > /dev/null 2> "$WORK/err" ||
+			fail "backup $name is corrupt: $f is not a readable dump ($(tail -c 300 "$WORK/err")); nothing was restored"
+		[ -n "$(uri_of "${f%.dump}")" ] || fail "backup $name has $f but the instance has no ${f%.dump} database; nothing was restored"
+	done
+	for f in $dumps; do
+		db=${f%.dump}
+		uri=$(uri_of "$db")
+		wait_for "$uri"
+		say "restoring the $db database"
+		# One transaction: the public schema dropped (tables a failed migration made go too) and the
+		# dump's objects recreated; a failure leaves the database as it was.
+		{ echo "DROP SCHEMA public CASCADE; CREATE SCHEMA public;"; pg_restore --no-owner --no-privileges --file - "$dir/$f"; } |
+			psql --quiet --no-psqlrc --single-transaction -v ON_ERROR_STOP=1 --dbname "$uri" > /dev/null 2> "$WORK/err" ||
+			fail "restoring the $db database from backup $name failed: $(tail -c 400 "$WORK/err")"
+	done
+	[ "$target" != s3 ] || rm -rf "$dir"
+	say "restored backup $name"
+	report "{\"restored\":\"$name\",\"tiledVersion\":\"$from\",\"seconds\":$(($(date +%s) - start))}"
+}
+
+case $mode in
+backup) do_backup ;;
+restore) do_restore ;;
+list) load && backups ;;
+*) fail "usage: dbtool.sh backup|restore|list" ;;
+esac
