@@ -38,6 +38,8 @@ func ChildKinds() []client.Object {
 		metadataOnly(policyv1.SchemeGroupVersion.WithKind("PodDisruptionBudget")),
 		// The upgrade procedure's Jobs: their conditions say how a step ended.
 		&batchv1.Job{},
+		// The backup CronJob: the operator needs its existence and managers only.
+		metadataOnly(batchv1.SchemeGroupVersion.WithKind("CronJob")),
 	}
 }
 

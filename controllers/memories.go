@@ -78,6 +78,8 @@ type writtenUpgrade struct {
 	resourceVersion string
 	upgrade         *tiledv1alpha1.UpgradeStatus
 	last            *tiledv1alpha1.MigrationRecord
+	// restore is the status.backup.restore written (the bootstrap restore happens once).
+	restore *tiledv1alpha1.RestoreRecord
 }
 
 // apply puts what was written into ti's status when the cache still shows the instance the write
@@ -86,6 +88,12 @@ type writtenUpgrade struct {
 func (w writtenUpgrade) apply(ti *tiledv1alpha1.TiledInstance) {
 	if w.uid == ti.UID && w.resourceVersion == ti.ResourceVersion {
 		ti.Status.Upgrade, ti.Status.LastMigration = w.upgrade, w.last
+		if w.restore != nil {
+			if ti.Status.Backup == nil {
+				ti.Status.Backup = &tiledv1alpha1.BackupStatus{}
+			}
+			ti.Status.Backup.Restore = w.restore
+		}
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"io"
 	"time"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -103,8 +104,14 @@ func (r *TiledInstanceReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	if err != nil {
 		return r.failed(ctx, cur, err)
 	}
-	if in.upgrade, err = r.upgrade(ctx, cur, &in); err != nil {
+	restoring, err := r.restore(ctx, cur, &in)
+	if err != nil {
 		return r.failed(ctx, cur, err)
+	}
+	if !restoring {
+		if in.upgrade, err = r.upgrade(ctx, cur, &in); err != nil {
+			return r.failed(ctx, cur, err)
+		}
 	}
 	want, err := r.desire(cur, in)
 	if err != nil {
@@ -155,6 +162,9 @@ func (r *TiledInstanceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return err
 	}
 	b = b.Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(labelledInstance), builder.WithPredicates(podStatusChanged))
+	// The backup CronJob's Jobs are not the instance's (the Owns watch misses them): their end maps
+	// to the instance by label.
+	b = b.Watches(&batchv1.Job{}, handler.EnqueueRequestsFromMapFunc(labelledInstance), builder.WithPredicates(backupJobFinished))
 	// While its cluster is paused an instance skips its reconciles, pod events included; when the
 	// pause ends, each of the cluster's instances looks again at what it missed.
 	b = b.Watches(&tiledv1alpha1.TiledCluster{}, handler.EnqueueRequestsFromMapFunc(r.clusterInstances), builder.WithPredicates(unpaused))

@@ -34,6 +34,10 @@ func (r *TiledInstanceReconciler) status(ctx context.Context, cur *instanceState
 		return ctrl.Result{}, err
 	}
 	status := instanceStatus(&ti.Status, obs)
+	backupEvent, err := r.backupStatus(ctx, cur, in, status)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	log.FromContext(ctx).WithValues("instance", ti.Namespace+"/"+ti.Name).V(1).Info("reconciled", "applied", len(rec.Applied), "ready", status.ReadyReplicas)
 	var result ctrl.Result
 	if in.external {
@@ -67,6 +71,13 @@ func (r *TiledInstanceReconciler) status(ctx context.Context, cur *instanceState
 	}
 	if c, changed := transitioned(ti.Status.Conditions, status.Conditions, ConditionDatabaseReady); changed && c.Status == metav1.ConditionFalse && c.Reason != ReasonWaitingForDatabase {
 		r.Recorder.Eventf(ti, nil, corev1.EventTypeWarning, c.Reason, "Reconcile", "%s", c.Message)
+	}
+	if e := backupEvent; e != nil {
+		typ := corev1.EventTypeNormal
+		if e.warning {
+			typ = corev1.EventTypeWarning
+		}
+		r.Recorder.Eventf(ti, nil, typ, e.reason, "Backup", "%s", eventNote(e.message))
 	}
 	if c, changed := transitioned(ti.Status.Conditions, status.Conditions, ConditionExternalEdits); changed {
 		r.Recorder.Eventf(ti, nil, corev1.EventTypeWarning, ReasonFieldsManaged, "Reconcile",

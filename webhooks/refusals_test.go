@@ -68,6 +68,13 @@ func TestValidObjectsPass(t *testing.T) {
   instances: [{name: i22}]`, []string{"will report ProfilesResolved=False", "matches no TiledProfile"}},
 		{"an expanded instance without limits", "validate-instance", admissiontable.InstanceHead + `  tiled: {image: "ghcr.io/bluesky/tiled:0.2.20"}
 provenance: {spec.tiled.image: instance}`, []string{"spec.tiled.resources: no limits"}},
+		{"an expanded instance on a managed database without a backup target", "validate-instance", admissiontable.InstanceHead + `  tiled: {image: "ghcr.io/bluesky/tiled:0.2.20", resources: {limits: {memory: 1Gi}}}
+  database: {managed: {image: "postgres:16"}}
+provenance: {spec.tiled.image: instance}`, []string{"spec.backup: no target: nothing backs up the managed database"}},
+		{"an expanded instance backed up on demand only, keeping one", "validate-instance", admissiontable.InstanceHead + `  tiled: {image: "ghcr.io/bluesky/tiled:0.2.20", resources: {limits: {memory: 1Gi}}}
+  database: {managed: {image: "postgres:16"}}
+  backup: {claim: {claimName: nfs-backups}, retention: {count: 1}}
+provenance: {spec.tiled.image: instance}`, []string{"spec.backup.schedule: empty: backups are taken only on demand", "spec.backup.retention.count: 1"}},
 		{"an expanded instance with an ingress host but enabled unset", "validate-instance", admissiontable.InstanceHead + `  tiled: {image: "ghcr.io/bluesky/tiled:0.2.20", resources: {limits: {memory: 1Gi}}}
   expose: {ingress: {className: nginx, host: a.example.org}}
 provenance: {spec.tiled.image: instance}`, []string{"spec.expose.ingress.enabled: not set, but the ingress has a host: no Ingress is created"}},

@@ -51,6 +51,15 @@ func templateWarnings(t *v1alpha1.InstanceTemplate, complete bool) []string {
 	if complete && expansion.IngressHostWithoutEnabled(t) {
 		out = append(out, "spec.expose.ingress.enabled: not set, but the ingress has a host: no Ingress is created; set enabled: true to expose Tiled at that host, or false to say it is meant")
 	}
+	if complete && t.Database != nil && t.Database.Managed != nil && (t.Backup == nil || (t.Backup.Claim == nil && t.Backup.S3 == nil)) {
+		out = append(out, "spec.backup: no target: nothing backs up the managed database (the catalog, tabular data and auth sessions); set spec.backup.claim or spec.backup.s3, best in a profile (docs/backups.md)")
+	}
+	if b := t.Backup; b != nil && (b.Claim != nil || b.S3 != nil) && b.Schedule == "" && complete {
+		out = append(out, "spec.backup.schedule: empty: backups are taken only on demand (kubectl tiled backup)")
+	}
+	if b := t.Backup; b != nil && b.Retention != nil && b.Retention.Count != nil && *b.Retention.Count == 1 {
+		out = append(out, "spec.backup.retention.count: 1: each backup deletes the one before it once it is whole; a backup of damage already done leaves nothing older to restore")
+	}
 	if t.Auth != nil && t.Auth.AllowAnonymousAccess != nil && *t.Auth.AllowAnonymousAccess {
 		out = append(out, "spec.auth.allowAnonymousAccess: true: anyone who reaches the service reads public data without credentials")
 	}

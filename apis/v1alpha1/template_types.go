@@ -555,8 +555,8 @@ type MonitoringSpec struct {
 // backup is whole once its manifest.json exists: a half-written one is never listed or restored.
 // Files on the data volume (arrays written through Tiled) are not in a database backup.
 // +kubebuilder:validation:XValidation:rule="!(has(self.claim) && has(self.s3))",message="spec.backup: claim and s3 are exclusive: backups go to one target"
-// +kubebuilder:validation:XValidation:rule="!has(self.schedule) || self.schedule == ” || has(self.claim) || has(self.s3)",message="spec.backup.schedule needs a target: set spec.backup.claim or spec.backup.s3"
-// +kubebuilder:validation:XValidation:rule="!has(self.restoreFrom) || self.restoreFrom == ” || has(self.claim) || has(self.s3)",message="spec.backup.restoreFrom needs a target to read the backup from: set spec.backup.claim or spec.backup.s3"
+// +kubebuilder:validation:XValidation:rule="!has(self.schedule) || size(self.schedule) == 0 || has(self.claim) || has(self.s3)",message="spec.backup.schedule needs a target: set spec.backup.claim or spec.backup.s3"
+// +kubebuilder:validation:XValidation:rule="!has(self.restoreFrom) || size(self.restoreFrom) == 0 || has(self.claim) || has(self.s3)",message="spec.backup.restoreFrom needs a target to read the backup from: set spec.backup.claim or spec.backup.s3"
 type BackupSpec struct {
 	// Schedule is when backups are taken, in cron syntax (as a CronJob's, e.g. "30 2 * * *" or
 	// "@daily"). Empty takes none on a schedule; `kubectl tiled backup` still takes one when a target

@@ -24,7 +24,7 @@ var layers = []struct {
 	{"expansion", 3},
 	// The controllers' parts under the reconcilers: the one writer and the pure deciders, then the
 	// child-set engine and the desired state, both built on the writer's prepared intents.
-	{"controllers/applier", 4}, {"controllers/rollout", 4}, {"controllers/podstatus", 4}, {"controllers/upgrade", 4},
+	{"controllers/applier", 4}, {"controllers/rollout", 4}, {"controllers/podstatus", 4}, {"controllers/upgrade", 4}, {"controllers/backup", 4},
 	{"controllers/childset", 5}, {"controllers/desired", 5},
 	{"controllers", 6}, {"webhooks", 6},
 	{"operator", 7},
@@ -95,7 +95,7 @@ func TestImportsFollowTheLayers(t *testing.T) {
 
 // pure are the packages that compute without reading or writing the cluster: the engine and what
 // it is built on, and the controllers' pure deciders. Their tests need no control plane.
-var pure = []string{"profiles", "names", "render", "expansion", "controllers/rollout", "controllers/podstatus", "controllers/upgrade", "tiledversion"}
+var pure = []string{"profiles", "names", "render", "expansion", "controllers/rollout", "controllers/podstatus", "controllers/upgrade", "controllers/backup", "tiledversion"}
 
 // TestPureCoreTakesNoClient: the pure packages depend on no package of controller-runtime, even
 // through another; the desired state (controllers/desired), computed apart from any client, imports

@@ -1,0 +1,195 @@
+package controllers
+
+import (
+	"context"
+	"sort"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
+	"github.com/bluesky/tiled-operator/controllers/backup"
+	"github.com/bluesky/tiled-operator/controllers/upgrade"
+	"github.com/bluesky/tiled-operator/expansion"
+	"github.com/bluesky/tiled-operator/render"
+	"github.com/bluesky/tiled-operator/tiledversion"
+)
+
+// The backup CronJob of each instance with a backup target (render.BackupCronJob); its Jobs are the
+// kube-controller-manager's, read (cached, labelled) for their results.
+// +kubebuilder:rbac:groups=batch,resources=cronjobs,verbs=list;watch;create;patch;delete
+
+// restore is the stage before upgrade for an instance with spec.backup.restoreFrom and no restore
+// recorded (package backup's Restore): Tiled stays stopped while a Job restores its empty databases
+// from the backup; the end is recorded in status.backup.restore, once, before Tiled starts. It
+// reports whether the restore is under way (or stalled): the upgrade stage then waits.
+func (r *TiledInstanceReconciler) restore(ctx context.Context, cur *instanceState, in *instanceInputs) (bool, error) {
+	ti, spec := cur.ti, in.spec
+	b := spec.Spec.Backup
+	var recorded *tiledv1alpha1.RestoreRecord
+	if ti.Status.Backup != nil {
+		recorded = ti.Status.Backup.Restore
+	}
+	key := types.NamespacedName{Namespace: ti.Namespace, Name: ti.Name}
+	if w, ok := r.memories.upgrades.load(key); ok && recorded == nil && w.uid == ti.UID {
+		recorded = w.restore // written, and the cache has not caught up
+	}
+	if b == nil || b.RestoreFrom == "" || recorded != nil {
+		return false, nil
+	}
+	o := backup.RestoreObserved{Instance: ti.Namespace + "/" + ti.Name, Spec: spec, ToolsImage: expansion.PostgresImage, Now: time.Now()}
+	if t := spec.Spec.Tiled; t != nil {
+		o.Version, _ = tiledversion.Of(t.Image, t.Version)
+	}
+	step := &render.Step{Kind: render.StepBootstrap, Backup: b.RestoreFrom, FromVersion: o.Version}
+	j, err := cur.job(ctx, step.JobName(spec, in.render))
+	if err != nil {
+		return false, err
+	}
+	if j != nil {
+		o.Job = &backup.Job{Name: step.JobName(spec, in.render), Complete: j.Complete, Failed: j.Failed,
+			StartTime: j.StartTime, CompletionTime: j.CompletionTime, Message: j.Message}
+	}
+	d := backup.Restore(o, recorded)
+	if d.Record == nil {
+		in.render.Lifecycle = d.Lifecycle
+		in.upgrade = upgrade.Decision{Lifecycle: d.Lifecycle}
+		if s := d.Stall; s != nil {
+			in.upgrade.Stall = &upgrade.Condition{Reason: s[0], Message: s[1]}
+		} else if p := d.Progress; p != nil {
+			in.upgrade.Progress = &upgrade.Condition{Reason: p[0], Message: p[1]}
+		}
+		return true, nil
+	}
+	status := ti.Status.DeepCopy()
+	if status.Backup == nil {
+		status.Backup = &tiledv1alpha1.BackupStatus{Target: render.BackupTarget(spec)}
+	}
+	status.Backup.Restore = d.Record
+	sent, err := r.writeStatus(ctx, ti, status)
+	if err != nil {
+		return false, err
+	}
+	w, _ := r.memories.upgrades.load(key)
+	if w.uid != ti.UID {
+		w = writtenUpgrade{uid: ti.UID}
+	}
+	w.resourceVersion, w.upgrade, w.last, w.restore = ti.ResourceVersion, status.Upgrade, status.LastMigration, d.Record
+	r.memories.upgrades.store(key, w)
+	ti.Status = *status
+	if e := d.Event; e != nil && sent {
+		r.Recorder.Eventf(ti, nil, corev1.EventTypeNormal, e[0], "Restore", "%s", eventNote(e[1]))
+	}
+	return false, nil
+}
+
+// backupStatus sets status.backup and the BackedUp condition from the backup Jobs the cache shows
+// (package backup's Status and Condition), and returns the Event of a backup that ended since the
+// status was last written (nil: none).
+func (r *TiledInstanceReconciler) backupStatus(ctx context.Context, cur *instanceState, in instanceInputs, status *tiledv1alpha1.TiledInstanceStatus) (*backupEvent, error) {
+	ti, spec := cur.ti, in.spec
+	target := render.BackupTarget(spec)
+	var jobs []backup.Job
+	if target != "" || status.Backup != nil {
+		var list batchv1.JobList
+		if err := cur.c.List(ctx, &list, client.InNamespace(ti.Namespace), client.MatchingLabels{
+			tiledv1alpha1.LabelAppInstance: ti.Name, tiledv1alpha1.LabelStep: render.LabelStepScheduledBackup,
+		}); err != nil {
+			return nil, err
+		}
+		sort.Slice(list.Items, func(a, b int) bool { return list.Items[a].Name < list.Items[b].Name })
+		var last *tiledv1alpha1.BackupRecord
+		if status.Backup != nil {
+			last = status.Backup.Last
+		}
+		for i := range list.Items {
+			j := &list.Items[i]
+			bj := backup.Job{Name: j.Name}
+			for _, c := range j.Status.Conditions {
+				if c.Status != corev1.ConditionTrue {
+					continue
+				}
+				switch c.Type {
+				case batchv1.JobComplete:
+					bj.Complete = true
+				case batchv1.JobFailed:
+					bj.Failed, bj.CompletionTime = true, c.LastTransitionTime.Time
+				}
+			}
+			if t := j.Status.StartTime; t != nil {
+				bj.StartTime = t.Time
+			}
+			if t := j.Status.CompletionTime; t != nil {
+				bj.CompletionTime = t.Time
+			}
+			if !bj.Complete && !bj.Failed {
+				continue
+			}
+			if last != nil && (last.Job == j.Name || bj.CompletionTime.Truncate(time.Second).Before(last.CompletionTime.Time)) {
+				continue // recorded: its pod need not be read
+			}
+			full, err := cur.job(ctx, j.Name)
+			if err != nil {
+				return nil, err
+			}
+			if full != nil {
+				bj.Message = full.Message
+			}
+			jobs = append(jobs, bj)
+		}
+	}
+	prev := status.Backup
+	status.Backup = backup.Status(prev, target, jobs)
+	if prev != nil && status.Backup != nil && prev.Restore != nil {
+		status.Backup.Restore = prev.Restore
+	}
+	c, reason, msg, ok := backup.Condition(ti.Namespace+"/"+ti.Name, spec, status.Backup)
+	if ok {
+		setCondition(&status.Conditions, ti.Generation, backup.ConditionBackedUp, c, reason, msg)
+	} else {
+		removeCondition(&status.Conditions, backup.ConditionBackedUp)
+	}
+	if st := status.Backup; st != nil && st.Last != nil && (prev == nil || prev.Last == nil || prev.Last.Job != st.Last.Job) {
+		if st.Last.Result == backup.ResultFailed {
+			return &backupEvent{warning: true, reason: backup.ReasonBackupFailed, message: msg}, nil
+		}
+		return &backupEvent{reason: backup.ReasonBackedUp, message: msg}, nil
+	}
+	return nil, nil
+}
+
+// backupEvent is the Event of a backup that ended.
+type backupEvent struct {
+	warning         bool
+	reason, message string
+}
+
+// backupJobFinished passes the end of a backup Job (the CronJob's: the Owns watch does not see them,
+// they are not the instance's).
+var backupJobFinished = predicate.Funcs{
+	CreateFunc:  func(event.CreateEvent) bool { return false },
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		o, ok1 := e.ObjectOld.(*batchv1.Job)
+		n, ok2 := e.ObjectNew.(*batchv1.Job)
+		if !ok1 || !ok2 || n.Labels[tiledv1alpha1.LabelStep] != render.LabelStepScheduledBackup {
+			return false
+		}
+		return jobEnded(n) && !jobEnded(o)
+	},
+}
+
+func jobEnded(j *batchv1.Job) bool {
+	for _, c := range j.Status.Conditions {
+		if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
