@@ -8,7 +8,8 @@
 #     tiled-operator.tar  docker.io/local/tiled-operator:e2e    ./cmd/manager of this checkout, static base
 #     tiled.tar           docker.io/local/tiled:<TiledVersion>  Debian bookworm + tiled[server] from PyPI
 #     tiled-<Oldest>.tar  docker.io/local/tiled:<Oldest>        the same recipe at the oldest supported Tiled
-#     postgres.tar        docker.io/local/postgres:15           Debian bookworm + postgresql-15
+#     postgres.tar        docker.io/local/postgres:15           Debian bookworm + postgresql-15, curl, ca-certificates
+#     versitygw.tar       docker.io/local/versitygw:1.8.0       versitygw (S3 gateway) from the Go module proxy, static base
 #
 # TiledVersion is read from expansion/builtins.go and Oldest from tiledversion/versions.go (e.g.
 # tiled-0.2.14.tar, docker.io/local/tiled:0.2.14, for the upgrade tests).
@@ -18,7 +19,9 @@
 #
 # Each image except the manager is cached by a hash of its inputs (its recipe in this script, its
 # files under hack/images/, mkimage, the pinned versions) and reused while they are unchanged; the
-# manager is rebuilt on every run (Go's build cache makes that a few seconds). The Debian base
+# manager is rebuilt on every run (Go's build cache makes that a few seconds). The CoreDNS and
+# versitygw binaries are cached by version in images/bin/ (versitygw's version and build are those of
+# hack/s3/versitygw.sh, which host-side tests use too). The Debian base
 # (debootstrap --variant=minbase) is built once and shared by the two Tiled images and PostgreSQL.
 # Archives are written by hack/images/mkimage (one layer per image, see docs/images.md).
 # Needs root (debootstrap, chroot, file owners in the layers), go, and network access to the Go
@@ -39,6 +42,9 @@ DEBOOTSTRAP_VERSION=1.0.128+nmu2+deb12u2
 PAUSE_TAG=3.10
 COREDNS_VERSION=v1.15.0
 PG_MAJOR=15
+# VERSITYGW_VERSION and versitygw_build, shared with host-side tests.
+# shellcheck source=hack/s3/versitygw.sh
+source hack/s3/versitygw.sh
 # Set from expansion.TiledVersion and tiledversion.Oldest below, never written here.
 TILED_VERSION=
 TILED_OLDEST=
@@ -279,11 +285,14 @@ build_postgres() {
 	# No cluster in the image: the entrypoint creates one in PGDATA on first start.
 	mkdir -p "$r/etc/postgresql-common"
 	echo "create_main_cluster = false" >"$r/etc/postgresql-common/createcluster.conf"
-	apt_install "$r" "$log" "postgresql-$PG_MAJOR"
+	# curl (with --aws-sigv4) and the CA bundle for the backup Jobs, which send dumps to S3.
+	apt_install "$r" "$log" "postgresql-$PG_MAJOR" curl ca-certificates
 	[[ -z $(ls -A "$r/etc/postgresql/" 2>/dev/null) ]] || { echo "a cluster was created in the image" >>"$log"; return 1; }
-	local bin=/usr/lib/postgresql/$PG_MAJOR/bin
-	[[ -x $r$bin/postgres && -x $r$bin/initdb && -x $r$bin/pg_isready && -x $r$bin/psql ]] ||
-		{ echo "postgresql-$PG_MAJOR did not install $bin/{postgres,initdb,pg_isready,psql}" >>"$log"; return 1; }
+	local bin=/usr/lib/postgresql/$PG_MAJOR/bin f
+	for f in $bin/{postgres,initdb,pg_isready,psql,pg_dump,pg_restore} /usr/bin/{sha256sum,curl}; do
+		[[ -x $r$f ]] || { echo "$f is not in the image" >>"$log"; return 1; }
+	done
+	[[ -s $r/etc/ssl/certs/ca-certificates.crt ]] || { echo "no /etc/ssl/certs/ca-certificates.crt" >>"$log"; return 1; }
 	# Like the official image: a new cluster listens on every address.
 	sed -ri "s!^#?(listen_addresses)\s*=\s*\S+.*!\1 = '*'!" "$r/usr/share/postgresql/$PG_MAJOR/postgresql.conf.sample"
 	grep -q "^listen_addresses = '\*'" "$r/usr/share/postgresql/$PG_MAJOR/postgresql.conf.sample" ||
@@ -376,13 +385,11 @@ build_coredns() {
 		-user 65532:65532 -entrypoint '["/coredns"]' -expose 1053/tcp -expose 1053/udp >>"$d/log"
 }
 
-# The project's Dockerfile final stage (distroless static:nonroot) rebuilt from scratch: the manager,
-# passwd/group with nonroot 65532, its home, a sticky /tmp; numeric USER so that the kubelet can check
-# runAsNonRoot.
-build_manager() {
-	local d=$1 r=$1/rootfs
+# nonroot_files ROOTFS writes what distroless static:nonroot has besides the program: passwd/group with
+# nonroot 65532, its home, a sticky /tmp.
+nonroot_files() {
+	local r=$1
 	mkdir -p "$r/etc" "$r/tmp" "$r/home/nonroot"
-	install -m 0755 "$TMP/manager/manager" "$r/manager"
 	printf '%s\n' 'root:x:0:0:root:/root:/sbin/nologin' 'nobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin' \
 		'nonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin' >"$r/etc/passwd"
 	printf '%s\n' 'root:x:0:' 'nobody:x:65534:' 'nonroot:x:65532:' >"$r/etc/group"
@@ -390,6 +397,32 @@ build_manager() {
 	chmod 1777 "$r/tmp"
 	chown 65532:65532 "$r/home/nonroot"
 	chmod 0700 "$r/home/nonroot"
+}
+
+# versitygw, an S3-compatible server with a posix backend, for the backup tests: the static binary of
+# hack/s3/versitygw.sh (built there on a cold cache, a few minutes) on the nonroot base, as 65532. A pod
+# runs it with ROOT_ACCESS_KEY and ROOT_SECRET_KEY in its environment and the arguments
+# `--port :7070 --region us-east-1 --health /health posix /data`, /data a volume (the image's /data,
+# owned by 65532, serves when there is none).
+build_versitygw() {
+	local d=$1 r=$1/rootfs bin
+	bin=$(versitygw_build 2>>"$d/log")
+	nonroot_files "$r"
+	install -D -m 0755 "$bin" "$r/usr/local/bin/versitygw"
+	install -d -o 65532 -g 65532 -m 0755 "$r/data"
+	"$TMP/mkimage" -rootfs "$r" -tag "docker.io/local/versitygw:${VERSITYGW_VERSION#v}" -o "$d/image.tar" \
+		-user 65532:65532 -entrypoint '["/usr/local/bin/versitygw"]' -workdir / -expose 7070/tcp \
+		-env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+		-label "org.opencontainers.image.description=versitygw $VERSITYGW_VERSION (github.com/versity/versitygw, Apache-2.0), static, nonroot (tiled-operator hack/images)" \
+		>>"$d/log"
+}
+
+# The project's Dockerfile final stage (distroless static:nonroot) rebuilt from scratch: the manager
+# on the nonroot files; numeric USER so that the kubelet can check runAsNonRoot.
+build_manager() {
+	local d=$1 r=$1/rootfs
+	nonroot_files "$r"
+	install -m 0755 "$TMP/manager/manager" "$r/manager"
 	"$TMP/mkimage" -rootfs "$r" -tag docker.io/local/tiled-operator:e2e -o "$d/image.tar" \
 		-user 65532:65532 -entrypoint '["/manager"]' -workdir / \
 		-env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
@@ -406,6 +439,8 @@ KEY_FILES=("${MKIMAGE_SRC[@]}" hack/images/pause/main.go)
 KEYS[pause]=pause-$(key "$GO_VERSION" "$PAUSE_TAG" "$(declare -f build_pause)")
 KEY_FILES=("${MKIMAGE_SRC[@]}")
 KEYS[coredns]=coredns-$(key "$GO_VERSION" "$COREDNS_VERSION" "$(declare -f build_coredns)")
+# The binary is cached by version alone (images/bin/versitygw-<version>), so its build is not hashed.
+KEYS[versitygw]=versitygw-$(key "$VERSITYGW_VERSION" "$(declare -f build_versitygw nonroot_files)")
 KEY_FILES=("${MKIMAGE_SRC[@]}" hack/images/postgres/docker-entrypoint.sh)
 KEYS[postgres]=postgres-$(key "$DEB_COMMON" "$PG_MAJOR" "$(declare -f build_postgres)")
 KEY_FILES=("${MKIMAGE_SRC[@]}")
@@ -451,6 +486,9 @@ go build -o "$TMP/mkimage" ./hack/images/mkimage || die "cannot build hack/image
 say "building pause, the manager and CoreDNS $COREDNS_VERSION (go $GO_VERSION) in the background"
 build_go >"$TMP/go.log" 2>&1 &
 go_pid=$!
+# versitygw: a cold build is one long go install (nice, one core), beside everything else.
+build versitygw &
+versitygw_pid=$!
 
 # The Debian base, only when a Debian image is to be built.
 need_base=false
@@ -499,6 +537,7 @@ build_manager "$TMP/manager-image" &
 wait $! || { cat "$TMP/manager-image/log" >&2; die "tiled-operator image"; }
 mv "$TMP/manager-image/image.tar" "$OUT/tiled-operator.tar"
 say "tiled-operator: built, $(du -h "$OUT/tiled-operator.tar" | cut -f1)"
+finish versitygw "$versitygw_pid"
 finish postgres "$pg_pid"
 finish tiled "$tiled_pid"
 if [[ $TILED_OLDEST != "$TILED_VERSION" ]]; then
@@ -516,11 +555,11 @@ done
 
 # --- checks -----------------------------------------------------------------------------------------
 say "checking the archives (go test -tags images ./hack/images/)"
-TILED_IMAGES_DIR=$OUT TILED_VERSION=$TILED_VERSION TILED_OLDEST_VERSION=$TILED_OLDEST \
+TILED_IMAGES_DIR=$OUT TILED_VERSION=$TILED_VERSION TILED_OLDEST_VERSION=$TILED_OLDEST VERSITYGW_VERSION=$VERSITYGW_VERSION \
 	go test -tags images -count=1 ./hack/images/ >"$TMP/check.log" 2>&1 ||
 	{ cat "$TMP/check.log" >&2; die "the archives in $OUT failed their checks"; }
 smoke=()
-for n in "${DEBIAN_IMAGES[@]}"; do
+for n in versitygw "${DEBIAN_IMAGES[@]}"; do
 	if $SMOKE_ALL || [[ -f $TMP/built.$n ]]; then smoke+=("$OUT/$n.tar"); fi
 done
 if ((${#smoke[@]})); then

@@ -283,6 +283,24 @@ func oldestTiled(t *testing.T) string {
 	return string(m[1])
 }
 
+// versitygwVersion is the version of the S3 server image (versitygw.tar): VERSITYGW_VERSION as
+// build.sh passes it, or else the line of hack/s3/versitygw.sh that pins it; without the "v".
+func versitygwVersion(t *testing.T) string {
+	v := os.Getenv("VERSITYGW_VERSION")
+	if v == "" {
+		src, err := os.ReadFile(filepath.Join("..", "s3", "versitygw.sh"))
+		if err != nil {
+			t.Fatalf("VERSITYGW_VERSION is not set and hack/s3/versitygw.sh cannot be read: %v", err)
+		}
+		m := regexp.MustCompile(`(?m)^VERSITYGW_VERSION=(v[0-9][^\s]*)$`).FindSubmatch(src)
+		if m == nil {
+			t.Fatal("VERSITYGW_VERSION is not set and hack/s3/versitygw.sh has no line VERSITYGW_VERSION=vX.Y.Z")
+		}
+		v = string(m[1])
+	}
+	return strings.TrimPrefix(v, "v")
+}
+
 func TestImages(t *testing.T) {
 	dir := os.Getenv("TILED_IMAGES_DIR")
 	if dir == "" {
@@ -297,6 +315,7 @@ func TestImages(t *testing.T) {
 		dir = filepath.Join(cache, "images", "current")
 	}
 	oldest := oldestTiled(t)
+	vgw := versitygwVersion(t)
 	pgPath := "/usr/lib/postgresql/15/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	for _, tc := range []imageCase{{
 		file: "pause.tar", tag: "docker.io/local/pause:3.10",
@@ -325,15 +344,29 @@ func TestImages(t *testing.T) {
 			"psql":       "/usr/lib/postgresql/15/bin/psql",
 			"sh":         "/usr/bin/dash",
 			"stat":       "/usr/bin/stat",
+			// What the backup Jobs run: dumps, checksums, and S3 requests signed by curl --aws-sigv4.
+			"pg_dump":    "/usr/lib/postgresql/15/bin/pg_dump",
+			"pg_restore": "/usr/lib/postgresql/15/bin/pg_restore",
+			"sha256sum":  "/usr/bin/sha256sum",
+			"curl":       "/usr/bin/curl",
 		},
 		owned: []owned{
 			{path: "/var/run/postgresql", uid: 999, gid: 999, dir: true},
 			{path: "/var/lib/postgresql/data", uid: 999, gid: 999, dir: true},
 			{path: "/docker-entrypoint-initdb.d", dir: true},
 			{path: "/usr/share/postgresql/15/postgresql.conf.sample"},
+			{path: "/etc/ssl/certs/ca-certificates.crt"},
 		},
 		absent:     []string{"/etc/postgresql/15/main", "/var/lib/postgresql/15/main", "/usr/sbin/policy-rc.d"},
 		emptyFiles: []string{"/etc/resolv.conf"},
+	}, {
+		// The S3 server of the backup tests; the pod gives its arguments and the posix root /data.
+		file: "versitygw.tar", tag: "docker.io/local/versitygw:" + vgw,
+		user: "65532:65532", entrypoint: []string{"/usr/local/bin/versitygw"}, account: "nonroot",
+		env:      map[string]string{"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+		commands: map[string]string{"versitygw": "/usr/local/bin/versitygw"},
+		owned: []owned{{path: "/usr/local/bin/versitygw"}, {path: "/data", uid: 65532, gid: 65532, dir: true},
+			{path: "/home/nonroot", uid: 65532, gid: 65532, dir: true}, {path: "/tmp", dir: true}},
 	}, tiledCase("tiled.tar", expansion.TiledVersion), tiledCase("tiled-"+oldest+".tar", oldest),
 	} {
 		t.Run(tc.file, func(t *testing.T) {

@@ -1,19 +1,24 @@
 #!/usr/bin/env bash
-# smoke.sh runs the PostgreSQL and Tiled images' root filesystems without a node, the way the
-# operator's pods run them: read-only root, uid/gid 999 with no capabilities and no_new_privs, the
-# pod's writable volumes as tmpfs or host folders, in private mount, PID and network namespaces (only
-# loopback; nothing leaves them).
+# smoke.sh runs the PostgreSQL, Tiled and versitygw images' root filesystems without a node, the way
+# the operator's pods (and the backup tests' S3 server) run them: read-only root, the image's uid/gid
+# with no capabilities and no_new_privs, the pod's writable volumes as tmpfs or host folders, in
+# private mount, PID and network namespaces (only loopback; nothing leaves them).
 #
-#   hack/images/smoke.sh ~/.cache/tiled-operator/images/current/{postgres,tiled,tiled-0.2.14}.tar
+#   hack/images/smoke.sh ~/.cache/tiled-operator/images/current/{postgres,tiled,tiled-0.2.14,versitygw}.tar
 #
 # postgres: the entrypoint initialises PGDATA (a subdirectory of the volume, as the operator sets it)
 #   with POSTGRES_USER/PASSWORD/DB, the operator's init script and a sourced shell script changing
 #   postgresql.conf in /docker-entrypoint-initdb.d, recovering from a left-over interrupted initialisation; the operator's probe (pg_isready) passes;
 #   psql as the database user reads the databases over TCP, the password is required off loopback;
-#   SIGINT stops it cleanly; a second start reuses the data.
+#   SIGINT stops it cleanly; a second start reuses the data. What the backup Jobs run: pg_dump -Fc and
+#   pg_restore --list of the catalog, sha256sum, and the image's curl as 999 through every S3
+#   operation of hack/s3/s3_test.sh against versitygw (hack/s3/versitygw.sh's binary) on loopback.
 # tiled (tiled.tar at TiledVersion and tiled-<Oldest>.tar alike): `tiled --version` is the tag's
 #   version, /bin/sh -ec works, and a server on a temporary catalog accepts an array and a table
 #   written and read back through the Python client.
+# versitygw: as 65532 with the pod's environment and arguments (--port :7070 ... posix /data, /data a
+#   host folder), healthy on /health with no capabilities; hack/s3/s3_test.sh with the host's curl
+#   passes against it (objects land in /data owned by 65532); SIGTERM stops it.
 # Needs root (chroot, namespaces). The image is recognised by its tag in manifest.json.
 set -euo pipefail
 
@@ -22,6 +27,8 @@ die() { say "FAIL: $*"; exit 1; }
 [[ $(id -u) == 0 ]] || die "run as root"
 (($#)) || die "usage: smoke.sh IMAGE.tar..."
 
+S3_TEST=$(cd "$(dirname "${BASH_SOURCE[0]}")/../s3" && pwd)/s3_test.sh
+export S3_TEST
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/images-smoke.XXXXXX")
 finish() {
 	local rc=$?
@@ -45,6 +52,8 @@ run_in() {
 		# An address other than loopback, to reach a server as another pod would.
 		ip addr add 10.77.0.1/32 dev lo
 		mount --bind "$root" "$root"
+		# A FROM-scratch image has no mount points of its own (runc makes them).
+		mkdir -p "$root/proc" "$root/dev" "$root/tmp"
 		mount -t proc proc "$root/proc"
 		mount -t tmpfs -o mode=0755 tmpfs "$root/dev"
 		for d in null zero random urandom; do touch "$root/dev/$d"; mount --bind "/dev/$d" "$root/dev/$d"; done
@@ -58,7 +67,7 @@ run_in() {
 		for m in "$@"; do
 			IFS=: read -r type src dst <<<"$m"
 			# Resolved inside the image, as runc does (/var/run is a link to /run).
-			dst=$(chroot "$root" /usr/bin/realpath -m "$dst")
+			[ ! -x "$root/usr/bin/realpath" ] || dst=$(chroot "$root" /usr/bin/realpath -m "$dst")
 			case $type in
 			bind) mount --bind "$src" "$root$dst" ;;
 			robind) mount --bind "$src" "$root$dst"; mount -o remount,bind,ro "$root$dst" ;;
@@ -156,8 +165,23 @@ echo "--- second start" >>"$LOGS/pg.log"
 start
 expect_log "appears to contain a database; skipping initialization"
 [[ $(sql 127.0.0.1 "SELECT v FROM kept") == "still here" ]] || { echo "data lost across a restart"; exit 1; }
+# What a backup Job does with the catalog: a custom-format dump over TCP, its checksum, its listing.
+as999 PGPASSWORD=s3cret-pw -- pg_dump -h 10.77.0.1 -U tiled -d catalog -Fc -f /tmp/catalog.dump
+toc=$(as999 -- pg_restore --list /tmp/catalog.dump)
+grep -q "TABLE DATA public kept" <<<"$toc" || { echo "pg_restore --list: no data of the table kept: $toc"; exit 1; }
+sum=$(as999 -- sha256sum /tmp/catalog.dump)
+[[ $sum =~ ^[0-9a-f]{64}\ \ /tmp/catalog.dump$ ]] || { echo "sha256sum printed: $sum"; exit 1; }
+echo "postgres: pg_dump -Fc, pg_restore --list and sha256sum as 999"
 stop
 echo "postgres: stopped cleanly by SIGINT twice"
+# The image's curl, as 999, signs every S3 request of the backups against versitygw on loopback; the
+# files it sends and receives are in the image's /tmp.
+v=$(as999 -- curl --version)
+echo "postgres: ${v%%$'\n'*}"
+mkdir -m 0777 "$ROOT/tmp/s3"
+S3_CURL="chroot $ROOT /usr/bin/setpriv --reuid 999 --regid 999 --clear-groups --no-new-privs --inh-caps=-all --bounding-set=-all -- /usr/bin/env -i $IMAGE_ENV curl" \
+	S3_WORK=$ROOT/tmp/s3 S3_WORK_AS=/tmp/s3 "$S3_TEST"
+echo "postgres: the image's curl passed hack/s3/s3_test.sh"
 CHECK
 	run_in "$root" "$TMP/postgres-check.sh" "bind:$data:/var/lib/postgresql/data" "tmpfs::/var/run/postgresql" \
 		"robind:$init:/docker-entrypoint-initdb.d"
@@ -206,6 +230,45 @@ CHECK
 	WANT=$2 run_in "$root" "$TMP/tiled-check.sh"
 }
 
+smoke_versitygw() {
+	local root=$1 data=$TMP/s3volume
+	# Like an emptyDir: root's, writable by all.
+	mkdir -m 0777 "$data"
+	cat >"$TMP/versitygw-check.sh" <<'CHECK'
+# The image's environment and the pod's; the entrypoint with the pod's arguments, as 65532 with no
+# capabilities left (chroot drops them with root) and no_new_privs.
+env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+	ROOT_ACCESS_KEY=smoke-access ROOT_SECRET_KEY=smoke-secret/0123456789+ \
+	setpriv --no-new-privs --inh-caps=-all -- chroot --userspec=65532:65532 --groups=65532 "$ROOT" \
+	/usr/local/bin/versitygw --port :7070 --region us-east-1 --health /health posix /data >"$LOGS/vgw.log" 2>&1 &
+V=$!
+for i in $(seq 1 100); do
+	curl -sf -o /dev/null http://127.0.0.1:7070/health && break
+	kill -0 $V 2>/dev/null || { cat "$LOGS/vgw.log"; echo "versitygw exited"; exit 1; }
+	sleep 0.1
+done
+curl -sf http://10.77.0.1:7070/health >/dev/null || { cat "$LOGS/vgw.log"; echo "versitygw not healthy in 10s"; exit 1; }
+grep -q "Version v$WANT," "$LOGS/vgw.log" || { cat "$LOGS/vgw.log"; echo "versitygw is not v$WANT"; exit 1; }
+# env, setpriv and chroot each exec the next: $V is the server.
+[[ $(readlink /proc/$V/exe) == "$ROOT/usr/local/bin/versitygw" ]] || { echo "PID $V is $(readlink /proc/$V/exe)"; exit 1; }
+status=$(grep -E '^(Uid|Gid|CapEff|CapPrm|NoNewPrivs):' /proc/$V/status | tr -s '\t' ' ' | tr '\n' ';')
+[[ $status == "Uid: 65532 65532 65532 65532;Gid: 65532 65532 65532 65532;CapPrm: 0000000000000000;CapEff: 0000000000000000;NoNewPrivs: 1;" ]] ||
+	{ echo "versitygw runs with $status"; exit 1; }
+echo "versitygw: healthy as 65532, no capabilities"
+S3_ENDPOINT=http://10.77.0.1:7070 S3_ACCESS_KEY=smoke-access S3_SECRET_KEY=smoke-secret/0123456789+ S3_DATA=$VOLUME "$S3_TEST" ||
+	{ cat "$LOGS/vgw.log"; exit 1; }
+kill -TERM $V
+for i in $(seq 1 100); do kill -0 $V 2>/dev/null || break; sleep 0.1; done
+kill -0 $V 2>/dev/null && { kill -KILL $V; echo "versitygw still running 10s after SIGTERM"; exit 1; }
+echo "versitygw: stopped by SIGTERM"
+CHECK
+	WANT=$2 VOLUME=$data run_in "$root" "$TMP/versitygw-check.sh" "bind:$data:/data"
+	# What the server wrote (its buckets; the test's objects were deleted) is the pod user's.
+	local bad
+	bad=$(find "$data" -mindepth 1 -maxdepth 1 ! -user 65532 -printf '%p %u\n' | head -n 3)
+	[[ -z $bad ]] || die "versitygw wrote files not owned by 65532: $bad"
+}
+
 for tarball in "$@"; do
 	[[ -f $tarball ]] || die "$tarball: no such file"
 	name=$(basename "$tarball" .tar)
@@ -222,6 +285,7 @@ for tarball in "$@"; do
 	case $tag in
 	docker.io/local/postgres:*) smoke_postgres "$root" ;;
 	docker.io/local/tiled:*) smoke_tiled "$root" "${tag##*:}" ;;
+	docker.io/local/versitygw:*) smoke_versitygw "$root" "${tag##*:}" ;;
 	*) die "$tarball: no smoke test for $tag" ;;
 	esac
 	say "$tag: passed in $((SECONDS - t))s"
