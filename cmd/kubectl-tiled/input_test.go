@@ -279,6 +279,7 @@ spec:
 Warning: TiledProfile default/p: spec.tiled.image: "ghcr.io/bluesky/tiled:latest" does not say its Tiled version; assuming 0.2.20, the newest supported, for its configuration and upgrades; set spec.tiled.version
 Warning: TiledProfile default/p: spec.auth.allowAnonymousAccess: true: anyone who reaches the service reads public data without credentials
 Warning: TiledCluster default/c: instances x, z: spec.auth.allowAnonymousAccess: true: anyone who reaches the service reads public data without credentials
+Warning: TiledCluster default/c: instances x, z: spec.backup: no target: nothing backs up the managed database (the catalog, tabular data and auth sessions); set spec.backup.claim or spec.backup.s3, best in a profile (docs/backups.md)
 Warning: TiledCluster default/c: instances x, z: spec.tiled.image: "ghcr.io/bluesky/tiled:latest" does not say its Tiled version; assuming 0.2.20, the newest supported, for its configuration and upgrades; set spec.tiled.version
 Warning: TiledCluster default/c: instances x, z: spec.tiled.image: "ghcr.io/bluesky/tiled:latest" uses the tag latest: each pod restart may run another version; pin a version, e.g. ghcr.io/bluesky/tiled:0.2.20
 `))

@@ -23,6 +23,8 @@ hack/images/build.sh
 step "compile the suite"
 mkdir -p "$repo/bin"
 CGO_ENABLED=0 go test -c -tags e2e -o "$repo/bin/e2e.test" ./test/e2e/
+# The kubectl plugin the backup case runs as an admin would (kubectl tiled backup).
+CGO_ENABLED=0 go build -o "$repo/bin/kubectl-tiled" ./cmd/kubectl-tiled
 
 teardown() {
   rc=$?
@@ -48,4 +50,4 @@ mkdir -p bench
 # KUBECONFIG, KUBECTL, STATE, AUDIT_LOG, ... of the running cluster.
 set -a; . "$state/env"; set +a
 hack/node/cluster.sh exec env E2E_REPO="$repo" E2E_RESULTS="$repo/bench/e2e.json" \
-  "$repo/bin/e2e.test" -test.v -test.timeout "${E2E_TIMEOUT:-50m}" 2>&1 | tee "$state/e2e.log"
+  "$repo/bin/e2e.test" -test.v -test.timeout "${E2E_TIMEOUT:-50m}" ${E2E_RUN:+-test.run "$E2E_RUN"} 2>&1 | tee "$state/e2e.log"

@@ -44,6 +44,19 @@ type Figures struct {
 	MigrationSeconds       float64 `json:"migration_seconds"`
 	UpgradeBackupSeconds   float64 `json:"upgrade_backup_seconds,omitempty"`
 	UpgradeRestarts        int     `json:"upgrade_restarts"`
+
+	// Backups (case 10): `kubectl tiled backup --wait` of one instance while Tiled serves writes,
+	// and the same three pg_dumps by hand in the database's container (the floor); the restore of a
+	// new instance from it (its bootstrap Job, created -> ended, seen by polling) and pg_restore by
+	// hand of the same dumps into new databases; the restore from the S3 target.
+	BackupSeconds       float64 `json:"backup_seconds"`
+	BackupFloorSeconds  float64 `json:"backup_floor_seconds"`
+	BackupRatio         float64 `json:"backup_ratio"`
+	BackupBytes         int64   `json:"backup_bytes"`
+	RestoreSeconds      float64 `json:"restore_seconds"`
+	RestoreFloorSeconds float64 `json:"restore_floor_seconds"`
+	RestoreRatio        float64 `json:"restore_ratio"`
+	S3RestoreSeconds    float64 `json:"s3_restore_seconds,omitempty"`
 }
 
 // CaseResult is one case's verdict and duration.

@@ -178,32 +178,34 @@ type clientRun struct {
 	seed                       int
 }
 
-// upgradeClientPodYAML is the upgrade case's client pod: its namespace, its image and its script.
-func upgradeClientPodYAML(r clientRun, url, secret string) string {
-	return pythonClientPodYAML(r.pod, upgradeNS, r.image, upgradeClientScript, url, secret, r.mode, strconv.Itoa(r.seed))
-}
-
-// runUpgradeClients runs the client pods at once, waits for all, requires E2E-OK of each and
-// returns, per instance, the E2E-DATA line each printed.
+// runUpgradeClients runs the client pods of the upgrade case's namespace (runClientsIn).
 func runUpgradeClients(t *testing.T, runs []clientRun) map[string]string {
 	t.Helper()
+	return runClientsIn(t, upgradeNS, runs)
+}
+
+// runClientsIn runs the client pods (upgradeClientScript) in namespace ns at once, waits for all,
+// requires E2E-OK of each and returns, per instance, the E2E-DATA line each printed.
+func runClientsIn(t *testing.T, ns string, runs []clientRun) map[string]string {
+	t.Helper()
 	for _, r := range runs {
-		ti := getInstanceIn(t, upgradeNS, r.instance)
-		_, _ = kubectl(nil, "-n", upgradeNS, "delete", "pod", r.pod, "--ignore-not-found", "--wait=true")
-		mustKubectl(t, []byte(upgradeClientPodYAML(r, ti.Status.URL, fleet.NamesOf(ti).Secret)), "apply", "--server-side", "-f", "-")
+		ti := getInstanceIn(t, ns, r.instance)
+		_, _ = kubectl(nil, "-n", ns, "delete", "pod", r.pod, "--ignore-not-found", "--wait=true")
+		pod := pythonClientPodYAML(r.pod, ns, r.image, upgradeClientScript, ti.Status.URL, fleet.NamesOf(ti).Secret, r.mode, strconv.Itoa(r.seed))
+		mustKubectl(t, []byte(pod), "apply", "--server-side", "-f", "-")
 	}
 	out := map[string]string{}
 	for _, r := range runs {
 		var phase corev1.PodPhase
 		eventually(t, 4*time.Minute, time.Second, "client pod "+r.pod+" finished", func() (bool, string) {
 			var p corev1.Pod
-			if err := cl.Get(context.Background(), types.NamespacedName{Namespace: upgradeNS, Name: r.pod}, &p); err != nil {
+			if err := cl.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: r.pod}, &p); err != nil {
 				return false, err.Error()
 			}
 			phase = p.Status.Phase
 			return phase == corev1.PodSucceeded || phase == corev1.PodFailed, string(phase)
 		})
-		logs, _ := kubectl(nil, "-n", upgradeNS, "logs", r.pod)
+		logs, _ := kubectl(nil, "-n", ns, "logs", r.pod)
 		if phase != corev1.PodSucceeded || !strings.Contains(logs, "E2E-OK") {
 			t.Fatalf("client %s (%s, %s) against %s: phase %s\n%s", r.pod, r.mode, r.image, r.instance, phase, logs)
 		}
@@ -215,7 +217,7 @@ func runUpgradeClients(t *testing.T, runs []clientRun) map[string]string {
 		if out[r.instance] == "" {
 			t.Fatalf("client %s printed no E2E-DATA line:\n%s", r.pod, logs)
 		}
-		_, _ = kubectl(nil, "-n", upgradeNS, "delete", "pod", r.pod, "--wait=false")
+		_, _ = kubectl(nil, "-n", ns, "delete", "pod", r.pod, "--wait=false")
 	}
 	return out
 }

@@ -313,6 +313,22 @@ stringData: {uri: "postgresql://tiled:secret@db.example.org:5432/catalog"}
 	apply(profileDoc(false))
 	g.Eventually(checkJobs).WithContext(ctx).WithTimeout(time.Minute).Should(BeZero(), "the check Job pruned once the upgrade is cancelled")
 
+	// A backup target makes each instance's backup CronJob (create); a new schedule changes it
+	// (patch); no target prunes it (delete).
+	cronJob := func() string {
+		out, _, _ := e.Kubectl(ctx, "get", "cronjob", "-n", ns, names("fleet-b").BackupCronJob, "-o", "jsonpath={.spec.schedule}")
+		return out
+	}
+	withBackup := func(schedule string) string {
+		return profileDoc(false) + "  backup: {schedule: \"" + schedule + "\", claim: {claimName: backups}}\n"
+	}
+	apply(withBackup("30 2 * * *"))
+	g.Eventually(cronJob).WithContext(ctx).WithTimeout(time.Minute).Should(Equal("30 2 * * *"), "the backup CronJob")
+	apply(withBackup("0 3 * * *"))
+	g.Eventually(cronJob).WithContext(ctx).WithTimeout(time.Minute).Should(Equal("0 3 * * *"), "the backup CronJob's new schedule")
+	apply(profileDoc(false))
+	g.Eventually(cronJob).WithContext(ctx).WithTimeout(time.Minute).Should(BeEmpty(), "the backup CronJob pruned without a target")
+
 	// The webhook CA rotates: the CA Secret is updated.
 	g.Expect(m.op.Webhooks.Certs.Rotate(ctx)).To(Succeed())
 
