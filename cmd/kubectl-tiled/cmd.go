@@ -86,13 +86,15 @@ each field comes from, shows what a change would do to the instances of a live c
 the values of the Tiled Helm chart into a profile and a cluster.
 
 expand, why and import-helm work offline; diff reads the cluster of the current kubeconfig (and
-stores nothing). -n/--namespace means the same in every command: the namespace of the objects
-that name none (default: the kubeconfig context's, else "default").`,
+stores nothing); backup takes a backup of a live instance's databases now (a Job from its backup
+CronJob) and backups lists the backups it has. -n/--namespace means the same in every command:
+the namespace of the objects that name none, and of the instance backup and backups name
+(default: the kubeconfig context's, else "default").`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Args:          cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return usageErrorf(cmd, "a command is required: expand, why, diff, import-helm, completion or version")
+			return usageErrorf(cmd, "a command is required: expand, why, diff, import-helm, backup, backups, completion or version")
 		},
 	}
 	root.SetOut(streams.Out)
@@ -102,7 +104,7 @@ that name none (default: the kubeconfig context's, else "default").`,
 	root.CompletionOptions.DisableDefaultCmd = true
 	o.config.AddFlags(root.PersistentFlags())
 	root.AddCommand(newExpandCommand(o), newWhyCommand(o), newDiffCommand(o), newImportHelmCommand(o),
-		newCompletionCommand(o), newVersionCommand(o))
+		newBackupCommand(o), newBackupsCommand(o), newCompletionCommand(o), newVersionCommand(o))
 	return root
 }
 

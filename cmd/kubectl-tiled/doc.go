@@ -26,6 +26,17 @@
 //	    Turns the Tiled Helm chart's values (or an umbrella chart's, --subchart) into a TiledProfile
 //	    and a TiledCluster, accounting for every key. Offline.
 //
+//	kubectl tiled backup nsls2-chx -n nsls2 [--wait [--timeout 30m]]
+//	    Takes a backup of a live instance's databases now: creates a Job from the instance's backup
+//	    CronJob (names.Objects.BackupCronJob) as `kubectl create job --from=cronjob/...` does, and
+//	    prints its name; with --wait, watches it and prints the backup's name, size and duration
+//	    from the manifest its pod leaves as termination message (a failure's message, exit 1).
+//
+//	kubectl tiled backups nsls2-chx -n nsls2 [-o table|json|yaml]
+//	    Lists a live instance's whole backups from its status.backup, newest first (NAME, AGE,
+//	    SIZE), under its target, schedule, last backup and restore; -o json or yaml prints
+//	    status.backup.
+//
 //	kubectl tiled completion bash|zsh|fish|powershell, kubectl tiled version
 //
 // Input is read as kubectl reads it (k8s.io/cli-runtime's resource.Builder): -f takes files,
