@@ -109,6 +109,18 @@ func render(f *e2e.Figures, src string) string {
 		w("| … longest backup Job (whole seconds) | %s | |\n", backup)
 		w("| … containers' restarts in the upgrade's namespace | %d | 0 |\n", f.UpgradeRestarts)
 	}
+	if f.BackupSeconds > 0 || f.RestoreSeconds > 0 {
+		// Only from a run that had the backup case.
+		w("| backup on demand (`kubectl tiled backup --wait`) while Tiled serves writes | %.1f s, %.1f MiB | |\n", f.BackupSeconds, float64(f.BackupBytes)/(1<<20))
+		w("| … the same pg_dumps by hand in the database's container (floor) | %.1f s | |\n", f.BackupFloorSeconds)
+		w("| … backup / floor | %.2f | ≤ 1.2 |\n", f.BackupRatio)
+		w("| restore of a new instance from the claim (its Job, created → ended) | %.1f s | |\n", f.RestoreSeconds)
+		w("| … the same dumps restored by hand with pg_restore (floor) | %.1f s | |\n", f.RestoreFloorSeconds)
+		w("| … restore / floor | %.2f | ≤ 1.2 |\n", f.RestoreRatio)
+		if f.S3RestoreSeconds > 0 {
+			w("| restore of a new instance from the S3 target | %.1f s | |\n", f.S3RestoreSeconds)
+		}
+	}
 	w("| operator pod peak memory (cgroup) | %.1f MiB | |\n", f.OperatorPeakMemoryMiB)
 	return b.String()
 }
