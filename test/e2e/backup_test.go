@@ -189,6 +189,19 @@ func timedInPostgres(t *testing.T, n names.Objects, script string) float64 {
 	return 0
 }
 
+// instanceIfAny returns the TiledInstance ns/name, nil while it does not exist (yet).
+func instanceIfAny(t *testing.T, ns, name string) *v1alpha1.TiledInstance {
+	t.Helper()
+	var ti v1alpha1.TiledInstance
+	if err := cl.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &ti); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		t.Fatalf("TiledInstance %s/%s: %v", ns, name, err)
+	}
+	return &ti
+}
+
 // podOnClaim is a pod running script (then echo E2E-OK) with the backup claim at /target, as the
 // backup Jobs' user.
 func podOnClaim(name, script string) string {
@@ -257,7 +270,10 @@ func waitRestored(t *testing.T, instance string) float64 {
 				done = time.Now()
 			}
 		}
-		ti := getInstanceIn(t, backupNS, instance)
+		ti := instanceIfAny(t, backupNS, instance)
+		if ti == nil {
+			return false, "no instance yet"
+		}
 		if c := condition(ti, "Stalled"); c != nil && c.Status == "True" {
 			t.Fatalf("%s stalled: %s: %s", instance, c.Reason, c.Message)
 		}
@@ -323,7 +339,7 @@ func testBackupRestore(t *testing.T) {
 	mustKubectl(t, []byte(backupClusterYAML(all)), "apply", "--server-side", "-f", "-")
 	eventually(t, 6*time.Minute, 2*time.Second, "b1 and b2 Ready, the bucket made", func() (bool, string) {
 		for _, n := range []string{b1, b2} {
-			if !isTrue(getInstanceIn(t, backupNS, n), "Ready") {
+			if ti := instanceIfAny(t, backupNS, n); ti == nil || !isTrue(ti, "Ready") {
 				return false, n + " not Ready"
 			}
 		}
@@ -408,7 +424,11 @@ func testBackupRestore(t *testing.T) {
 	}
 	mustKubectl(t, []byte(backupClusterYAML(withB1(corruptBackup, ""))), "apply", "--server-side", "-f", "-")
 	eventually(t, 5*time.Minute, time.Second, b1+" stalled on the corrupt backup", func() (bool, string) {
-		c := condition(getInstanceIn(t, backupNS, b1), "Stalled")
+		ti := instanceIfAny(t, backupNS, b1)
+		if ti == nil {
+			return false, "no instance yet"
+		}
+		c := condition(ti, "Stalled")
 		return c != nil && c.Status == "True" && c.Reason == backup.ReasonRestoreFailed, fmt.Sprintf("%+v", c)
 	})
 	c := condition(getInstanceIn(t, backupNS, b1), "Stalled")
