@@ -111,12 +111,12 @@ func targetPod(ti *v1alpha1.TiledInstance, in Inputs, mode string, extra []*core
 		}
 	}
 	env = append(env, extra...)
-	return dbtoolPod(ti, in, mode, mode, env, mounts, volumes), nil
+	return dbtoolPod(ti, in, mode, mode, env, mounts, volumes)
 }
 
 // BackupCronJob is the CronJob taking the instance's backups to spec.backup's target, nil without a
 // target. Without a schedule it is suspended (and scheduled daily): `kubectl tiled backup` still
-// makes Jobs from it. Its Jobs never overlap, are never retried (a failed backup is reported, and
+// makes Jobs from it. It is suspended too while Tiled is stopped for a restore or a migration. Its Jobs never overlap, are never retried (a failed backup is reported, and
 // the next one is on schedule), and prune the target to the retention after a whole backup.
 func BackupCronJob(ti *v1alpha1.TiledInstance, in Inputs) (*batchv1ac.CronJobApplyConfiguration, error) {
 	if !HasBackupTarget(ti) {
@@ -151,6 +151,12 @@ func BackupCronJob(ti *v1alpha1.TiledInstance, in Inputs) (*batchv1ac.CronJobApp
 	schedule, suspend := b.Schedule, b.Suspend != nil && *b.Suspend
 	if schedule == "" {
 		schedule, suspend = "@daily", true
+	}
+	if stopped(in) {
+		// Tiled is stopped while the databases change (a restore into a new instance, a
+		// migration): a backup then would dump an empty or half-changed database, and its pruning
+		// could delete the good backups the restore needs.
+		suspend = true
 	}
 	spec := batchv1ac.CronJobSpec().
 		WithSchedule(schedule).

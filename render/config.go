@@ -92,6 +92,10 @@ type Inputs struct {
 	// databases are not yet migrated, Tiled stopped, the Job of the current step, the backup claim.
 	// Nil serves spec.tiled.image.
 	Lifecycle *Lifecycle
+	// ToolsImage runs pg_dump and psql in the backup and restore Jobs of an instance on an external
+	// database (a managed one uses its own image); Lifecycle.ToolsImage, when set, wins. The
+	// controller gives the built-in PostgreSQL image, whose tools read older servers.
+	ToolsImage string
 }
 
 func (in Inputs) names(ti *v1alpha1.TiledInstance) names.Objects {

@@ -105,13 +105,18 @@ func backupClaimSpec(ti *v1alpha1.TiledInstance) *corev1ac.PersistentVolumeClaim
 }
 
 // postgresToolsImage runs pg_dump and psql: the managed database's own image, else
-// Lifecycle.ToolsImage (the controller gives the built-in PostgreSQL image, whose tools read older
-// servers).
-func postgresToolsImage(ti *v1alpha1.TiledInstance, in Inputs) string {
+// Lifecycle.ToolsImage, else Inputs.ToolsImage.
+func postgresToolsImage(ti *v1alpha1.TiledInstance, in Inputs) (string, error) {
 	if db := ti.Spec.Database; db != nil && db.Managed != nil && db.Managed.Image != "" {
-		return db.Managed.Image
+		return db.Managed.Image, nil
 	}
-	return in.Lifecycle.ToolsImage
+	if l := in.Lifecycle; l != nil && l.ToolsImage != "" {
+		return l.ToolsImage, nil
+	}
+	if in.ToolsImage != "" {
+		return in.ToolsImage, nil
+	}
+	return "", fmt.Errorf("no PostgreSQL image to run pg_dump and psql with for the external database (Inputs.ToolsImage)")
 }
 
 // LifecycleJob returns the Job of the render's current step, nil when there is none.
@@ -266,10 +271,14 @@ func databaseEnv(ti *v1alpha1.TiledInstance, in Inputs) ([]*corev1ac.EnvVarApply
 // dbtoolPod is a pod running dbtool.sh mode with PostgreSQL's tools, env (the databases' and the
 // target's) and the volumes of the target.
 func dbtoolPod(ti *v1alpha1.TiledInstance, in Inputs, name, mode string, env []*corev1ac.EnvVarApplyConfiguration,
-	mounts []*corev1ac.VolumeMountApplyConfiguration, volumes []*corev1ac.VolumeApplyConfiguration) *corev1ac.PodSpecApplyConfiguration {
+	mounts []*corev1ac.VolumeMountApplyConfiguration, volumes []*corev1ac.VolumeApplyConfiguration) (*corev1ac.PodSpecApplyConfiguration, error) {
+	image, err := postgresToolsImage(ti, in)
+	if err != nil {
+		return nil, err
+	}
 	c := corev1ac.Container().
 		WithName(name).
-		WithImage(postgresToolsImage(ti, in)).
+		WithImage(image).
 		WithImagePullPolicy(corev1.PullIfNotPresent).
 		WithCommand("sh", "-c", DBTool, "dbtool.sh", mode).
 		WithEnv(env...).
@@ -285,7 +294,7 @@ func dbtoolPod(ti *v1alpha1.TiledInstance, in Inputs, name, mode string, env []*
 	if db := ti.Spec.Database; db != nil && db.Managed != nil {
 		databasePlacement(pod, db.Managed) // the managed database's image, so its placement
 	}
-	return pod
+	return pod, nil
 }
 
 // databaseStepPod runs dbtool.sh backup or restore for the upgrade procedure, on the instance's
@@ -306,5 +315,5 @@ func databaseStepPod(ti *v1alpha1.TiledInstance, in Inputs, s *Step) (*corev1ac.
 	}
 	return dbtoolPod(ti, in, string(s.Kind), mode, env,
 		[]*corev1ac.VolumeMountApplyConfiguration{corev1ac.VolumeMount().WithName("backups").WithMountPath(BackupMount)},
-		[]*corev1ac.VolumeApplyConfiguration{claimVolume("backups", in.names(ti).BackupClaim, false)}), nil
+		[]*corev1ac.VolumeApplyConfiguration{claimVolume("backups", in.names(ti).BackupClaim, false)})
 }

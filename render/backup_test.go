@@ -1,0 +1,205 @@
+package render
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	batchv1 "k8s.io/api/batch/v1"
+	batchv1ac "k8s.io/client-go/applyconfigurations/batch/v1"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	v1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
+)
+
+func withBackup(ti *v1alpha1.TiledInstance, b *v1alpha1.BackupSpec) *v1alpha1.TiledInstance {
+	ti.Spec.Backup = b
+	return ti
+}
+
+var (
+	claimBackup = &v1alpha1.BackupSpec{Schedule: "30 2 * * *", TimeZone: "America/New_York",
+		Retention: &v1alpha1.BackupRetention{Count: ptr.To[int32](14), Days: ptr.To[int32](30)},
+		Claim:     &v1alpha1.BackupClaimTarget{ClaimName: "facility-backups"}}
+	s3Backup = &v1alpha1.BackupSpec{Schedule: "@daily", S3: &v1alpha1.BackupS3Target{
+		Endpoint: "https://s3.facility.org", Bucket: "tiled", Prefix: "nsls2/backups", Region: "eu-west-1",
+		CredentialsSecret: v1alpha1.LocalObjectReference{Name: "s3-backup"}, CACertificateSecret: &v1alpha1.LocalObjectReference{Name: "s3-ca"}}}
+)
+
+// TestBackupGolden: the backup CronJob to a claim and to S3 (an external database), and the
+// bootstrap Job restoring a new instance, against testdata/backup-*.yaml (-update rewrites them).
+func TestBackupGolden(t *testing.T) {
+	managed := Inputs{SecretData: secretData}
+	external := Inputs{SecretData: secretData, ExternalSecretKeys: []string{"uri", ExternalKeyStorageURI, ExternalKeyAuthURI}, ToolsImage: goldenTools}
+	for _, tc := range []struct {
+		name string
+		obj  func() (any, error)
+	}{
+		{"cronjob-claim", func() (any, error) { return BackupCronJob(withBackup(singleUserManaged(), claimBackup), managed) }},
+		{"cronjob-s3-external", func() (any, error) { return BackupCronJob(withBackup(oidcExternal(), s3Backup), external) }},
+		{"bootstrap", func() (any, error) {
+			b := *claimBackup
+			b.RestoreFrom = "latest"
+			in := managed
+			in.Lifecycle = &Lifecycle{Stopped: true, Step: &Step{Kind: StepBootstrap, Backup: "latest", FromVersion: "0.2.20"}, ToolsImage: goldenTools}
+			return LifecycleJob(withBackup(singleUserManaged(), &b), in)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			obj, err := tc.obj()
+			g.Expect(err).NotTo(HaveOccurred())
+			// The program is dbtool.sh, tested on its own (render/conformance): the golden file
+			// shows where it goes, not its text.
+			var pod *corev1ac.PodSpecApplyConfiguration
+			switch o := obj.(type) {
+			case *batchv1ac.CronJobApplyConfiguration:
+				pod = o.Spec.JobTemplate.Spec.Template.Spec
+			case *batchv1ac.JobApplyConfiguration:
+				pod = o.Spec.Template.Spec
+			}
+			g.Expect(pod.Containers[0].Command[2]).To(Equal(DBTool))
+			pod.Containers[0].Command[2] = "<dbtool.sh>"
+			b, err := yaml.Marshal(obj)
+			g.Expect(err).NotTo(HaveOccurred())
+			got := string(b)
+			path := filepath.Join("testdata", "backup-"+tc.name+".yaml")
+			if *update {
+				g.Expect(os.WriteFile(path, []byte(got), 0o644)).To(Succeed())
+			}
+			want, err := os.ReadFile(path)
+			g.Expect(err).NotTo(HaveOccurred(), "run go test ./render -update to create it")
+			g.Expect(got).To(Equal(string(want)))
+		})
+	}
+}
+
+func cronEnv(c *batchv1ac.CronJobApplyConfiguration) map[string]string {
+	out := map[string]string{}
+	for _, e := range c.Spec.JobTemplate.Spec.Template.Spec.Containers[0].Env {
+		if e.Value != nil {
+			out[*e.Name] = *e.Value
+		} else {
+			out[*e.Name] = "secret:" + *e.ValueFrom.SecretKeyRef.Name + "/" + *e.ValueFrom.SecretKeyRef.Key
+		}
+	}
+	return out
+}
+
+func TestBackupCronJob(t *testing.T) {
+	in := Inputs{SecretData: secretData}
+	for _, tc := range []struct {
+		name  string
+		b     *v1alpha1.BackupSpec
+		in    Inputs
+		check func(g Gomega, c *batchv1ac.CronJobApplyConfiguration)
+	}{
+		{"no backup: none", nil, in, func(g Gomega, c *batchv1ac.CronJobApplyConfiguration) { g.Expect(c).To(BeNil()) }},
+		{"restoreFrom without a target (refused at admission): none", &v1alpha1.BackupSpec{RestoreFrom: "latest"}, in,
+			func(g Gomega, c *batchv1ac.CronJobApplyConfiguration) { g.Expect(c).To(BeNil()) }},
+		{"a claim: its schedule, time zone, retention, the directory of the instance", claimBackup, in, func(g Gomega, c *batchv1ac.CronJobApplyConfiguration) {
+			g.Expect(*c.Name).To(Equal("nsls2-csx-backup"))
+			g.Expect(*c.Spec.Schedule).To(Equal("30 2 * * *"))
+			g.Expect(*c.Spec.TimeZone).To(Equal("America/New_York"))
+			g.Expect(*c.Spec.Suspend).To(BeFalse())
+			g.Expect(*c.Spec.ConcurrencyPolicy).To(Equal(batchv1.ForbidConcurrent))
+			g.Expect(*c.Spec.JobTemplate.Spec.BackoffLimit).To(BeZero())
+			env := cronEnv(c)
+			g.Expect(env).To(HaveKeyWithValue("RETAIN_COUNT", "14"))
+			g.Expect(env).To(HaveKeyWithValue("RETAIN_DAYS", "30"))
+			g.Expect(env).To(HaveKeyWithValue("TARGET", "dir"))
+			g.Expect(env).To(HaveKeyWithValue("BACKUP_ROOT", "/target/tiled-backups/beamlines/nsls2-csx"))
+			g.Expect(env).To(HaveKeyWithValue("TILED_VERSION", "0.2.20"))
+			g.Expect(c.Spec.JobTemplate.Spec.Template.Spec.Volumes).To(ContainElement(*claimVolume("target", "facility-backups", false)))
+			g.Expect(c.Spec.JobTemplate.Labels).To(HaveKeyWithValue(v1alpha1.LabelStep, LabelStepScheduledBackup))
+			g.Expect(c.Spec.JobTemplate.Spec.Template.Labels).To(HaveKeyWithValue(v1alpha1.LabelAppInstance, "nsls2-csx"))
+		}},
+		{"no schedule: suspended, daily", &v1alpha1.BackupSpec{Claim: claimBackup.Claim}, in, func(g Gomega, c *batchv1ac.CronJobApplyConfiguration) {
+			g.Expect(*c.Spec.Schedule).To(Equal("@daily"))
+			g.Expect(*c.Spec.Suspend).To(BeTrue())
+			g.Expect(cronEnv(c)).To(HaveKeyWithValue("RETAIN_COUNT", "7"))
+			g.Expect(cronEnv(c)).NotTo(HaveKey("RETAIN_DAYS"))
+		}},
+		{"suspend: suspended", &v1alpha1.BackupSpec{Schedule: "@hourly", Suspend: ptr.To(true), Claim: claimBackup.Claim}, in, func(g Gomega, c *batchv1ac.CronJobApplyConfiguration) {
+			g.Expect(*c.Spec.Suspend).To(BeTrue())
+		}},
+		{"Tiled stopped (a restore or a migration): suspended", claimBackup,
+			Inputs{SecretData: secretData, Lifecycle: &Lifecycle{Stopped: true, Step: &Step{Kind: StepBootstrap, Backup: "latest"}}},
+			func(g Gomega, c *batchv1ac.CronJobApplyConfiguration) { g.Expect(*c.Spec.Suspend).To(BeTrue()) }},
+		{"a path in the claim", &v1alpha1.BackupSpec{Claim: &v1alpha1.BackupClaimTarget{ClaimName: "nfs", Path: "tiled/prod"}}, in, func(g Gomega, c *batchv1ac.CronJobApplyConfiguration) {
+			g.Expect(cronEnv(c)).To(HaveKeyWithValue("BACKUP_ROOT", "/target/tiled/prod/beamlines/nsls2-csx"))
+		}},
+		{"S3: endpoint, bucket, prefix of the instance, region, credentials, CA", s3Backup, in, func(g Gomega, c *batchv1ac.CronJobApplyConfiguration) {
+			env := cronEnv(c)
+			g.Expect(env).To(HaveKeyWithValue("TARGET", "s3"))
+			g.Expect(env).To(HaveKeyWithValue("S3_ENDPOINT", "https://s3.facility.org"))
+			g.Expect(env).To(HaveKeyWithValue("S3_BUCKET", "tiled"))
+			g.Expect(env).To(HaveKeyWithValue("S3_PREFIX", "nsls2/backups/beamlines/nsls2-csx"))
+			g.Expect(env).To(HaveKeyWithValue("S3_REGION", "eu-west-1"))
+			g.Expect(env).To(HaveKeyWithValue(S3KeyAccessKeyID, "secret:s3-backup/"+S3KeyAccessKeyID))
+			g.Expect(env).To(HaveKeyWithValue(S3KeySecretAccessKey, "secret:s3-backup/"+S3KeySecretAccessKey))
+			g.Expect(env).To(HaveKeyWithValue("CURL_CA_BUNDLE", "/etc/tiled-operator/s3-ca/ca.crt"))
+			g.Expect(c.Spec.JobTemplate.Spec.Template.Spec.Volumes).To(ContainElement(*corev1ac.Volume().WithName("s3-ca").
+				WithSecret(corev1ac.SecretVolumeSource().WithSecretName("s3-ca").WithItems(corev1ac.KeyToPath().WithKey(S3KeyCA).WithPath(S3KeyCA)))))
+		}},
+		{"S3 defaults: prefix and region", &v1alpha1.BackupSpec{S3: &v1alpha1.BackupS3Target{Endpoint: "http://s3:7070", Bucket: "b",
+			CredentialsSecret: v1alpha1.LocalObjectReference{Name: "c"}}}, in, func(g Gomega, c *batchv1ac.CronJobApplyConfiguration) {
+			g.Expect(cronEnv(c)).To(HaveKeyWithValue("S3_PREFIX", "tiled-backups/beamlines/nsls2-csx"))
+			g.Expect(cronEnv(c)).To(HaveKeyWithValue("S3_REGION", "us-east-1"))
+			g.Expect(cronEnv(c)).NotTo(HaveKey("CURL_CA_BUNDLE"))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			c, err := BackupCronJob(withBackup(singleUserManaged(), tc.b), tc.in)
+			g.Expect(err).NotTo(HaveOccurred())
+			tc.check(g, c)
+			o, err := Render(withBackup(singleUserManaged(), tc.b), tc.in)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(o.BackupCronJob).To(Equal(c), "Render carries the same CronJob")
+		})
+	}
+}
+
+func TestBackupTarget(t *testing.T) {
+	g := NewWithT(t)
+	g.Expect(BackupTarget(singleUserManaged())).To(BeEmpty())
+	g.Expect(BackupTarget(withBackup(singleUserManaged(), claimBackup))).To(Equal("claim:facility-backups/tiled-backups/beamlines/nsls2-csx"))
+	g.Expect(BackupTarget(withBackup(singleUserManaged(), s3Backup))).To(Equal("s3://tiled/nsls2/backups/beamlines/nsls2-csx at https://s3.facility.org"))
+}
+
+func TestBootstrapJob(t *testing.T) {
+	g := NewWithT(t)
+	b := *claimBackup
+	b.RestoreFrom = "20261203T023000Z"
+	in := Inputs{SecretData: secretData, Lifecycle: &Lifecycle{Stopped: true, Step: &Step{Kind: StepBootstrap, Backup: b.RestoreFrom, FromVersion: "0.2.20"}}}
+	j, err := LifecycleJob(withBackup(singleUserManaged(), &b), in)
+	g.Expect(err).NotTo(HaveOccurred())
+	c := j.Spec.Template.Spec.Containers[0]
+	g.Expect(c.Command).To(Equal([]string{"sh", "-c", DBTool, "dbtool.sh", "restore"}))
+	env := map[string]string{}
+	for _, e := range c.Env {
+		if e.Value != nil {
+			env[*e.Name] = *e.Value
+		}
+	}
+	g.Expect(env).To(HaveKeyWithValue("BACKUP", b.RestoreFrom))
+	g.Expect(env).To(HaveKeyWithValue("RESTORE_IF_EMPTY", "1"))
+	g.Expect(env).To(HaveKeyWithValue("TILED_VERSION", "0.2.20"))
+	g.Expect(env).To(HaveKeyWithValue("BACKUP_ROOT", "/target/tiled-backups/beamlines/nsls2-csx"))
+	g.Expect(j.Labels[v1alpha1.LabelStep]).To(Equal(string(StepBootstrap)))
+	// Tiled does not run while the restore does.
+	sts, err := StatefulSet(withBackup(singleUserManaged(), &b), in, "h")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(*sts.Spec.Replicas).To(BeZero())
+	// Without a target the step cannot render.
+	_, err = LifecycleJob(singleUserManaged(), in)
+	g.Expect(err).To(MatchError(ContainSubstring("spec.backup: a claim or s3 target is required")))
+	// An external database without a tools image cannot either.
+	ext := withBackup(oidcExternal(), claimBackup)
+	_, err = BackupCronJob(ext, Inputs{SecretData: secretData, ExternalSecretKeys: []string{"uri"}})
+	g.Expect(err).To(MatchError(ContainSubstring("no PostgreSQL image")))
+}
