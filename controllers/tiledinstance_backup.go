@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"sort"
+	"strings"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -16,6 +17,7 @@ import (
 	"github.com/bluesky/tiled-operator/controllers/backup"
 	"github.com/bluesky/tiled-operator/controllers/upgrade"
 	"github.com/bluesky/tiled-operator/expansion"
+	"github.com/bluesky/tiled-operator/names"
 	"github.com/bluesky/tiled-operator/render"
 	"github.com/bluesky/tiled-operator/tiledversion"
 )
@@ -50,6 +52,9 @@ func (r *TiledInstanceReconciler) restore(ctx context.Context, cur *instanceStat
 	j, err := cur.job(ctx, step.JobName(spec, in.render))
 	if err != nil {
 		return false, err
+	}
+	if sts := cur.statefulSet(ctx, stsKey(ti.Namespace, names.For(spec.Namespace, spec.Name).Tiled)); sts != nil {
+		o.Serving = sts.Spec.Replicas != nil && *sts.Spec.Replicas > 0
 	}
 	if j != nil {
 		o.Job = &backup.Job{Name: step.JobName(spec, in.render), Complete: j.Complete, Failed: j.Failed,
@@ -90,17 +95,19 @@ func (r *TiledInstanceReconciler) restore(ctx context.Context, cur *instanceStat
 
 // backupStatus sets status.backup and the BackedUp condition from the backup Jobs the cache shows
 // (package backup's Status and Condition), and returns the Event of a backup that ended since the
-// status was last written (nil: none).
-func (r *TiledInstanceReconciler) backupStatus(ctx context.Context, cur *instanceState, in instanceInputs, status *tiledv1alpha1.TiledInstanceStatus) (*backupEvent, error) {
+// status was last written (nil: none), and whether a Job that ended waits for its pod's report to
+// reach the cache (look again shortly).
+func (r *TiledInstanceReconciler) backupStatus(ctx context.Context, cur *instanceState, in instanceInputs, status *tiledv1alpha1.TiledInstanceStatus) (*backupEvent, bool, error) {
 	ti, spec := cur.ti, in.spec
 	target := render.BackupTarget(spec)
 	var jobs []backup.Job
+	pending := false
 	if target != "" || status.Backup != nil {
 		var list batchv1.JobList
 		if err := cur.c.List(ctx, &list, client.InNamespace(ti.Namespace), client.MatchingLabels{
 			tiledv1alpha1.LabelAppInstance: ti.Name, tiledv1alpha1.LabelStep: render.LabelStepScheduledBackup,
 		}); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		sort.Slice(list.Items, func(a, b int) bool { return list.Items[a].Name < list.Items[b].Name })
 		var last *tiledv1alpha1.BackupRecord
@@ -110,6 +117,7 @@ func (r *TiledInstanceReconciler) backupStatus(ctx context.Context, cur *instanc
 		for i := range list.Items {
 			j := &list.Items[i]
 			bj := backup.Job{Name: j.Name}
+			var failure string
 			for _, c := range j.Status.Conditions {
 				if c.Status != corev1.ConditionTrue {
 					continue
@@ -119,6 +127,7 @@ func (r *TiledInstanceReconciler) backupStatus(ctx context.Context, cur *instanc
 					bj.Complete = true
 				case batchv1.JobFailed:
 					bj.Failed, bj.CompletionTime = true, c.LastTransitionTime.Time
+					failure = strings.TrimSpace(c.Reason + ": " + c.Message)
 				}
 			}
 			if t := j.Status.StartTime; t != nil {
@@ -135,10 +144,19 @@ func (r *TiledInstanceReconciler) backupStatus(ctx context.Context, cur *instanc
 			}
 			full, err := cur.job(ctx, j.Name)
 			if err != nil {
-				return nil, err
+				return nil, false, err
 			}
 			if full != nil {
 				bj.Message = full.Message
+			}
+			if bj.Failed && bj.Message == "" {
+				bj.Message = failure // no pod said why (a deadline, a pod that never ran): the Job does
+			}
+			if bj.Complete && bj.Message == "" {
+				// The pod's report has not reached the cache: recorded once it has (a record is
+				// never revisited).
+				pending = true
+				continue
 			}
 			jobs = append(jobs, bj)
 		}
@@ -156,11 +174,11 @@ func (r *TiledInstanceReconciler) backupStatus(ctx context.Context, cur *instanc
 	}
 	if st := status.Backup; st != nil && st.Last != nil && (prev == nil || prev.Last == nil || prev.Last.Job != st.Last.Job) {
 		if st.Last.Result == backup.ResultFailed {
-			return &backupEvent{warning: true, reason: backup.ReasonBackupFailed, message: msg}, nil
+			return &backupEvent{warning: true, reason: backup.ReasonBackupFailed, message: msg}, pending, nil
 		}
-		return &backupEvent{reason: backup.ReasonBackedUp, message: msg}, nil
+		return &backupEvent{reason: backup.ReasonBackedUp, message: msg}, pending, nil
 	}
-	return nil, nil
+	return nil, pending, nil
 }
 
 // backupEvent is the Event of a backup that ended.

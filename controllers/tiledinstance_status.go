@@ -34,7 +34,7 @@ func (r *TiledInstanceReconciler) status(ctx context.Context, cur *instanceState
 		return ctrl.Result{}, err
 	}
 	status := instanceStatus(&ti.Status, obs)
-	backupEvent, err := r.backupStatus(ctx, cur, in, status)
+	backupEvent, reportPending, err := r.backupStatus(ctx, cur, in, status)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -52,6 +52,10 @@ func (r *TiledInstanceReconciler) status(ctx context.Context, cur *instanceState
 		if result.RequeueAfter == 0 || recheck < result.RequeueAfter {
 			result.RequeueAfter = recheck
 		}
+	}
+	if reportPending && (result.RequeueAfter == 0 || result.RequeueAfter > 2*time.Second) {
+		// A backup Job ended and its pod's report has not reached the cache yet.
+		result.RequeueAfter = 2 * time.Second
 	}
 	if unseen := rec.Recheck; unseen > 0 && (result.RequeueAfter == 0 || unseen < result.RequeueAfter) {
 		// A child just created is not in the cache yet: look again once the cache must show it,

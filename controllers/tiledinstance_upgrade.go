@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -153,6 +154,7 @@ func (s *instanceState) job(ctx context.Context, name string) (*upgrade.Job, err
 		return nil, client.IgnoreNotFound(err)
 	}
 	out := &upgrade.Job{}
+	var failure string
 	for _, c := range j.Status.Conditions {
 		if c.Status != corev1.ConditionTrue {
 			continue
@@ -163,6 +165,7 @@ func (s *instanceState) job(ctx context.Context, name string) (*upgrade.Job, err
 		case batchv1.JobFailed:
 			out.Failed = true
 			out.CompletionTime = c.LastTransitionTime.Time
+			failure = strings.TrimSpace(c.Reason + ": " + c.Message)
 		}
 	}
 	if t := j.Status.StartTime; t != nil {
@@ -190,6 +193,9 @@ func (s *instanceState) job(ctx context.Context, name string) (*upgrade.Job, err
 				out.Message = t.Message
 			}
 		}
+	}
+	if out.Failed && out.Message == "" {
+		out.Message = failure // no pod said why (a deadline, a pod that never ran): the Job does
 	}
 	return out, nil
 }

@@ -214,6 +214,9 @@ type RestoreObserved struct {
 	Version string
 	// Job is the bootstrap step's Job (nil: not in the cache).
 	Job *Job
+	// Serving says Tiled has been started for this instance (its StatefulSet has replicas): a
+	// restore then is not a bootstrap, and Tiled is never stopped for one.
+	Serving bool
 	// ToolsImage runs the restore for an external database.
 	ToolsImage string
 	// Now is the time.
@@ -233,8 +236,9 @@ type RestoreDecision struct {
 }
 
 // Restore decides the bootstrap step of an instance with spec.backup.restoreFrom: nothing once a
-// restore is recorded (it happens once per instance) or without restoreFrom; else the step's Job
-// with Tiled stopped until the Job ends. A restore that failed (a corrupt or missing backup, one
+// restore is recorded (it happens once per instance) or without restoreFrom; a Skipped record for an
+// instance that already serves (restoreFrom added later: Tiled is never stopped for it); else the
+// step's Job with Tiled stopped until the Job ends. A restore that failed (a corrupt or missing backup, one
 // from a newer Tiled) stalls with its reason and keeps Tiled stopped: the database is left as it
 // was (empty), and a changed restoreFrom is a new Job.
 func Restore(o RestoreObserved, recorded *v1alpha1.RestoreRecord) RestoreDecision {
@@ -243,6 +247,13 @@ func Restore(o RestoreObserved, recorded *v1alpha1.RestoreRecord) RestoreDecisio
 		return RestoreDecision{}
 	}
 	target := render.BackupTarget(o.Spec)
+	if o.Serving && o.Job == nil {
+		return RestoreDecision{
+			Record: &v1alpha1.RestoreRecord{Backup: b.RestoreFrom, Result: ResultSkipped, CompletionTime: metav1.NewTime(o.Now.UTC().Truncate(time.Second))},
+			Event: &[2]string{"RestoreSkipped", fmt.Sprintf("%s already serves Tiled: spec.backup.restoreFrom=%s restores only a new instance, before Tiled first starts; "+
+				"to roll its catalog back, remove it, delete its database claim and add it again (docs/backups.md)", o.Instance, b.RestoreFrom)},
+		}
+	}
 	d := RestoreDecision{Lifecycle: &render.Lifecycle{
 		Stopped:    true,
 		Step:       &render.Step{Kind: render.StepBootstrap, Backup: b.RestoreFrom, FromVersion: o.Version},

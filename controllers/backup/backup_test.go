@@ -169,6 +169,24 @@ func TestRestore(t *testing.T) {
 		{"recorded: nothing, whatever the spec says", obs(restoring, nil), &v1alpha1.RestoreRecord{Backup: "x"}, func(g Gomega, d RestoreDecision) {
 			g.Expect(d).To(Equal(RestoreDecision{}))
 		}},
+		{"an instance that already serves: never stopped, Skipped recorded with the reason", func() RestoreObserved {
+			o := obs(restoring, nil)
+			o.Serving = true
+			return o
+		}(), nil, func(g Gomega, d RestoreDecision) {
+			g.Expect(d.Lifecycle).To(BeNil())
+			g.Expect(d.Record).To(Equal(&v1alpha1.RestoreRecord{Backup: "latest", Result: ResultSkipped, CompletionTime: metav1.NewTime(t0)}))
+			g.Expect(d.Event[0]).To(Equal("RestoreSkipped"))
+			g.Expect(d.Event[1]).To(ContainSubstring("already serves Tiled"))
+		}},
+		{"serving while the bootstrap Job exists (the cache ahead of the stop): the Job decides", func() RestoreObserved {
+			o := obs(restoring, &Job{Name: "j"})
+			o.Serving = true
+			return o
+		}(), nil, func(g Gomega, d RestoreDecision) {
+			g.Expect(d.Lifecycle.Stopped).To(BeTrue())
+			g.Expect(d.Record).To(BeNil())
+		}},
 		{"no Job yet: Tiled stopped, the step rendered, progress", obs(restoring, nil), nil, func(g Gomega, d RestoreDecision) {
 			g.Expect(d.Lifecycle).To(Equal(&render.Lifecycle{Stopped: true, Step: step, ToolsImage: "postgres:15"}))
 			g.Expect(d.Progress[0]).To(Equal(ReasonRestoring))
