@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"math"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -189,6 +191,34 @@ func timedInPostgres(t *testing.T, n names.Objects, script string) float64 {
 	return 0
 }
 
+// expectRefused waits for the instance to stall on restoring the corrupt backup name, and checks
+// that the stall names the instance, the field and the file, that its catalog database is empty
+// (nothing half restored) and that no Tiled pod runs.
+func expectRefused(t *testing.T, instance, name string) {
+	t.Helper()
+	eventually(t, 5*time.Minute, time.Second, instance+" stalled on the corrupt backup", func() (bool, string) {
+		ti := instanceIfAny(t, backupNS, instance)
+		if ti == nil {
+			return false, "no instance yet"
+		}
+		c := condition(ti, "Stalled")
+		return c != nil && c.Status == "True" && c.Reason == backup.ReasonRestoreFailed && c.ObservedGeneration == ti.Generation, fmt.Sprintf("%+v", c)
+	})
+	c := condition(getInstanceIn(t, backupNS, instance), "Stalled")
+	for _, want := range []string{"TiledInstance " + backupNS + "/" + instance, "spec.backup.restoreFrom=" + name, "is corrupt", "catalog.dump"} {
+		if !strings.Contains(c.Message, want) {
+			t.Errorf("the stall does not say %q: %s", want, c.Message)
+		}
+	}
+	n := names.For(backupNS, instance)
+	if tables := psql(t, backupNS, n, render.CatalogDatabase, "select count(*) from information_schema.tables where table_schema = 'public'"); tables != "0" {
+		t.Errorf("%s's catalog after the refused restore holds %s tables, want 0 (nothing half restored)", instance, tables)
+	}
+	if pods := serverPodsOf(t, backupNS, instance); len(pods) != 0 {
+		t.Errorf("Tiled started on an unrestored database: %d pods", len(pods))
+	}
+}
+
 // instanceIfAny returns the TiledInstance ns/name, nil while it does not exist (yet).
 func instanceIfAny(t *testing.T, ns, name string) *v1alpha1.TiledInstance {
 	t.Helper()
@@ -261,29 +291,35 @@ func loseDatabase(t *testing.T, instance string, rest []backupBeamline) {
 }
 
 // waitRestored waits for the instance's restore to be recorded and the instance Ready, and returns
-// how long the restore took, seen by polling: from its new database accepting connections (or the
-// bootstrap Job's creation, when later) to the Job's end (or its removal, when the operator prunes
-// it between two looks). The database's start is not the restore's: the floor has none either.
+// the restore's seconds as its Job measured them (dbtool.sh's restoreSeconds: from the database
+// answering to the last database restored, checks included), read from the Job's log, which the
+// test follows while it runs (the operator prunes the Job once it has recorded the restore).
 func waitRestored(t *testing.T, instance, restoreFrom string) float64 {
 	t.Helper()
-	n := names.For(backupNS, instance)
-	var created, dbReady, done time.Time
-	eventually(t, 8*time.Minute, 100*time.Millisecond, instance+" restored and Ready", func() (bool, string) {
-		j := bootstrapJob(t, instance, restoreFrom)
-		switch {
-		case j != nil && created.IsZero():
-			created = time.Now()
-		case j == nil && !created.IsZero() && done.IsZero():
-			done = time.Now() // pruned once recorded
-		}
-		if j != nil && done.IsZero() && jobEnded(j) {
-			done = time.Now()
-		}
-		if dbReady.IsZero() {
-			var p corev1.Pod
-			if err := cl.Get(context.Background(), types.NamespacedName{Namespace: backupNS, Name: n.Postgres + "-0"}, &p); err == nil && podReady(&p) {
-				dbReady = time.Now()
-			}
+	var (
+		mu      sync.Mutex
+		logs    strings.Builder
+		follows bool
+	)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	eventually(t, 8*time.Minute, 200*time.Millisecond, instance+" restored and Ready", func() (bool, string) {
+		if j := bootstrapJob(t, instance, restoreFrom); j != nil && !follows {
+			follows = true
+			go func(job string) {
+				for ctx.Err() == nil {
+					cmd := exec.CommandContext(ctx, e.kubectl, "-n", backupNS, "logs", "-f", "job/"+job)
+					cmd.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig)
+					out, err := cmd.CombinedOutput()
+					if err == nil && strings.Contains(string(out), `"restored"`) {
+						mu.Lock()
+						logs.Write(out)
+						mu.Unlock()
+						return
+					}
+					time.Sleep(200 * time.Millisecond) // not started yet
+				}
+			}(j.Name)
 		}
 		ti := instanceIfAny(t, backupNS, instance)
 		if ti == nil {
@@ -298,15 +334,26 @@ func waitRestored(t *testing.T, instance, restoreFrom string) float64 {
 	if r := ti.Status.Backup.Restore; r.Result != backup.ResultRestored {
 		t.Fatalf("%s: status.backup.restore %+v, want Restored", instance, r)
 	}
-	if created.IsZero() || done.IsZero() || dbReady.IsZero() {
-		t.Fatalf("%s: the bootstrap Job (created %v, ended %v) or the database's readiness (%v) was not seen", instance, created, done, dbReady)
+	var report struct {
+		Restored       string `json:"restored"`
+		RestoreSeconds string `json:"restoreSeconds"`
 	}
-	from := created
-	if dbReady.After(from) {
-		from = dbReady
+	eventually(t, 30*time.Second, 200*time.Millisecond, instance+"'s restore Job's log read", func() (bool, string) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, l := range strings.Split(logs.String(), "\n") {
+			if strings.HasPrefix(l, `{"restored"`) && json.Unmarshal([]byte(l), &report) == nil {
+				return true, ""
+			}
+		}
+		return false, logs.String()
+	})
+	t.Logf("%s's restore Job: %+v", instance, report)
+	secs, err := strconv.ParseFloat(report.RestoreSeconds, 64)
+	if err != nil || report.Restored != ti.Status.Backup.Restore.Backup {
+		t.Fatalf("%s: the restore Job reported %+v; status.backup.restore %+v", instance, report, ti.Status.Backup.Restore)
 	}
-	t.Logf("%s: bootstrap Job seen %v, database ready %v, Job ended %v", instance, created.Format(time.StampMilli), dbReady.Format(time.StampMilli), done.Format(time.StampMilli))
-	return done.Sub(from).Seconds()
+	return secs
 }
 
 func jobEnded(j *batchv1.Job) bool {
@@ -411,16 +458,21 @@ func testBackupRestore(t *testing.T) {
 	}
 
 	// The figure: a backup on demand with nothing else running, then the same dumps by hand in the
-	// database's own container (the floor), side by side.
-	start := time.Now()
-	out, err = kubectlTiled(t, "backup", b1, "-n", backupNS, "--wait")
-	backupSeconds := time.Since(start).Seconds()
-	if err != nil {
-		t.Fatalf("kubectl tiled backup %s --wait: %v\n%s", b1, err, out)
+	// database's own container (the floor), side by side, twice; the least of each is kept (the
+	// machine's noise only ever adds).
+	backupSeconds, floor := math.Inf(1), math.Inf(1)
+	for i := 0; i < 2; i++ {
+		start := time.Now()
+		out, err = kubectlTiled(t, "backup", b1, "-n", backupNS, "--wait")
+		took := time.Since(start).Seconds()
+		if err != nil {
+			t.Fatalf("kubectl tiled backup %s --wait: %v\n%s", b1, err, out)
+		}
+		f := timedInPostgres(t, n1, `for db in `+render.CatalogDatabase+` `+render.StorageDatabase+` `+render.AuthDatabase+
+			`; do pg_dump --format=custom --no-owner --no-privileges --file /tmp/floor-$db.dump --dbname $db; done`)
+		t.Logf("kubectl tiled backup %s --wait: %.1f s; by hand %.1f s:\n%s", b1, took, f, out)
+		backupSeconds, floor = math.Min(backupSeconds, took), math.Min(floor, f)
 	}
-	t.Logf("kubectl tiled backup %s --wait (%.1f s):\n%s", b1, backupSeconds, out)
-	floor := timedInPostgres(t, n1, `for db in `+render.CatalogDatabase+` `+render.StorageDatabase+` `+render.AuthDatabase+
-		`; do pg_dump --format=custom --no-owner --no-privileges --file /tmp/floor-$db.dump --dbname $db; done`)
 	var ti1 *v1alpha1.TiledInstance
 	eventually(t, time.Minute, time.Second, b1+" records the backups", func() (bool, string) {
 		ti1 = getInstanceIn(t, backupNS, b1)
@@ -459,26 +511,7 @@ func testBackupRestore(t *testing.T) {
 		return []backupBeamline{{name: "b1", target: "claim", restoreFrom: restoreFrom, schedule: schedule}, all[1]}
 	}
 	mustKubectl(t, []byte(backupClusterYAML(withB1(corruptBackup, ""))), "apply", "--server-side", "-f", "-")
-	eventually(t, 5*time.Minute, time.Second, b1+" stalled on the corrupt backup", func() (bool, string) {
-		ti := instanceIfAny(t, backupNS, b1)
-		if ti == nil {
-			return false, "no instance yet"
-		}
-		c := condition(ti, "Stalled")
-		return c != nil && c.Status == "True" && c.Reason == backup.ReasonRestoreFailed, fmt.Sprintf("%+v", c)
-	})
-	c := condition(getInstanceIn(t, backupNS, b1), "Stalled")
-	for _, want := range []string{"TiledInstance " + backupNS + "/" + b1, "spec.backup.restoreFrom=" + corruptBackup, "is corrupt", "catalog.dump"} {
-		if !strings.Contains(c.Message, want) {
-			t.Errorf("the stall does not say %q: %s", want, c.Message)
-		}
-	}
-	if tables := psql(t, backupNS, n1, render.CatalogDatabase, "select count(*) from information_schema.tables where table_schema = 'public'"); tables != "0" {
-		t.Errorf("%s's catalog after the refused restore holds %s tables, want 0 (nothing half restored)", b1, tables)
-	}
-	if pods := serverPodsOf(t, backupNS, b1); len(pods) != 0 {
-		t.Errorf("Tiled started on an unrestored database: %d pods", len(pods))
-	}
+	expectRefused(t, b1, corruptBackup)
 
 	// The latest backup: restored, Tiled serves the same data.
 	mustKubectl(t, []byte(backupClusterYAML(withB1("latest", ""))), "apply", "--server-side", "-f", "-")
@@ -521,7 +554,23 @@ func testBackupRestore(t *testing.T) {
 		t.Errorf("%s: status.backup.target %q", b2, tg)
 	}
 	s3Whole := ti2.Status.Backup.LastSuccessful.Name
+	// A corrupt copy in the bucket, put there with curl as any S3 client would.
+	s3Dir := s3Bucket + "/tiled-backups/" + backupNS + "/" + b2
+	corruptS3 := strings.Replace(podOnClaim("corrupt-s3", fmt.Sprintf(`c() { curl -fsS --aws-sigv4 aws:amz:us-east-1:s3 --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" "$@"; }
+cd /tmp && for f in catalog.dump storage.dump auth.dump SHA256SUMS manifest.json; do c -o $f http://%[1]s:7070/%[2]s/%[3]s/$f; done
+printf XXXX | dd of=catalog.dump bs=1 seek=200 conv=notrunc
+for f in catalog.dump storage.dump auth.dump SHA256SUMS manifest.json; do c -T $f http://%[1]s:7070/%[2]s/%[4]s/$f; done`, s3Service, s3Dir, s3Whole, corruptBackup)),
+		"    volumeMounts: [{name: t, mountPath: /target}]\n", "    envFrom: [{secretRef: {name: s3-credentials}}]\n    volumeMounts: [{name: tmp, mountPath: /tmp}]\n", 1)
+	corruptS3 = strings.Replace(corruptS3, "volumes: [{name: t, persistentVolumeClaim: {claimName: "+backupClaim+"}}]", "volumes: [{name: tmp, emptyDir: {}}]", 1)
+	mustKubectl(t, []byte(corruptS3), "apply", "--server-side", "-f", "-")
+	eventually(t, 2*time.Minute, time.Second, "the corrupt copy put in the bucket", func() (bool, string) {
+		logs, _ := kubectl(nil, "-n", backupNS, "logs", "corrupt-s3")
+		return strings.Contains(logs, "E2E-OK"), logs
+	})
 	loseDatabase(t, b2, withB1("latest", "* * * * *")[:1])
+	mustKubectl(t, []byte(backupClusterYAML([]backupBeamline{withB1("latest", "* * * * *")[0], {name: "b2", target: "s3", restoreFrom: corruptBackup}})),
+		"apply", "--server-side", "-f", "-")
+	expectRefused(t, b2, corruptBackup)
 	mustKubectl(t, []byte(backupClusterYAML([]backupBeamline{withB1("latest", "* * * * *")[0], {name: "b2", target: "s3", restoreFrom: "latest"}})),
 		"apply", "--server-side", "-f", "-")
 	s3Restore := waitRestored(t, b2, "latest")
