@@ -26,10 +26,12 @@
 set -eu
 
 say() { echo "[tiled-operator] $*" >&2; }
-report() { printf '%s' "$1" > /dev/termination-log 2>/dev/null || true; printf '%s\n' "$1"; }
+# The termination log is written when it can be (the kubelet's file); where it cannot, the shell's own
+# "cannot create" must not become the log's last line, which FallbackToLogsOnError would quote.
+report() { { printf '%s' "$1" > /dev/termination-log; } 2> /dev/null || true; printf '%s\n' "$1"; }
 fail() {
 	say "$*"
-	printf '%s' "$*" | head -c 3900 > /dev/termination-log 2>/dev/null || true
+	{ printf '%s' "$*" | head -c 3900 > /dev/termination-log; } 2> /dev/null || true
 	exit 1
 }
 
@@ -93,7 +95,9 @@ s3_list() {
 			--aws-sigv4 "aws:amz:${S3_REGION:-us-east-1}:s3" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" \
 			-H "x-amz-content-sha256: UNSIGNED-PAYLOAD" "${S3_ENDPOINT%/}/$S3_BUCKET?$q") ||
 			fail "cannot list s3://$S3_BUCKET/$S3_PREFIX/ at $S3_ENDPOINT (is the bucket there, are the credentials right?)"
-		printf '%s' "$page" | sed 's#<Contents>#\n<Contents>#g' | sed -n 's#.*<Key>\([^<]*\)</Key>.*<Size>\([0-9]*\)</Size>.*#\1 \2#p'
+		# One line a key; the page's last one ends with a newline too (sed would not add it to a last
+		# line without one, and the next page's first key would run on into it and be lost).
+		printf '%s\n' "$page" | sed 's#<Contents>#\n<Contents>#g' | sed -n 's#.*<Key>\([^<]*\)</Key>.*<Size>\([0-9]*\)</Size>.*#\1 \2#p'
 		case $page in
 		*"<IsTruncated>true</IsTruncated>"*)
 			token=$(printf '%s' "$page" | sed -n 's#.*<NextContinuationToken>\([^<]*\)</NextContinuationToken>.*#\1#p')
@@ -216,7 +220,16 @@ do_backup() {
 		fi
 		out=$BACKUP_ROOT/.$name.partial
 		;;
-	s3) out=$WORK/$name ;;
+	s3)
+		# As on a directory: a whole backup of that name is kept, never written over (a Job that
+		# died part way through rewriting it would leave it corrupt).
+		if s3 GET "$S3_PREFIX/$name/manifest.json" --retry 0 -o "$WORK/manifest.json" 2> /dev/null; then
+			say "backup $name exists already"
+			report "$(tr -d '\n' < "$WORK/manifest.json")"
+			return
+		fi
+		out=$WORK/$name
+		;;
 	esac
 	rm -rf "$out"
 	mkdir -p "$out"
@@ -247,6 +260,9 @@ do_backup() {
 	case $target in
 	dir)
 		sync
+		# What is left of a backup of that name (not whole: its removal was cut short) goes first, or
+		# mv would move the new one into it.
+		rm -rf "${BACKUP_ROOT:?}/$name"
 		mv "$out" "$BACKUP_ROOT/$name"
 		;;
 	s3)
@@ -337,10 +353,23 @@ do_restore() {
 		wait_for "$uri"
 		say "restoring the $db database"
 		# One transaction: the public schema dropped (tables a failed migration made go too) and the
-		# dump's objects recreated; a failure leaves the database as it was.
-		{ echo "DROP SCHEMA public CASCADE; CREATE SCHEMA public;"; pg_restore --no-owner --no-privileges --file - "$dir/$f"; } |
-			psql --quiet --no-psqlrc --single-transaction -v ON_ERROR_STOP=1 --dbname "$uri" > /dev/null 2> "$WORK/err" ||
-			fail "restoring the $db database from backup $name failed: $(tail -c 400 "$WORK/err")"
+		# dump's objects recreated; a failure leaves the database as it was. psql cannot see
+		# pg_restore's exit status, and what pg_restore wrote before it stopped part way (a dump it
+		# cannot read to the end, or killed) is often valid SQL that psql would commit: so it then
+		# ends any COPY it began and raises an error, and psql rolls the transaction back.
+		rm -f "$WORK/pg_restore.failed"
+		{
+			echo "DROP SCHEMA public CASCADE; CREATE SCHEMA public;"
+			pg_restore --no-owner --no-privileges --file - "$dir/$f" 2> "$WORK/pg_restore.err" || {
+				: > "$WORK/pg_restore.failed"
+				printf '\n\\.\nDO $$BEGIN RAISE EXCEPTION %s; END$$;\n' "'pg_restore stopped part way'"
+			}
+		} | psql --quiet --no-psqlrc --single-transaction -v ON_ERROR_STOP=1 --dbname "$uri" > /dev/null 2> "$WORK/err" &&
+			[ ! -e "$WORK/pg_restore.failed" ] || {
+			why=$(tail -c 400 "$WORK/err")
+			[ ! -e "$WORK/pg_restore.failed" ] || [ ! -s "$WORK/pg_restore.err" ] || why=$(tail -c 400 "$WORK/pg_restore.err")
+			fail "restoring the $db database from backup $name failed (it is left as it was): $why"
+		}
 	done
 	[ "$target" != s3 ] || rm -rf "$dir"
 	say "restored backup $name"
