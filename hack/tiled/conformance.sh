@@ -5,8 +5,10 @@
 #
 # Installs tiled[server]==<expansion.TiledVersion> into a virtual environment cached under
 # ${TILED_OPERATOR_CACHE:-$HOME/.cache/tiled-operator}, installs PostgreSQL from Debian when absent,
-# starts it on loopback on a free port in a temporary directory, and runs the Go conformance tests
-# (build tag tiledconformance) in render/conformance. A missing prerequisite is a failure, never a skip.
+# starts it on loopback on a free port in a temporary directory, starts an S3 server (versitygw, from
+# hack/s3/versitygw.sh, posix backend in a temporary directory) on loopback for the backup tests, and
+# runs the Go conformance tests (build tag tiledconformance) in render/conformance. A missing
+# prerequisite is a failure, never a skip.
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -66,9 +68,15 @@ if [[ $(id -u) == 0 ]]; then
 	chown postgres "$PGDIR"
 	RUNAS=(runuser -u postgres --)
 fi
+S3PID='' S3DIR=''
 cleanup() {
 	"${RUNAS[@]}" "$PGBIN/pg_ctl" -D "$PGDIR/data" -m fast -w stop >/dev/null 2>&1 || true
 	rm -rf "$PGDIR"
+	if [[ -n $S3PID ]]; then
+		kill "$S3PID" 2>/dev/null || true
+		wait "$S3PID" 2>/dev/null || true
+	fi
+	[[ -z $S3DIR ]] || rm -rf "$S3DIR"
 }
 trap cleanup EXIT
 printf '%s\n' "$PGPASS" >"$PGDIR/pwfile"
@@ -100,12 +108,36 @@ esac
 EOF
 chmod 755 "$PGDIR/pgctl.sh"
 
+# --- S3 (versitygw) ------------------------------------------------------------------------------
+# The backup tests' S3 target (render/conformance/dbtool_test.go): a real S3 server on loopback, with
+# random root credentials; each test makes its own bucket.
+VERSITYGW=$(hack/s3/versitygw.sh) || die "cannot build versitygw (hack/s3/versitygw.sh)"
+S3DIR=$(mktemp -d "${TMPDIR:-/tmp}/tiled-conformance-s3.XXXXXX")
+mkdir "$S3DIR/posix"
+S3PORT=$("$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+S3ACCESS=conformance$("$PYTHON" -c 'import secrets; print(secrets.token_hex(6))')
+S3SECRET=$("$PYTHON" -c 'import secrets; print(secrets.token_hex(20))')
+ROOT_ACCESS_KEY=$S3ACCESS ROOT_SECRET_KEY=$S3SECRET "$VERSITYGW" --port "127.0.0.1:$S3PORT" --region us-east-1 \
+	--health /health posix "$S3DIR/posix" >"$S3DIR/versitygw.log" 2>&1 &
+S3PID=$!
+for _ in $(seq 1 120); do
+	curl --silent --fail --max-time 2 "http://127.0.0.1:$S3PORT/health" >/dev/null && break
+	kill -0 "$S3PID" 2>/dev/null || { cat "$S3DIR/versitygw.log" >&2; S3PID=''; die "versitygw exited"; }
+	sleep 0.5
+done
+curl --silent --fail --max-time 2 "http://127.0.0.1:$S3PORT/health" >/dev/null \
+	|| { cat "$S3DIR/versitygw.log" >&2; die "versitygw did not answer on 127.0.0.1:$S3PORT in 60 s"; }
+say "versitygw $("$VERSITYGW" --version | sed -n 's/^Version *: *//p') (S3) on 127.0.0.1:$S3PORT"
+
 # --- Go conformance tests ------------------------------------------------------------------------
 export TILED_CONFORMANCE_VENV=$VENV
 export TILED_CONFORMANCE_PG=127.0.0.1:$PGPORT
 export TILED_CONFORMANCE_PG_PASSWORD=$PGPASS
 export TILED_CONFORMANCE_PSQL=$PSQL
 export TILED_CONFORMANCE_PGCTL=$PGDIR/pgctl.sh
+export TILED_CONFORMANCE_S3_ENDPOINT=http://127.0.0.1:$S3PORT
+export TILED_CONFORMANCE_S3_ACCESS_KEY=$S3ACCESS
+export TILED_CONFORMANCE_S3_SECRET_KEY=$S3SECRET
 status=0
 go test -tags tiledconformance -count=1 -timeout 60m "${@:--v}" ./render/conformance/ || status=$?
 say "Tiled $VERSION: $([[ $status == 0 ]] && echo PASS || echo FAIL) in $(($(date +%s) - START))s"
