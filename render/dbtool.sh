@@ -40,6 +40,9 @@ WORK=${WORK:-/tmp/dbtool}
 mkdir -p "$WORK"
 target=${TARGET:-dir}
 
+# since T: the seconds from T (date +%s.%N) to now, to the hundredth.
+since() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }'; }
+
 # libpq reads postgresql://, not SQLAlchemy's postgresql+asyncpg://.
 libpq() { printf '%s' "$1" | sed -E 's#^postgres(ql)?\+[a-z0-9_]+://#postgresql://#'; }
 
@@ -76,10 +79,12 @@ urlenc() {
 }
 
 # s3 METHOD KEY [curl args...]: one request for the object KEY ("" for the bucket) of S3_BUCKET.
+# Transient failures (a refused connection, a timeout, 408, 429, 5xx) are tried again; an answer
+# (403, 404) is not, and fails at once.
 s3() {
 	m=$1 k=$2
 	shift 2
-	curl --silent --show-error --fail --retry 3 --retry-all-errors --max-time 3600 \
+	curl --silent --show-error --fail --retry 3 --retry-connrefused --max-time 3600 \
 		--aws-sigv4 "aws:amz:${S3_REGION:-us-east-1}:s3" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" \
 		-H "x-amz-content-sha256: UNSIGNED-PAYLOAD" -X "$m" "$@" \
 		"${S3_ENDPOINT%/}/$S3_BUCKET/$(urlenc "$k" path)"
@@ -91,7 +96,7 @@ s3_list() {
 	while :; do
 		q="list-type=2&prefix=$(urlenc "$S3_PREFIX/")"
 		[ -z "$token" ] || q="continuation-token=$(urlenc "$token")&$q"
-		page=$(curl --silent --show-error --fail --retry 3 --retry-all-errors \
+		page=$(curl --silent --show-error --fail --retry 3 --retry-connrefused \
 			--aws-sigv4 "aws:amz:${S3_REGION:-us-east-1}:s3" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" \
 			-H "x-amz-content-sha256: UNSIGNED-PAYLOAD" "${S3_ENDPOINT%/}/$S3_BUCKET?$q") ||
 			fail "cannot list s3://$S3_BUCKET/$S3_PREFIX/ at $S3_ENDPOINT (is the bucket there, are the credentials right?)"
@@ -259,7 +264,9 @@ do_backup() {
 	printf '%s\n' "$manifest" > "$out/manifest.json"
 	case $target in
 	dir)
-		sync
+		# The backup's own files reach the disk before the rename makes it whole (not a sync of
+		# every filesystem of the node, which waits for whatever else is being written).
+		sync "$out"/* "$out" 2> /dev/null || sync
 		# What is left of a backup of that name (not whole: its removal was cut short) goes first, or
 		# mv would move the new one into it.
 		rm -rf "${BACKUP_ROOT:?}/$name"
@@ -312,13 +319,8 @@ prune() {
 
 do_restore() {
 	name=${BACKUP:-latest}
-	start=$(date +%s)
-	if [ "$name" = latest ]; then
-		load
-		name=$(backups | head -n 1 | cut -d' ' -f1)
-		[ -n "$name" ] || fail "no whole backup on $(where) to restore (restoreFrom: latest)"
-		say "the latest backup is $name"
-	fi
+	# A database that holds a catalog is kept whatever the backup: checked first, so that even a
+	# name that resolves to nothing skips rather than fails.
 	if [ -n "${RESTORE_IF_EMPTY:-}" ]; then
 		uri=$(uri_of catalog)
 		wait_for "$uri"
@@ -330,6 +332,13 @@ do_restore() {
 			report "{\"skipped\":\"$name\",\"tables\":$tables}"
 			return
 		fi
+	fi
+	start=$(date +%s) began=$(date +%s.%N) # the database answers (RESTORE_IF_EMPTY waited for it)
+	if [ "$name" = latest ]; then
+		load
+		name=$(backups | head -n 1 | cut -d' ' -f1)
+		[ -n "$name" ] || fail "no whole backup on $(where) to restore (restoreFrom: latest)"
+		say "the latest backup is $name"
 	fi
 	dir=$(fetch "$name")
 	manifest=$(tr -d '\n' < "$dir/manifest.json")
@@ -373,7 +382,7 @@ do_restore() {
 	done
 	[ "$target" != s3 ] || rm -rf "$dir"
 	say "restored backup $name"
-	report "{\"restored\":\"$name\",\"tiledVersion\":\"$from\",\"seconds\":$(($(date +%s) - start))}"
+	report "{\"restored\":\"$name\",\"tiledVersion\":\"$from\",\"seconds\":$(($(date +%s) - start)),\"restoreSeconds\":\"$(since "$began")\"}"
 }
 
 case $mode in
