@@ -6,9 +6,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
-	"math"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -354,15 +354,6 @@ func waitRestored(t *testing.T, instance, restoreFrom string) float64 {
 		t.Fatalf("%s: the restore Job reported %+v; status.backup.restore %+v", instance, report, ti.Status.Backup.Restore)
 	}
 	return secs
-}
-
-func jobEnded(j *batchv1.Job) bool {
-	for _, c := range j.Status.Conditions {
-		if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
-			return true
-		}
-	}
-	return false
 }
 
 // sameData requires the read run's E2E-DATA to equal the write run's.
