@@ -150,6 +150,29 @@ func TestBadInput(t *testing.T) {
 			},
 		},
 		{
+			name:     "a backup schedule that is not cron",
+			cluster:  C("", I("x", T(t, "backup: {schedule: 'every night', claim: {claimName: b}}"))),
+			profiles: []v1alpha1.TiledProfile{ok},
+			check: func(g Gomega, err error) {
+				var ie *InvalidFieldError
+				g.Expect(errors.As(err, &ie)).To(BeTrue(), "%v", err)
+				g.Expect(ie.Layer).To(Equal("instance/x/overrides"))
+				g.Expect(ie.Field).To(Equal("spec.backup.schedule"))
+				g.Expect(ie.Reason).To(ContainSubstring("must be a cron schedule"))
+			},
+		},
+		{
+			name:     "a backup schedule with its time zone in it",
+			cluster:  C("backup: {schedule: 'CRON_TZ=UTC 0 2 * * *', claim: {claimName: b}}", I("x", nil)),
+			profiles: []v1alpha1.TiledProfile{ok},
+			check: func(g Gomega, err error) {
+				var ie *InvalidFieldError
+				g.Expect(errors.As(err, &ie)).To(BeTrue(), "%v", err)
+				g.Expect(ie.Field).To(Equal("spec.backup.schedule"))
+				g.Expect(ie.Reason).To(ContainSubstring("spec.backup.timeZone"))
+			},
+		},
+		{
 			name:     "duplicate instance names",
 			cluster:  C("", I("x", nil), I("x", nil)),
 			profiles: []v1alpha1.TiledProfile{ok},

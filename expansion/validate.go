@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/robfig/cron/v3"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/validate/content"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -101,6 +102,9 @@ func validateTemplate(root *field.Path, t *v1alpha1.InstanceTemplate, complete b
 	}
 	v.config(root.Child("config"), t)
 	v.tiledVersion(root.Child("tiled", "version"), t.Tiled)
+	if t.Backup != nil {
+		v.backupSchedule(root.Child("backup", "schedule"), t.Backup.Schedule)
+	}
 	if complete {
 		v.replicas(root, t)
 	}
@@ -873,6 +877,22 @@ func (v *validator) tiledVersion(p *field.Path, t *v1alpha1.TiledServerSpec) {
 	}
 	if _, err := tiledversion.Parse(t.Version); err != nil {
 		v.add(field.Invalid(p, t.Version, "must be a Tiled release x.y.z, e.g. "+tiledversion.Newest))
+	}
+}
+
+// backupSchedule refuses a schedule the backup CronJob's API would refuse, here rather than when the
+// operator applies the CronJob: standard cron (five fields) or a descriptor (@daily, @every 1h), as
+// the CronJob controller parses it, and no time zone in it (spec.backup.timeZone says that).
+func (v *validator) backupSchedule(p *field.Path, schedule string) {
+	if schedule == "" {
+		return
+	}
+	if strings.Contains(schedule, "TZ") {
+		v.add(field.Invalid(p, schedule, "must not name a time zone (CRON_TZ or TZ): set spec.backup.timeZone"))
+		return
+	}
+	if _, err := cron.ParseStandard(schedule); err != nil {
+		v.add(field.Invalid(p, schedule, "must be a cron schedule, five fields (minute hour day-of-month month day-of-week, e.g. \"30 2 * * *\") or a descriptor (@daily): "+err.Error()))
 	}
 }
 
