@@ -10,6 +10,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -153,9 +154,9 @@ func TestProfileStatusReported(t *testing.T) {
 	// A cluster change that selects no profile differently (a new beamline without a selector):
 	// the profiles are counted again, and their statuses are not written.
 	before = op.Traffic.Snapshot()
-	c := getCluster(t, g, ns)
-	c.Spec.Instances = append(c.Spec.Instances, tiledv1alpha1.ClusterInstance{Name: "c"})
-	g.Expect(env.Client.Update(ctxT(t), c)).To(Succeed())
+	updateObject(t, g, &tiledv1alpha1.TiledCluster{}, client.ObjectKeyFromObject(getCluster(t, g, ns)), func(c *tiledv1alpha1.TiledCluster) {
+		c.Spec.Instances = append(c.Spec.Instances, tiledv1alpha1.ClusterInstance{Name: "c"})
+	})
 	settled(t, g, op, ns, 5)
 	grow := op.Traffic.Snapshot().Sub(before)
 	g.Expect(grow[profileStatusWrite]).To(BeZero(), "profile status writes for a change of no count:\n%s", grow)
@@ -163,10 +164,9 @@ func TestProfileStatusReported(t *testing.T) {
 	// An expression that does not compile (no webhook runs here to refuse it): Valid=False at the
 	// new generation, naming the field, and one Warning Event.
 	before = op.Traffic.Snapshot()
-	p := &tiledv1alpha1.TiledProfile{}
-	g.Expect(env.Client.Get(ctxT(t), client.ObjectKeyFromObject(site), p)).To(Succeed())
-	p.Spec.Expose.Ingress.HostExpression = "instance.name +"
-	g.Expect(env.Client.Update(ctxT(t), p)).To(Succeed())
+	updateObject(t, g, &tiledv1alpha1.TiledProfile{}, client.ObjectKeyFromObject(site), func(p *tiledv1alpha1.TiledProfile) {
+		p.Spec.Expose.Ingress.HostExpression = "instance.name +"
+	})
 	g.Eventually(state("site"), time.Minute, 200*time.Millisecond).Should(Equal(profileState{
 		Generation: 2, ObservedGeneration: 2, Valid: "False", Reason: controllers.ReasonExpressionInvalid, Clusters: 2, Instances: 1}))
 	_, message := readProfile(t, g, ns, "site")
@@ -187,10 +187,9 @@ func TestProfileStatusReported(t *testing.T) {
 	g.Expect(profileEvents(t, g, ns, "site")).To(ConsistOf(corev1.EventTypeWarning + "/" + controllers.ReasonExpressionInvalid))
 
 	// Fixed: Valid=True again, a Normal Event, and still one Warning.
-	p = &tiledv1alpha1.TiledProfile{}
-	g.Expect(env.Client.Get(ctxT(t), client.ObjectKeyFromObject(site), p)).To(Succeed())
-	p.Spec.Expose.Ingress.HostExpression = host
-	g.Expect(env.Client.Update(ctxT(t), p)).To(Succeed())
+	updateObject(t, g, &tiledv1alpha1.TiledProfile{}, client.ObjectKeyFromObject(site), func(p *tiledv1alpha1.TiledProfile) {
+		p.Spec.Expose.Ingress.HostExpression = host
+	})
 	g.Eventually(state("site"), time.Minute, 200*time.Millisecond).Should(Equal(profileState{
 		Generation: 3, ObservedGeneration: 3, Valid: "True", Reason: controllers.ReasonValid, Clusters: 2, Instances: 1}))
 	g.Eventually(func(g Gomega) []string { return profileEvents(t, g, ns, "site") }, 30*time.Second, 200*time.Millisecond).
@@ -198,24 +197,36 @@ func TestProfileStatusReported(t *testing.T) {
 
 	// The counts follow the selectors: the second cluster stops selecting site, the standalone
 	// instance goes, the fleet's beamline stops selecting mx; and a profile's new labels count too.
-	s2 := &tiledv1alpha1.TiledCluster{}
-	g.Expect(env.Client.Get(ctxT(t), client.ObjectKeyFromObject(second), s2)).To(Succeed())
-	s2.Spec.ProfileSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"facility": "elsewhere"}}
-	g.Expect(env.Client.Update(ctxT(t), s2)).To(Succeed())
+	updateObject(t, g, &tiledv1alpha1.TiledCluster{}, client.ObjectKeyFromObject(second), func(s2 *tiledv1alpha1.TiledCluster) {
+		s2.Spec.ProfileSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"facility": "elsewhere"}}
+	})
 	g.Eventually(state("site"), time.Minute, 200*time.Millisecond).Should(HaveField("Clusters", int32(1)))
 	g.Eventually(state("other"), time.Minute, 200*time.Millisecond).Should(HaveField("Clusters", int32(1)))
 	g.Expect(env.Client.Delete(ctxT(t), solo)).To(Succeed())
 	g.Eventually(state("site"), time.Minute, 200*time.Millisecond).Should(HaveField("Instances", int32(0)))
 
-	c = getCluster(t, g, ns)
-	c.Spec.Instances[1].ProfileSelector = nil
-	g.Expect(env.Client.Update(ctxT(t), c)).To(Succeed())
+	updateObject(t, g, &tiledv1alpha1.TiledCluster{}, client.ObjectKeyFromObject(getCluster(t, g, ns)), func(c *tiledv1alpha1.TiledCluster) {
+		c.Spec.Instances[1].ProfileSelector = nil
+	})
 	g.Eventually(state("mx"), time.Minute, 200*time.Millisecond).Should(HaveField("Clusters", int32(0)))
 
-	p = &tiledv1alpha1.TiledProfile{}
-	g.Expect(env.Client.Get(ctxT(t), client.ObjectKeyFromObject(mx), p)).To(Succeed())
-	p.Labels["facility"] = "test"
-	g.Expect(env.Client.Update(ctxT(t), p)).To(Succeed())
+	updateObject(t, g, &tiledv1alpha1.TiledProfile{}, client.ObjectKeyFromObject(mx), func(p *tiledv1alpha1.TiledProfile) {
+		p.Labels["facility"] = "test"
+	})
 	g.Eventually(state("mx"), time.Minute, 200*time.Millisecond).Should(Equal(profileState{
 		Generation: 1, ObservedGeneration: 1, Valid: "True", Reason: controllers.ReasonValid, Clusters: 1, Instances: 0}))
+}
+
+// updateObject reads the object key into obj, changes it with mutate and updates it, again on a
+// conflict: the controllers write the status of the same object meanwhile, and each status write
+// is a new resourceVersion.
+func updateObject[T client.Object](t *testing.T, g Gomega, obj T, key client.ObjectKey, mutate func(T)) {
+	t.Helper()
+	g.Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := env.Client.Get(ctxT(t), key, obj); err != nil {
+			return err
+		}
+		mutate(obj)
+		return env.Client.Update(ctxT(t), obj)
+	})).To(Succeed())
 }
