@@ -803,7 +803,11 @@ func testNoSecretsInLogs(t *testing.T) {
 func testOperatorLog(t *testing.T) {
 	out := mustKubectl(t, nil, "-n", operatorNS, "logs", "-l", "control-plane=controller-manager", "--all-containers", "--prefix", "--tail=-1")
 	for _, l := range strings.Split(out, "\n") {
-		if strings.Contains(strings.ToLower(l), "forbidden") {
+		// An Event about an object of a namespace being deleted (a case's cleanup) is refused as
+		// "forbidden: unable to create new content in namespace ... because it is being terminated"
+		// whenever client-go's event broadcaster flushes a series of it, up to six minutes later:
+		// that is no permission the operator lacks, and the only forbidden this check lets pass.
+		if strings.Contains(strings.ToLower(l), "forbidden") && !strings.Contains(l, "because it is being terminated") {
 			t.Errorf("the operator's log has a forbidden: %s", l)
 		}
 	}
