@@ -325,7 +325,11 @@ func waitRestored(t *testing.T, instance, restoreFrom string) float64 {
 		if ti == nil {
 			return false, "no instance yet"
 		}
-		if c := condition(ti, "Stalled"); c != nil && c.Status == "True" && c.ObservedGeneration == ti.Generation {
+		if ti.Spec.Backup == nil || ti.Spec.Backup.RestoreFrom != restoreFrom {
+			return false, "the cluster has not given the instance restoreFrom " + restoreFrom + " yet"
+		}
+		if c := condition(ti, "Stalled"); c != nil && c.Status == "True" && c.ObservedGeneration == ti.Generation &&
+			strings.Contains(c.Message, "restoreFrom="+restoreFrom+" ") {
 			t.Fatalf("%s stalled: %s: %s", instance, c.Reason, c.Message)
 		}
 		return ti.Status.Backup != nil && ti.Status.Backup.Restore != nil && isTrue(ti, "Ready"), fmt.Sprintf("%+v", ti.Status.Backup)
