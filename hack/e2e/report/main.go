@@ -111,10 +111,10 @@ func render(f *e2e.Figures, src string) string {
 	}
 	if f.BackupSeconds > 0 || f.RestoreSeconds > 0 {
 		// Only from a run that had the backup case.
-		w("| backup on demand (`kubectl tiled backup --wait`) while Tiled serves writes | %.1f s, %.1f MiB | |\n", f.BackupSeconds, float64(f.BackupBytes)/(1<<20))
-		w("| … the same pg_dumps by hand in the database's container (floor) | %.1f s | |\n", f.BackupFloorSeconds)
+		w("| backup on demand (`kubectl tiled backup --wait`, the least of two) | %.1f s, %.1f MiB | |\n", f.BackupSeconds, float64(f.BackupBytes)/(1<<20))
+		w("| … the same pg_dumps by hand in the database's container (floor, the least of two) | %.1f s | |\n", f.BackupFloorSeconds)
 		w("| … backup / floor | %.2f | ≤ 1.2 |\n", f.BackupRatio)
-		w("| restore of a new instance from the claim (its Job, created → ended) | %.1f s | |\n", f.RestoreSeconds)
+		w("| restore of a new instance from the claim (the Job's own measure: the database answering → the last database restored) | %.1f s | |\n", f.RestoreSeconds)
 		w("| … the same dumps restored by hand with pg_restore (floor) | %.1f s | |\n", f.RestoreFloorSeconds)
 		w("| … restore / floor | %.2f | ≤ 1.2 |\n", f.RestoreRatio)
 		if f.S3RestoreSeconds > 0 {
