@@ -3,7 +3,6 @@ package controllers
 import (
 	"context"
 	"sort"
-	"strings"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -57,17 +56,17 @@ func (r *TiledInstanceReconciler) restore(ctx context.Context, cur *instanceStat
 		o.Serving = sts.Spec.Replicas != nil && *sts.Spec.Replicas > 0
 	}
 	if j != nil {
-		o.Job = &backup.Job{Name: step.JobName(spec, in.render), Complete: j.Complete, Failed: j.Failed,
-			StartTime: j.StartTime, CompletionTime: j.CompletionTime, Message: j.Message}
+		bj := backupJob(step.JobName(spec, in.render), *j)
+		o.Job = &bj
 	}
 	d := backup.Restore(o, recorded)
 	if d.Record == nil {
 		in.render.Lifecycle = d.Lifecycle
 		in.upgrade = upgrade.Decision{Lifecycle: d.Lifecycle}
 		if s := d.Stall; s != nil {
-			in.upgrade.Stall = &upgrade.Condition{Reason: s[0], Message: s[1]}
+			in.upgrade.Stall = &upgrade.Condition{Reason: s.Reason, Message: s.Message}
 		} else if p := d.Progress; p != nil {
-			in.upgrade.Progress = &upgrade.Condition{Reason: p[0], Message: p[1]}
+			in.upgrade.Progress = &upgrade.Condition{Reason: p.Reason, Message: p.Message}
 		}
 		return true, nil
 	}
@@ -88,7 +87,7 @@ func (r *TiledInstanceReconciler) restore(ctx context.Context, cur *instanceStat
 	r.memories.upgrades.store(key, w)
 	ti.Status = *status
 	if e := d.Event; e != nil && sent {
-		r.Recorder.Eventf(ti, nil, corev1.EventTypeNormal, e[0], "Restore", "%s", eventNote(e[1]))
+		r.Recorder.Eventf(ti, nil, corev1.EventTypeNormal, e.Reason, "Restore", "%s", eventNote(e.Message))
 	}
 	return false, nil
 }
@@ -116,42 +115,16 @@ func (r *TiledInstanceReconciler) backupStatus(ctx context.Context, cur *instanc
 		}
 		for i := range list.Items {
 			j := &list.Items[i]
-			bj := backup.Job{Name: j.Name}
-			var failure string
-			for _, c := range j.Status.Conditions {
-				if c.Status != corev1.ConditionTrue {
-					continue
-				}
-				switch c.Type {
-				case batchv1.JobComplete:
-					bj.Complete = true
-				case batchv1.JobFailed:
-					bj.Failed, bj.CompletionTime = true, c.LastTransitionTime.Time
-					failure = strings.TrimSpace(c.Reason + ": " + c.Message)
-				}
-			}
-			if t := j.Status.StartTime; t != nil {
-				bj.StartTime = t.Time
-			}
-			if t := j.Status.CompletionTime; t != nil {
-				bj.CompletionTime = t.Time
-			}
-			if !bj.Complete && !bj.Failed {
-				continue
-			}
-			if last != nil && (last.Job == j.Name || bj.CompletionTime.Truncate(time.Second).Before(last.CompletionTime.Time)) {
+			if st, _ := jobConditions(j); !st.Complete && !st.Failed {
+				continue // running
+			} else if last != nil && (last.Job == j.Name || st.CompletionTime.Truncate(time.Second).Before(last.CompletionTime.Time)) {
 				continue // recorded: its pod need not be read
 			}
-			full, err := cur.job(ctx, j.Name)
+			st, err := cur.jobOf(ctx, j)
 			if err != nil {
 				return nil, false, err
 			}
-			if full != nil {
-				bj.Message = full.Message
-			}
-			if bj.Failed && bj.Message == "" {
-				bj.Message = failure // no pod said why (a deadline, a pod that never ran): the Job does
-			}
+			bj := backupJob(j.Name, *st)
 			if bj.Complete && bj.Message == "" {
 				// The pod's report has not reached the cache: recorded once it has (a record is
 				// never revisited).
@@ -162,10 +135,7 @@ func (r *TiledInstanceReconciler) backupStatus(ctx context.Context, cur *instanc
 		}
 	}
 	prev := status.Backup
-	status.Backup = backup.Status(prev, target, jobs)
-	if prev != nil && status.Backup != nil && prev.Restore != nil {
-		status.Backup.Restore = prev.Restore
-	}
+	status.Backup = backup.Status(prev, target, jobs) // keeps prev's records, the restore's too
 	c, reason, msg, ok := backup.Condition(ti.Namespace+"/"+ti.Name, spec, status.Backup)
 	if ok {
 		setCondition(&status.Conditions, ti.Generation, backup.ConditionBackedUp, c, reason, msg)
@@ -204,10 +174,11 @@ var backupJobFinished = predicate.Funcs{
 }
 
 func jobEnded(j *batchv1.Job) bool {
-	for _, c := range j.Status.Conditions {
-		if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
-			return true
-		}
-	}
-	return false
+	st, _ := jobConditions(j)
+	return st.Complete || st.Failed
+}
+
+// backupJob is package backup's view of the Job name in state st.
+func backupJob(name string, st upgrade.Job) backup.Job {
+	return backup.Job{Name: name, Complete: st.Complete, Failed: st.Failed, StartTime: st.StartTime, CompletionTime: st.CompletionTime, Message: st.Message}
 }

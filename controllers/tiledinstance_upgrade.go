@@ -153,8 +153,42 @@ func (s *instanceState) job(ctx context.Context, name string) (*upgrade.Job, err
 	if err := s.c.Get(ctx, client.ObjectKey{Namespace: s.ti.Namespace, Name: name}, j); err != nil {
 		return nil, client.IgnoreNotFound(err)
 	}
-	out := &upgrade.Job{}
-	var failure string
+	return s.jobOf(ctx, j)
+}
+
+// jobOf is the state of the Job j with its pod's termination message (from the cache): a running
+// Job whose pod cannot start has failed; a failed one whose pod said nothing gives its own reason.
+func (s *instanceState) jobOf(ctx context.Context, j *batchv1.Job) (*upgrade.Job, error) {
+	out, failure := jobConditions(j)
+	var pods corev1.PodList
+	if err := s.c.List(ctx, &pods, client.InNamespace(s.ti.Namespace), client.MatchingFields{podInstanceIndex: s.ti.Name},
+		client.MatchingLabels{batchv1.JobNameLabel: j.Name}, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, err
+	}
+	if !out.Complete && !out.Failed {
+		// A step whose pod cannot start (an image that cannot be pulled, a bad reference) would
+		// otherwise wait for the Job's deadline: it has failed.
+		if p, _ := podstatus.Diagnose(pods.Items, time.Now(), DefaultProbeGrace); p != nil && p.Stalled {
+			out.Failed, out.Message, out.CompletionTime = true, p.Message, time.Now()
+		}
+		return &out, nil
+	}
+	for _, p := range pods.Items {
+		for _, cs := range p.Status.ContainerStatuses {
+			if t := cs.State.Terminated; t != nil && t.Message != "" {
+				out.Message = t.Message
+			}
+		}
+	}
+	if out.Failed && out.Message == "" {
+		out.Message = failure // no pod said why (a deadline, a pod that never ran): the Job does
+	}
+	return &out, nil
+}
+
+// jobConditions is what the Job's own status says: complete or failed, its times, and why it
+// failed ("reason: message" of its Failed condition). Its pods are not read.
+func jobConditions(j *batchv1.Job) (out upgrade.Job, failure string) {
 	for _, c := range j.Status.Conditions {
 		if c.Status != corev1.ConditionTrue {
 			continue
@@ -174,30 +208,7 @@ func (s *instanceState) job(ctx context.Context, name string) (*upgrade.Job, err
 	if t := j.Status.CompletionTime; t != nil {
 		out.CompletionTime = t.Time
 	}
-	var pods corev1.PodList
-	if err := s.c.List(ctx, &pods, client.InNamespace(s.ti.Namespace), client.MatchingFields{podInstanceIndex: s.ti.Name},
-		client.MatchingLabels{batchv1.JobNameLabel: name}, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, err
-	}
-	if !out.Complete && !out.Failed {
-		// A step whose pod cannot start (an image that cannot be pulled, a bad reference) would
-		// otherwise wait for the Job's deadline: it has failed.
-		if p, _ := podstatus.Diagnose(pods.Items, time.Now(), DefaultProbeGrace); p != nil && p.Stalled {
-			out.Failed, out.Message, out.CompletionTime = true, p.Message, time.Now()
-		}
-		return out, nil
-	}
-	for _, p := range pods.Items {
-		for _, cs := range p.Status.ContainerStatuses {
-			if t := cs.State.Terminated; t != nil && t.Message != "" {
-				out.Message = t.Message
-			}
-		}
-	}
-	if out.Failed && out.Message == "" {
-		out.Message = failure // no pod said why (a deadline, a pod that never ran): the Job does
-	}
-	return out, nil
+	return out, failure
 }
 
 // reportOf reads the revisions report the migrate init container of the newest Tiled pod left (the

@@ -55,6 +55,17 @@ var clientFor = func(config *genericclioptions.ConfigFlags) (client.WithWatch, e
 	return client.NewWithWatch(cfg, client.Options{Scheme: scheme})
 }
 
+// liveClient is the namespace the command works in (--namespace, else the kubeconfig's) and a
+// client of the cluster.
+func liveClient(config *genericclioptions.ConfigFlags) (string, client.WithWatch, error) {
+	ns, _, err := namespaceOf(config)
+	if err != nil {
+		return "", nil, err
+	}
+	c, err := clientFor(config)
+	return ns, c, err
+}
+
 // clock is what ages are measured against; tests fix it.
 var clock = time.Now
 
@@ -113,11 +124,7 @@ func (o *backupOptions) run(ctx context.Context, instance string) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	ns, _, err := namespaceOf(o.config)
-	if err != nil {
-		return err
-	}
-	c, err := clientFor(o.config)
+	ns, c, err := liveClient(o.config)
 	if err != nil {
 		return err
 	}
@@ -499,11 +506,7 @@ func (o *backupsOptions) run(ctx context.Context, instance string) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	ns, _, err := namespaceOf(o.config)
-	if err != nil {
-		return err
-	}
-	c, err := clientFor(o.config)
+	ns, c, err := liveClient(o.config)
 	if err != nil {
 		return err
 	}
@@ -652,11 +655,7 @@ func completeInstances(o *options) cobra.CompletionFunc {
 		if len(args) > 0 {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
-		ns, _, err := namespaceOf(o.config)
-		if err != nil {
-			return nil, cobra.ShellCompDirectiveError
-		}
-		c, err := clientFor(o.config)
+		ns, c, err := liveClient(o.config)
 		if err != nil {
 			return nil, cobra.ShellCompDirectiveError
 		}

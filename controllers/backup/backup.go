@@ -223,6 +223,9 @@ type RestoreObserved struct {
 	Now time.Time
 }
 
+// Note is a reason and a message: a condition's or an Event's.
+type Note struct{ Reason, Message string }
+
 // RestoreDecision is the bootstrap step's state: while Step is not nil, Tiled is kept stopped and
 // the step's Job rendered.
 type RestoreDecision struct {
@@ -230,9 +233,9 @@ type RestoreDecision struct {
 	// Record, when not nil, becomes status.backup.restore: the restore ended.
 	Record *v1alpha1.RestoreRecord
 	// Stall or Progress: the instance's Stalled or Reconciling condition (reason, message).
-	Stall, Progress *[2]string
+	Stall, Progress *Note
 	// Event, when not nil, is a Normal Event (reason, message) sent with the record.
-	Event *[2]string
+	Event *Note
 }
 
 // Restore decides the bootstrap step of an instance with spec.backup.restoreFrom: nothing once a
@@ -250,7 +253,7 @@ func Restore(o RestoreObserved, recorded *v1alpha1.RestoreRecord) RestoreDecisio
 	if o.Serving && o.Job == nil {
 		return RestoreDecision{
 			Record: &v1alpha1.RestoreRecord{Backup: b.RestoreFrom, Result: ResultSkipped, CompletionTime: metav1.NewTime(o.Now.UTC().Truncate(time.Second))},
-			Event: &[2]string{"RestoreSkipped", fmt.Sprintf("%s already serves Tiled: spec.backup.restoreFrom=%s restores only a new instance, before Tiled first starts; "+
+			Event: &Note{"RestoreSkipped", fmt.Sprintf("%s already serves Tiled: spec.backup.restoreFrom=%s restores only a new instance, before Tiled first starts; "+
 				"to roll its catalog back, remove it, delete its database claim and add it again (docs/backups.md)", o.Instance, b.RestoreFrom)},
 		}
 	}
@@ -262,14 +265,14 @@ func Restore(o RestoreObserved, recorded *v1alpha1.RestoreRecord) RestoreDecisio
 	j := o.Job
 	switch {
 	case j == nil || (!j.Complete && !j.Failed):
-		d.Progress = &[2]string{ReasonRestoring, fmt.Sprintf("restoring the databases of %s from backup %s on %s (spec.backup.restoreFrom) before Tiled starts",
+		d.Progress = &Note{ReasonRestoring, fmt.Sprintf("restoring the databases of %s from backup %s on %s (spec.backup.restoreFrom) before Tiled starts",
 			o.Instance, b.RestoreFrom, target)}
 	case j.Failed:
 		msg := tail(j.Message)
 		if msg == "" {
 			msg = "the restore Job failed without a message"
 		}
-		d.Stall = &[2]string{ReasonRestoreFailed, fmt.Sprintf(
+		d.Stall = &Note{ReasonRestoreFailed, fmt.Sprintf(
 			"TiledInstance %s: restoring spec.backup.restoreFrom=%s from %s failed (Job %s): %s; the databases were left as they were and Tiled is not started: "+
 				"name another backup (`kubectl tiled backups %s`), or remove spec.backup.restoreFrom to start with an empty catalog",
 			o.Instance, b.RestoreFrom, target, j.Name, msg, o.Spec.Name)}
@@ -278,17 +281,17 @@ func Restore(o RestoreObserved, recorded *v1alpha1.RestoreRecord) RestoreDecisio
 		if !j.StartTime.IsZero() && !j.CompletionTime.IsZero() {
 			rec.Seconds = int64(j.CompletionTime.Sub(j.StartTime).Round(time.Second) / time.Second)
 		}
-		event := [2]string{"Restored", ""}
+		event := Note{Reason: "Restored"}
 		r, err := ParseReport(j.Message)
 		switch {
 		case err == nil && r.Skipped != "":
 			rec.Backup, rec.Result = r.Skipped, ResultSkipped
-			event = [2]string{"RestoreSkipped", fmt.Sprintf("the databases of %s already hold a catalog: they are kept, backup %s was not restored", o.Instance, r.Skipped)}
+			event = Note{"RestoreSkipped", fmt.Sprintf("the databases of %s already hold a catalog: they are kept, backup %s was not restored", o.Instance, r.Skipped)}
 		case err == nil && r.Restored != "":
 			rec.Backup = r.Restored
-			event[1] = fmt.Sprintf("restored the databases of %s from backup %s on %s in %d s", o.Instance, r.Restored, target, rec.Seconds)
+			event.Message = fmt.Sprintf("restored the databases of %s from backup %s on %s in %d s", o.Instance, r.Restored, target, rec.Seconds)
 		default:
-			event[1] = fmt.Sprintf("restored the databases of %s from backup %s on %s", o.Instance, b.RestoreFrom, target)
+			event.Message = fmt.Sprintf("restored the databases of %s from backup %s on %s", o.Instance, b.RestoreFrom, target)
 		}
 		d.Lifecycle, d.Record, d.Event = nil, rec, &event
 	}

@@ -176,8 +176,8 @@ func TestRestore(t *testing.T) {
 		}(), nil, func(g Gomega, d RestoreDecision) {
 			g.Expect(d.Lifecycle).To(BeNil())
 			g.Expect(d.Record).To(Equal(&v1alpha1.RestoreRecord{Backup: "latest", Result: ResultSkipped, CompletionTime: metav1.NewTime(t0)}))
-			g.Expect(d.Event[0]).To(Equal("RestoreSkipped"))
-			g.Expect(d.Event[1]).To(ContainSubstring("already serves Tiled"))
+			g.Expect(d.Event.Reason).To(Equal("RestoreSkipped"))
+			g.Expect(d.Event.Message).To(ContainSubstring("already serves Tiled"))
 		}},
 		{"serving while the bootstrap Job exists (the cache ahead of the stop): the Job decides", func() RestoreObserved {
 			o := obs(restoring, &Job{Name: "j"})
@@ -189,8 +189,8 @@ func TestRestore(t *testing.T) {
 		}},
 		{"no Job yet: Tiled stopped, the step rendered, progress", obs(restoring, nil), nil, func(g Gomega, d RestoreDecision) {
 			g.Expect(d.Lifecycle).To(Equal(&render.Lifecycle{Stopped: true, Step: step, ToolsImage: "postgres:15"}))
-			g.Expect(d.Progress[0]).To(Equal(ReasonRestoring))
-			g.Expect(d.Progress[1]).To(ContainSubstring("from backup latest on " + target))
+			g.Expect(d.Progress.Reason).To(Equal(ReasonRestoring))
+			g.Expect(d.Progress.Message).To(ContainSubstring("from backup latest on " + target))
 			g.Expect(d.Stall).To(BeNil())
 			g.Expect(d.Record).To(BeNil())
 		}},
@@ -202,8 +202,8 @@ func TestRestore(t *testing.T) {
 			Message: "backup 20261203T023000Z is corrupt: catalog.dump: FAILED (SHA256SUMS does not match); nothing was restored"}), nil,
 			func(g Gomega, d RestoreDecision) {
 				g.Expect(d.Lifecycle.Stopped).To(BeTrue())
-				g.Expect(d.Stall[0]).To(Equal(ReasonRestoreFailed))
-				g.Expect(d.Stall[1]).To(And(ContainSubstring("TiledInstance b/chx"), ContainSubstring("spec.backup.restoreFrom=latest"),
+				g.Expect(d.Stall.Reason).To(Equal(ReasonRestoreFailed))
+				g.Expect(d.Stall.Message).To(And(ContainSubstring("TiledInstance b/chx"), ContainSubstring("spec.backup.restoreFrom=latest"),
 					ContainSubstring("is corrupt"), ContainSubstring("Tiled is not started")))
 				g.Expect(d.Record).To(BeNil())
 			}},
@@ -212,14 +212,14 @@ func TestRestore(t *testing.T) {
 			func(g Gomega, d RestoreDecision) {
 				g.Expect(d.Lifecycle).To(BeNil())
 				g.Expect(d.Record).To(Equal(&v1alpha1.RestoreRecord{Backup: "20261203T023000Z", Result: ResultRestored, CompletionTime: metav1.NewTime(t0), Seconds: 12}))
-				g.Expect(d.Event[0]).To(Equal("Restored"))
+				g.Expect(d.Event.Reason).To(Equal("Restored"))
 			}},
 		{"skipped: a database holding a catalog is kept, and that is recorded", obs(restoring, &Job{Name: "j", Complete: true, CompletionTime: t0,
 			Message: `{"skipped":"20261203T023000Z","tables":12}`}), nil,
 			func(g Gomega, d RestoreDecision) {
 				g.Expect(d.Record.Result).To(Equal(ResultSkipped))
-				g.Expect(d.Event[0]).To(Equal("RestoreSkipped"))
-				g.Expect(d.Event[1]).To(ContainSubstring("already hold a catalog"))
+				g.Expect(d.Event.Reason).To(Equal("RestoreSkipped"))
+				g.Expect(d.Event.Message).To(ContainSubstring("already hold a catalog"))
 			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -411,17 +411,7 @@ func (f *upgradeFixture) podOf(j *batchv1.Job) *corev1.Pod {
 func newRestoreFixture(t *testing.T, g Gomega, prefix, from string) *upgradeFixture {
 	ns := newNamespace(t, g, prefix)
 	f := &upgradeFixture{t: t, g: g, op: startOperator(t, ns), ns: ns, name: "solo"}
-	ti := &tiledv1alpha1.TiledInstance{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: f.name},
-		Spec: tiledv1alpha1.TiledInstanceSpec{InstanceTemplate: tiledv1alpha1.InstanceTemplate{
-			Tiled: &tiledv1alpha1.TiledServerSpec{Image: upgradeTo, Replicas: ptr.To[int32](upgradeReplicas)},
-			Storage: &tiledv1alpha1.StorageSpec{Data: &tiledv1alpha1.DataVolume{
-				Size: "5Gi", AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
-			}},
-			Database: &tiledv1alpha1.DatabaseSpec{Managed: &tiledv1alpha1.ManagedDatabase{Size: "1Gi"}},
-			Backup:   &tiledv1alpha1.BackupSpec{Claim: &tiledv1alpha1.BackupClaimTarget{ClaimName: backupClaim}, RestoreFrom: from},
-		}},
-	}
+	ti := soloInstance(ns, f.name, upgradeTo, &tiledv1alpha1.BackupSpec{Claim: &tiledv1alpha1.BackupClaimTarget{ClaimName: backupClaim}, RestoreFrom: from})
 	createAll(t, g, ti)
 	f.n = fleet.NamesOf(ti)
 	return f

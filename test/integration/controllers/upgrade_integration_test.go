@@ -64,16 +64,7 @@ type upgradeFixture struct {
 func newUpgradeFixture(t *testing.T, g Gomega, prefix string) *upgradeFixture {
 	ns := newNamespace(t, g, prefix)
 	f := &upgradeFixture{t: t, g: g, op: startOperator(t, ns), ns: ns, name: "solo"}
-	ti := &tiledv1alpha1.TiledInstance{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: f.name},
-		Spec: tiledv1alpha1.TiledInstanceSpec{InstanceTemplate: tiledv1alpha1.InstanceTemplate{
-			Tiled: &tiledv1alpha1.TiledServerSpec{Image: upgradeFrom, Replicas: ptr.To[int32](upgradeReplicas)},
-			Storage: &tiledv1alpha1.StorageSpec{Data: &tiledv1alpha1.DataVolume{
-				Size: "5Gi", AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
-			}},
-			Database: &tiledv1alpha1.DatabaseSpec{Managed: &tiledv1alpha1.ManagedDatabase{Size: "1Gi"}},
-		}},
-	}
+	ti := soloInstance(ns, f.name, upgradeFrom, nil)
 	createAll(t, g, ti)
 	f.n = fleet.NamesOf(ti)
 	g.Eventually(func(g Gomega) {
@@ -93,6 +84,22 @@ func newUpgradeFixture(t *testing.T, g Gomega, prefix string) *upgradeFixture {
 	condition(t, g, ns, f.name, controllers.ConditionReady, metav1.ConditionTrue, controllers.ReasonReady, upgradeWithin)
 	waitQuiet(t, f.op)
 	return f
+}
+
+// soloInstance is the fixtures' standalone instance ns/name: image, upgradeReplicas replicas on a
+// ReadWriteMany data claim, a managed database, and backup (nil: none).
+func soloInstance(ns, name, image string, backup *tiledv1alpha1.BackupSpec) *tiledv1alpha1.TiledInstance {
+	return &tiledv1alpha1.TiledInstance{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: tiledv1alpha1.TiledInstanceSpec{InstanceTemplate: tiledv1alpha1.InstanceTemplate{
+			Tiled: &tiledv1alpha1.TiledServerSpec{Image: image, Replicas: ptr.To[int32](upgradeReplicas)},
+			Storage: &tiledv1alpha1.StorageSpec{Data: &tiledv1alpha1.DataVolume{
+				Size: "5Gi", AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+			}},
+			Database: &tiledv1alpha1.DatabaseSpec{Managed: &tiledv1alpha1.ManagedDatabase{Size: "1Gi"}},
+			Backup:   backup,
+		}},
+	}
 }
 
 func (f *upgradeFixture) instance(g Gomega) *tiledv1alpha1.TiledInstance {
