@@ -26,6 +26,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apisv1alpha1.AllowedNFSExportApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("AuthSpec"):
 		return &apisv1alpha1.AuthSpecApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("AutoscalingSpec"):
+		return &apisv1alpha1.AutoscalingSpecApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("AvailableBackup"):
 		return &apisv1alpha1.AvailableBackupApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("BackupClaimTarget"):
@@ -40,6 +42,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apisv1alpha1.BackupSpecApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("BackupStatus"):
 		return &apisv1alpha1.BackupStatusApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("CacheSentinel"):
+		return &apisv1alpha1.CacheSentinelApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ClusterInstance"):
 		return &apisv1alpha1.ClusterInstanceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("DatabaseSpec"):
@@ -52,6 +56,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apisv1alpha1.EnvVarApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ExposeSpec"):
 		return &apisv1alpha1.ExposeSpecApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("ExternalCache"):
+		return &apisv1alpha1.ExternalCacheApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ExternalDatabase"):
 		return &apisv1alpha1.ExternalDatabaseApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("HeldInstance"):
@@ -64,6 +70,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apisv1alpha1.InstanceTemplateApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("LocalObjectReference"):
 		return &apisv1alpha1.LocalObjectReferenceApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("ManagedCache"):
+		return &apisv1alpha1.ManagedCacheApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ManagedDatabase"):
 		return &apisv1alpha1.ManagedDatabaseApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("MigrationRecord"):
@@ -92,6 +100,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apisv1alpha1.SingleUserAPIKeyApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("StorageSpec"):
 		return &apisv1alpha1.StorageSpecApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("StreamingSpec"):
+		return &apisv1alpha1.StreamingSpecApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("TiledCluster"):
 		return &apisv1alpha1.TiledClusterApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("TiledClusterSpec"):

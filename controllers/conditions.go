@@ -32,6 +32,10 @@ const (
 	// StatefulSet is ready); False names the pod and why. Instances on an external database do not
 	// carry it: the operator does not connect to their database.
 	ConditionDatabaseReady = "DatabaseReady"
+	// ConditionStreamingCacheReady says whether an instance's managed streaming cache answers (its
+	// StatefulSet is ready); False names the pod and why. Instances streaming through an external
+	// cache, or not streaming, do not carry it.
+	ConditionStreamingCacheReady = "StreamingCacheReady"
 )
 
 // Reasons.
@@ -67,6 +71,10 @@ const (
 	ReasonInstancesHeld = "InstancesHeld"
 	// ReasonDatabaseUnavailable: the managed PostgreSQL was ready and is not any more (an outage).
 	ReasonDatabaseUnavailable = "DatabaseUnavailable"
+	// ReasonStreamingCacheUnavailable: the managed streaming cache was ready and is not any more.
+	ReasonStreamingCacheUnavailable = "StreamingCacheUnavailable"
+	// ReasonWaitingForStreamingCache: the managed streaming cache is starting.
+	ReasonWaitingForStreamingCache = "WaitingForStreamingCache"
 	// Reasons from the pods' statuses (package podstatus): ImagePullBackOff, CrashLoopBackOff,
 	// ContainerConfigError, ProbeFailing, Unschedulable.
 	ReasonImagePull       = podstatus.ReasonImagePull

@@ -10,6 +10,7 @@ import (
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/controllers/podstatus"
 	"github.com/bluesky/tiled-operator/controllers/upgrade"
+	"github.com/bluesky/tiled-operator/render"
 )
 
 // observedInstance is what the instance controller saw after applying an instance's objects: its
@@ -35,9 +36,16 @@ type observedInstance struct {
 	Postgres        *appsv1.StatefulSet
 	PostgresApplied int64
 	PostgresPod     string
-	// ServerProblem and DatabaseProblem are podstatus.Diagnose's findings for the Tiled and
-	// database pods (nil: nothing wrong it can name).
-	ServerProblem, DatabaseProblem *podstatus.Problem
+	// Streaming is how the instance streams: off, through a managed cache or an external one.
+	Streaming streaming
+	// Cache is the managed streaming cache's StatefulSet from the cache (nil when not there yet),
+	// CacheApplied the generation its last apply produced, CachePod the pod named in messages.
+	Cache        *appsv1.StatefulSet
+	CacheApplied int64
+	CachePod     string
+	// ServerProblem, DatabaseProblem and CacheProblem are podstatus.Diagnose's findings for the
+	// Tiled, database and streaming cache pods (nil: nothing wrong it can name).
+	ServerProblem, DatabaseProblem, CacheProblem *podstatus.Problem
 	// IngressHostWithoutEnabled: spec.expose.ingress has a host but is not enabled.
 	IngressHostWithoutEnabled bool
 	// ExternalEdits describes fields of children that other writers manage ("" when none).
@@ -88,12 +96,22 @@ func instanceStatus(prev *tiledv1alpha1.TiledInstanceStatus, o observedInstance)
 		status.Database.CatalogRevision, status.Database.AuthRevision = r.Catalog.Rev(), r.Auth.Rev()
 	}
 
+	cacheReady := true
+	if o.Streaming == streamingManaged {
+		cacheReady = o.Cache != nil && statefulSetReadyAt(o.Cache, max(o.Cache.Generation, o.CacheApplied), 1)
+		setCacheCondition(status, gen, cacheReady, o.CacheProblem, o.CachePod)
+	} else {
+		removeCondition(&status.Conditions, ConditionStreamingCacheReady)
+	}
+
 	// A pod failure that will not mend by itself stalls the instance; everything was applied all the
 	// same, and nothing is deleted.
 	var stall *podstatus.Problem
 	switch {
 	case !dbReady && dbProblem != nil && dbProblem.Stalled:
 		stall = dbProblem
+	case !cacheReady && o.CacheProblem != nil && o.CacheProblem.Stalled:
+		stall = o.CacheProblem
 	case !serverReady && o.ServerProblem != nil && o.ServerProblem.Stalled:
 		stall = o.ServerProblem
 	}
@@ -107,6 +125,9 @@ func instanceStatus(prev *tiledv1alpha1.TiledInstanceStatus, o observedInstance)
 		setReconciling(&status.Conditions, gen, o.UpgradeProgress.Reason, o.UpgradeProgress.Message)
 	case !dbReady:
 		c := meta.FindStatusCondition(status.Conditions, ConditionDatabaseReady)
+		setReconciling(&status.Conditions, gen, c.Reason, c.Message)
+	case !cacheReady:
+		c := meta.FindStatusCondition(status.Conditions, ConditionStreamingCacheReady)
 		setReconciling(&status.Conditions, gen, c.Reason, c.Message)
 	case !serverReady:
 		reason, msg := ReasonWaitingForPods, fmt.Sprintf("%d of %d Tiled pods ready", status.ReadyReplicas, o.Replicas)
@@ -174,5 +195,47 @@ func setDatabaseCondition(status *tiledv1alpha1.TiledInstanceStatus, generation 
 	default:
 		setCondition(&status.Conditions, generation, ConditionDatabaseReady, metav1.ConditionFalse, ReasonWaitingForDatabase,
 			fmt.Sprintf("waiting for PostgreSQL pod %s to accept connections", pod))
+	}
+}
+
+// streaming is how an instance streams live data.
+type streaming int
+
+const (
+	streamingOff streaming = iota
+	streamingManaged
+	streamingExternal
+)
+
+// streamingMode is how the expanded instance streams.
+func streamingMode(ti *tiledv1alpha1.TiledInstance) streaming {
+	switch {
+	case render.ManagedCacheEnabled(ti):
+		return streamingManaged
+	case render.StreamingEnabled(ti):
+		return streamingExternal
+	}
+	return streamingOff
+}
+
+// setCacheCondition sets StreamingCacheReady for a managed streaming cache: True when its
+// StatefulSet is ready; otherwise False with what its pod's status says is wrong, or
+// StreamingCacheUnavailable when it was ready before (an outage: writes through Tiled fail, and
+// subscribers wait, until it is back), or WaitingForStreamingCache while it starts.
+func setCacheCondition(status *tiledv1alpha1.TiledInstanceStatus, generation int64, ready bool, problem *podstatus.Problem, pod string) {
+	prev := meta.FindStatusCondition(status.Conditions, ConditionStreamingCacheReady)
+	switch {
+	case ready:
+		setCondition(&status.Conditions, generation, ConditionStreamingCacheReady, metav1.ConditionTrue, ReasonReady,
+			fmt.Sprintf("streaming cache pod %s answers", pod))
+	case problem != nil:
+		setCondition(&status.Conditions, generation, ConditionStreamingCacheReady, metav1.ConditionFalse, problem.Reason,
+			"streaming cache: "+problem.Message)
+	case prev != nil && (prev.Status == metav1.ConditionTrue || prev.Reason == ReasonStreamingCacheUnavailable):
+		setCondition(&status.Conditions, generation, ConditionStreamingCacheReady, metav1.ConditionFalse, ReasonStreamingCacheUnavailable,
+			fmt.Sprintf("streaming cache pod %s is not ready: Tiled's writes fail and subscribers wait until it is back (they resume from their last sequence number)", pod))
+	default:
+		setCondition(&status.Conditions, generation, ConditionStreamingCacheReady, metav1.ConditionFalse, ReasonWaitingForStreamingCache,
+			fmt.Sprintf("waiting for streaming cache pod %s to answer", pod))
 	}
 }

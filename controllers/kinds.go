@@ -2,6 +2,7 @@ package controllers
 
 import (
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -24,7 +25,8 @@ func ServiceMonitorKind() *unstructured.Unstructured {
 
 // ChildKinds are the namespaced kinds the instance controller owns, watches (through a cache
 // restricted to objects labelled as managed by the operator) and prunes. The kinds whose content the
-// operator never reads — ConfigMaps, Services, claims, Ingresses, PodDisruptionBudgets: it needs
+// operator never reads — ConfigMaps, Services, claims, Ingresses, PodDisruptionBudgets,
+// HorizontalPodAutoscalers: it needs
 // their existence, owner, labels, intent annotation and managers — are watched and cached as
 // metadata only (metav1.PartialObjectMetadata); the StatefulSet (its status) and the
 // Secret (its generated keys) whole.
@@ -36,6 +38,7 @@ func ChildKinds() []client.Object {
 		&appsv1.StatefulSet{},
 		metadataOnly(networkingv1.SchemeGroupVersion.WithKind("Ingress")),
 		metadataOnly(policyv1.SchemeGroupVersion.WithKind("PodDisruptionBudget")),
+		metadataOnly(autoscalingv2.SchemeGroupVersion.WithKind("HorizontalPodAutoscaler")),
 		// The upgrade procedure's Jobs: their conditions say how a step ended.
 		&batchv1.Job{},
 		// The backup CronJob: the operator needs its existence and managers only.

@@ -178,20 +178,29 @@ func (s *instanceState) statefulSet(ctx context.Context, k applier.Key) *appsv1.
 
 // pods returns the instance's Tiled pods and database pods from the cache (the cache's own objects:
 // read only).
-func (s *instanceState) pods(ctx context.Context) (server, database []corev1.Pod, err error) {
+func (s *instanceState) pods(ctx context.Context) (instancePods, error) {
 	var list corev1.PodList
+	var out instancePods
 	if err := s.c.List(ctx, &list, client.InNamespace(s.ti.Namespace), client.MatchingFields{podInstanceIndex: s.ti.Name}, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, nil, err
+		return out, err
 	}
 	for _, p := range list.Items {
 		switch p.Labels[tiledv1alpha1.LabelAppComponent] {
 		case render.ComponentServer:
-			server = append(server, p)
+			out.server = append(out.server, p)
 		case render.ComponentDatabase:
-			database = append(database, p)
+			out.database = append(out.database, p)
+		case render.ComponentCache:
+			out.cache = append(out.cache, p)
 		}
 	}
-	return server, database, nil
+	return out, nil
+}
+
+// instancePods are an instance's pods by component: Tiled, the managed PostgreSQL, the managed
+// streaming cache.
+type instancePods struct {
+	server, database, cache []corev1.Pod
 }
 
 // stsKey is the key of the StatefulSet name in namespace.

@@ -20,6 +20,7 @@ import (
 	"github.com/bluesky/tiled-operator/controllers/podstatus"
 	"github.com/bluesky/tiled-operator/expansion"
 	"github.com/bluesky/tiled-operator/names"
+	"github.com/bluesky/tiled-operator/render"
 )
 
 // status computes the instance's status from what the cache shows after the apply — the
@@ -102,6 +103,7 @@ func (r *TiledInstanceReconciler) observed(ctx context.Context, cur *instanceSta
 		TiledApplied: rec.Applied[stsKey(ti.Namespace, n.Tiled)],
 		External:     in.external,
 		PostgresPod:  n.Postgres + "-0", PostgresApplied: rec.Applied[stsKey(ti.Namespace, n.Postgres)],
+		Streaming: streamingMode(spec), CachePod: n.Cache + "-0", CacheApplied: rec.Applied[stsKey(ti.Namespace, n.Cache)],
 		IngressHostWithoutEnabled: expansion.IngressHostWithoutEnabled(&spec.Spec.InstanceTemplate),
 		ExternalEdits:             r.externalEdits(ctx, cur, rec.Applied),
 	}
@@ -119,10 +121,19 @@ func (r *TiledInstanceReconciler) observed(ctx context.Context, cur *instanceSta
 	}
 	obs.UpgradeStall, obs.UpgradeProgress = in.upgrade.Stall, in.upgrade.Progress
 	obs.Tiled = cur.statefulSet(ctx, stsKey(ti.Namespace, n.Tiled))
-	serverPods, dbPods, err := cur.pods(ctx)
+	if render.Autoscaled(spec) && (in.upgrade.Lifecycle == nil || !in.upgrade.Lifecycle.Stopped) {
+		// The autoscaler sets the replicas: the StatefulSet's are the ones to wait for.
+		lo, _ := render.AutoscalingBounds(spec)
+		obs.Replicas = lo
+		if obs.Tiled != nil && obs.Tiled.Spec.Replicas != nil {
+			obs.Replicas = *obs.Tiled.Spec.Replicas
+		}
+	}
+	pods, err := cur.pods(ctx)
 	if err != nil {
 		return obs, 0, err
 	}
+	serverPods, dbPods := pods.server, pods.database
 	obs.Revisions = reportOf(serverPods)
 	grace := r.ProbeGrace
 	if grace == 0 {
@@ -137,6 +148,14 @@ func (r *TiledInstanceReconciler) observed(ctx context.Context, cur *instanceSta
 		obs.DatabaseProblem, dbRecheck = podstatus.Diagnose(dbPods, now, grace)
 		if dbRecheck > 0 && (recheck == 0 || dbRecheck < recheck) {
 			recheck = dbRecheck
+		}
+	}
+	if obs.Streaming == streamingManaged {
+		obs.Cache = cur.statefulSet(ctx, stsKey(ti.Namespace, n.Cache))
+		var cacheRecheck time.Duration
+		obs.CacheProblem, cacheRecheck = podstatus.Diagnose(pods.cache, now, grace)
+		if cacheRecheck > 0 && (recheck == 0 || cacheRecheck < recheck) {
+			recheck = cacheRecheck
 		}
 	}
 	return obs, recheck, nil

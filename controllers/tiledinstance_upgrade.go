@@ -67,11 +67,11 @@ func (r *TiledInstanceReconciler) upgrade(ctx context.Context, cur *instanceStat
 	if o.Upgrade != nil {
 		// What a step waits for: the Tiled pods gone (Stopping), the step's Job. An instance with
 		// no upgrade under way reads neither.
-		server, _, err := cur.pods(ctx)
+		pods, err := cur.pods(ctx)
 		if err != nil {
 			return upgrade.Decision{}, err
 		}
-		o.ServerPods = len(server)
+		o.ServerPods = len(pods.server)
 		if step := upgrade.CurrentStep(o.Upgrade); step != nil {
 			if o.Job, err = cur.job(ctx, step.JobName(spec, in.render)); err != nil {
 				return upgrade.Decision{}, err

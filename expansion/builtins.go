@@ -18,13 +18,17 @@ const TiledImage = "ghcr.io/bluesky/tiled:" + TiledVersion
 // PostgresImage is the default image of a managed database.
 const PostgresImage = "postgres:16"
 
+// CacheImage is the default image of a managed streaming cache: Valkey, the BSD-licensed
+// continuation of Redis, whose images also provide the redis-server and redis-cli the cache runs.
+const CacheImage = "valkey/valkey:8.1"
+
 // DefaultUID is the uid, gid and fsGroup the Tiled pods run as unless a layer sets
 // spec.tiled.runAsUser, runAsGroup or fsGroup (the managed PostgreSQL always runs as it).
 const DefaultUID int64 = 999
 
 // BuiltinsVersion names the set of built-in defaults below. It changes whenever a default changes,
 // so that a cluster's expansion can say which defaults it used.
-const BuiltinsVersion = "2026.11.2"
+const BuiltinsVersion = "2026.12.1"
 
 // Builtins is the lowest layer of every expansion: the operator's own defaults, versioned.
 type Builtins struct {
@@ -37,7 +41,7 @@ type Builtins struct {
 // DefaultBuiltins returns the operator's built-in defaults at BuiltinsVersion: a small, secure
 // Tiled (one replica running as uid and gid 999, single-user API key, no anonymous access) on a
 // 10Gi ReadWriteOnce volume of the cluster's default storage class, with a managed PostgreSQL
-// database and a ClusterIP Service. Each call returns a fresh copy.
+// database, a managed streaming cache, and a ClusterIP Service. Each call returns a fresh copy.
 func DefaultBuiltins() Builtins {
 	q := resource.MustParse
 	return Builtins{
@@ -47,6 +51,13 @@ func DefaultBuiltins() Builtins {
 				Image:           TiledImage,
 				ImagePullPolicy: corev1.PullIfNotPresent,
 				Replicas:        ptr.To[int32](1),
+				Autoscaling: &v1alpha1.AutoscalingSpec{
+					Enabled:                        ptr.To(false),
+					MinReplicas:                    ptr.To[int32](1),
+					MaxReplicas:                    ptr.To[int32](3),
+					TargetCPUUtilizationPercentage: ptr.To[int32](70),
+					ScaleDownStabilizationSeconds:  ptr.To[int32](300),
+				},
 				RunAsUser:       ptr.To(DefaultUID),
 				RunAsGroup:      ptr.To(DefaultUID),
 				FSGroup:         ptr.To(DefaultUID),
@@ -82,6 +93,18 @@ func DefaultBuiltins() Builtins {
 			Monitoring: &v1alpha1.MonitoringSpec{
 				ServiceMonitor: ptr.To(false),
 				Interval:       "30s",
+			},
+			Streaming: &v1alpha1.StreamingSpec{
+				Enabled: ptr.To(true),
+				Managed: &v1alpha1.ManagedCache{
+					Image: CacheImage,
+					Resources: &corev1.ResourceRequirements{
+						Requests: corev1.ResourceList{corev1.ResourceCPU: q("50m"), corev1.ResourceMemory: q("64Mi")},
+						Limits:   corev1.ResourceList{corev1.ResourceMemory: q("256Mi")},
+					},
+				},
+				DataTTLSeconds:     ptr.To[int32](3600),
+				SequenceTTLSeconds: ptr.To[int32](2592000),
 			},
 		},
 	}

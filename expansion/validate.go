@@ -105,6 +105,9 @@ func validateTemplate(root *field.Path, t *v1alpha1.InstanceTemplate, complete b
 	if t.Backup != nil {
 		v.backupSchedule(root.Child("backup", "schedule"), t.Backup.Schedule)
 	}
+	if t.Streaming != nil {
+		v.streaming(root.Child("streaming"), t)
+	}
 	if complete {
 		v.replicas(root, t)
 	}
@@ -827,33 +830,9 @@ func configKeyPath(p *field.Path, k string) *field.Path {
 // On one layer, the release is the one the layer itself names by its image or its version, since
 // it says which Tiled its settings are for; a layer that names none is checked once expanded.
 func (v *validator) configForVersion(p *field.Path, t *v1alpha1.InstanceTemplate, frag map[string]any) {
-	image, stated := "", ""
-	if t.Tiled != nil {
-		image, stated = t.Tiled.Image, t.Tiled.Version
-	}
-	if v.complete && image == "" {
-		image = TiledImage
-	}
-	if image == "" && stated == "" {
+	version, source, ok := v.release(t)
+	if !ok {
 		return
-	}
-	version, known := tiledversion.Of(image, stated)
-	if !known && !v.complete {
-		return
-	}
-	if _, err := tiledversion.Parse(version); err != nil {
-		return // spec.tiled.version is refused itself (tiledVersion)
-	}
-	var source string
-	switch {
-	case !known:
-		source = fmt.Sprintf("assumed: image %s does not say its release; set spec.tiled.version", image)
-	case stated != "" && image != "":
-		source = fmt.Sprintf("image %s, spec.tiled.version", image)
-	case stated != "":
-		source = "spec.tiled.version"
-	default:
-		source = "image " + image
 	}
 	tiled := p.Root().Child("tiled")
 	unknown := render.UnknownConfigKeysFor("", frag)
@@ -864,6 +843,66 @@ func (v *validator) configForVersion(p *field.Path, t *v1alpha1.InstanceTemplate
 		why, _ := tiledversion.Lacking(version, k)
 		v.addRelated(&field.Error{Type: field.ErrorTypeNotSupported, Field: configKeyPath(p, k).String(), BadValue: field.OmitValueType{},
 			Detail: fmt.Sprintf("Tiled %s (%s) has no configuration key %s (%s)", version, source, k, why)},
+			tiled.Child("image").String(), tiled.Child("version").String())
+	}
+}
+
+// release is the Tiled release the template's settings are checked against, and where it comes
+// from (see configForVersion); ok is false when there is none to check against yet.
+func (v *validator) release(t *v1alpha1.InstanceTemplate) (version, source string, ok bool) {
+	image, stated := "", ""
+	if t.Tiled != nil {
+		image, stated = t.Tiled.Image, t.Tiled.Version
+	}
+	if v.complete && image == "" {
+		image = TiledImage
+	}
+	if image == "" && stated == "" {
+		return "", "", false
+	}
+	version, known := tiledversion.Of(image, stated)
+	if !known && !v.complete {
+		return "", "", false
+	}
+	if _, err := tiledversion.Parse(version); err != nil {
+		return "", "", false // spec.tiled.version is refused itself (tiledVersion)
+	}
+	switch {
+	case !known:
+		source = fmt.Sprintf("assumed: image %s does not say its release; set spec.tiled.version", image)
+	case stated != "" && image != "":
+		source = fmt.Sprintf("image %s, spec.tiled.version", image)
+	case stated != "":
+		source = "spec.tiled.version"
+	default:
+		source = "image " + image
+	}
+	return version, source, true
+}
+
+// streaming checks spec.streaming (at p): the managed cache's image, resources and placement, and
+// that the Tiled release the instance runs can use a Redis Sentinel deployment (from 0.2.15).
+func (v *validator) streaming(p *field.Path, t *v1alpha1.InstanceTemplate) {
+	s := t.Streaming
+	if m := s.Managed; m != nil {
+		if m.Image != "" {
+			v.image(p.Child("managed", "image"), m.Image)
+		}
+		v.resources(p.Child("managed", "resources"), m.Resources)
+		v.labels(p.Child("managed", "nodeSelector"), m.NodeSelector)
+		v.tolerations(p.Child("managed", "tolerations"), m.Tolerations)
+	}
+	if s.External == nil || s.External.Sentinel == nil || (s.Enabled != nil && !*s.Enabled) {
+		return
+	}
+	version, source, ok := v.release(t)
+	if !ok {
+		return
+	}
+	if why, lacks := tiledversion.Lacking(version, "streaming_cache.sentinels"); lacks {
+		tiled := p.Root().Child("tiled")
+		v.addRelated(&field.Error{Type: field.ErrorTypeNotSupported, Field: p.Child("external", "sentinel").String(), BadValue: field.OmitValueType{},
+			Detail: fmt.Sprintf("Tiled %s (%s) cannot use Redis Sentinel (%s): use external.uriSecretRef, or a newer Tiled", version, source, why)},
 			tiled.Child("image").String(), tiled.Child("version").String())
 	}
 }
@@ -896,9 +935,23 @@ func (v *validator) backupSchedule(p *field.Path, schedule string) {
 	}
 }
 
-// replicas refuses more than one Tiled pod on one claim that only one node can mount.
+// replicas refuses more than one Tiled pod on one claim that only one node can mount: replicas
+// above one, or an autoscaler whose maximum is.
 func (v *validator) replicas(root *field.Path, t *v1alpha1.InstanceTemplate) {
-	if t.Tiled == nil || t.Tiled.Replicas == nil || *t.Tiled.Replicas <= 1 || t.Storage == nil || t.Storage.Data == nil {
+	if t.Tiled == nil || t.Storage == nil || t.Storage.Data == nil {
+		return
+	}
+	path, count := root.Child("tiled", "replicas"), int32(1)
+	if t.Tiled.Replicas != nil {
+		count = *t.Tiled.Replicas
+	}
+	if a := t.Tiled.Autoscaling; a != nil && a.Enabled != nil && *a.Enabled {
+		path, count = root.Child("tiled", "autoscaling", "maxReplicas"), 3
+		if a.MaxReplicas != nil {
+			count = *a.MaxReplicas
+		}
+	}
+	if count <= 1 {
 		return
 	}
 	d := t.Storage.Data
@@ -910,9 +963,9 @@ func (v *validator) replicas(root *field.Path, t *v1alpha1.InstanceTemplate) {
 		modes = []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}
 	}
 	if !slices.Contains(modes, corev1.ReadWriteMany) {
-		v.addRelated(field.Invalid(root.Child("tiled", "replicas"), *t.Tiled.Replicas,
+		v.addRelated(field.Invalid(path, count,
 			fmt.Sprintf("%d replicas share one data claim with access modes %v, which pods on different nodes cannot mount together: use storage.data.accessModes [ReadWriteMany] (on a storage class that supports it) or NFS, or one replica",
-				*t.Tiled.Replicas, modes)), root.Child("storage", "data", "accessModes").String())
+				count, modes)), root.Child("storage", "data", "accessModes").String())
 	}
 }
 

@@ -121,6 +121,8 @@ type Objects struct {
 	// BackupClaim is the claim the instance's backups are written to (the upgrade's backup before a
 	// migration); created at the first upgrade.
 	BackupClaim string
+	// Cache is the managed streaming cache's StatefulSet and its Service.
+	Cache string
 	// BackupCronJob takes the scheduled backups; its Jobs (and the on-demand ones `kubectl tiled
 	// backup` creates from it) are named after it.
 	BackupCronJob string
@@ -151,6 +153,7 @@ func For(namespace, name string) Objects {
 		DatabaseClaim:   Object(b, "postgres-data", MaxObjectNameLength),
 		BackupClaim:     Object(b, "backups", MaxObjectNameLength),
 		BackupCronJob:   Object(b, "backup", MaxCronJobNameLength),
+		Cache:           Object(b, "cache", MaxStatefulSetNameLength),
 	}
 }
 

@@ -59,6 +59,11 @@ const (
 	EnvCatalogURI       = "CATALOG_DATABASE_URI"
 	EnvStorageURI       = "STORAGE_DATABASE_URI"
 	EnvAuthURI          = "AUTH_DATABASE_URI"
+	// EnvStreamingCachePassword holds the streaming cache's password (the managed cache's, or an
+	// external Sentinel deployment's); config.yml references it, so that it is in no ConfigMap.
+	EnvStreamingCachePassword = "STREAMING_CACHE_PASSWORD"
+	// EnvStreamingCacheURI holds an external cache's URI, password included.
+	EnvStreamingCacheURI = "STREAMING_CACHE_URI"
 )
 
 // Keys of the external database Secret (ExternalDatabase.URISecretRef). The catalog URI is under the
@@ -77,6 +82,9 @@ type Inputs struct {
 	// DatabaseAddress overrides host:port of the managed PostgreSQL (the conformance suite points it
 	// at a local server). Empty means the managed Service's in-cluster DNS name.
 	DatabaseAddress string
+	// CacheAddress overrides host:port of the managed streaming cache (the conformance suite points it
+	// at a local server). Empty means the cache Service's in-cluster DNS name.
+	CacheAddress string
 	// DataPath overrides where writable data lives (the conformance suite uses a temporary
 	// directory). Empty means DataPath.
 	DataPath string
@@ -231,6 +239,9 @@ func Config(ti *v1alpha1.TiledInstance, in Inputs) (map[string]any, error) {
 		"catalog_max_overflow": 10,
 		"storage_pool_size":    5,
 		"storage_max_overflow": 10,
+	}
+	if sc := streamingCacheConfig(ti, in); sc != nil {
+		cfg["streaming_cache"] = sc
 	}
 	if modeOf(ti) == authOIDC {
 		o := ti.Spec.Auth.OIDC

@@ -52,6 +52,13 @@ func TestConfigEmitsOnlyKeysEveryReleaseKnows(t *testing.T) {
 				ti.Spec.Config = nil
 				cfg, err := Config(ti, f.in)
 				g.Expect(err).NotTo(HaveOccurred())
+				if s := ti.Spec.Streaming; s != nil && s.External != nil && s.External.Sentinel != nil && tiledversion.Lacks(v, "streaming_cache.sentinels") {
+					// Redis Sentinel came in 0.2.15: admission refuses spec.streaming.external.sentinel
+					// on an older release (expansion's streaming check), so these keys never reach it.
+					g.Expect(UnknownConfigKeysFor(v, cfg)).To(ConsistOf("streaming_cache.password", "streaming_cache.sentinels",
+						"streaming_cache.service_name", "streaming_cache.ssl"))
+					return
+				}
 				g.Expect(UnknownConfigKeysFor(v, cfg)).To(BeEmpty())
 			})
 		}

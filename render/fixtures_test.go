@@ -47,6 +47,14 @@ func baseInstance(name string) *v1alpha1.TiledInstance {
 				Ingress: &v1alpha1.IngressSpec{Enabled: ptr.To(false)},
 			},
 			Monitoring: &v1alpha1.MonitoringSpec{ServiceMonitor: ptr.To(false), Interval: "30s"},
+			Streaming: &v1alpha1.StreamingSpec{
+				Enabled: ptr.To(true),
+				Managed: &v1alpha1.ManagedCache{Image: "valkey/valkey:8.1", Resources: &corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+					Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")},
+				}},
+				DataTTLSeconds: ptr.To[int32](3600), SequenceTTLSeconds: ptr.To[int32](2592000),
+			},
 		}},
 	}
 }
@@ -80,6 +88,17 @@ func oidcExternal() *v1alpha1.TiledInstance {
 		{Name: "S3_KEY", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: "s3"}, Key: "key"}}},
 	}
 	ti.Spec.Config = &apiextensionsv1.JSON{Raw: []byte(`{"response_bytesize_limit": 500000000, "uvicorn": {"proxy_headers": true}}`)}
+	// The facility's Redis Sentinel deployment, over TLS, with a password; updates kept ten minutes.
+	ti.Spec.Streaming = &v1alpha1.StreamingSpec{
+		Enabled: ptr.To(true),
+		External: &v1alpha1.ExternalCache{Sentinel: &v1alpha1.CacheSentinel{
+			Addresses:         []string{"sentinel-0.redis:26379", "sentinel-1.redis:26379", "sentinel-2.redis:26379"},
+			ServiceName:       "tiled",
+			PasswordSecretRef: &v1alpha1.SecretKeyRef{Name: "redis-sentinel"},
+			TLS:               ptr.To(true),
+		}},
+		DataTTLSeconds: ptr.To[int32](600),
+	}
 	return ti
 }
 
@@ -89,6 +108,11 @@ func oidcExternal() *v1alpha1.TiledInstance {
 func nfsScaled() *v1alpha1.TiledInstance {
 	ti := baseInstance("chx")
 	ti.Spec.Tiled.Replicas = ptr.To[int32](3)
+	// An autoscaler between 2 and 6 pods (replicas is left to it), the cache placed like the database.
+	ti.Spec.Tiled.Autoscaling = &v1alpha1.AutoscalingSpec{Enabled: ptr.To(true), MinReplicas: ptr.To[int32](2), MaxReplicas: ptr.To[int32](6),
+		TargetCPUUtilizationPercentage: ptr.To[int32](60), ScaleDownStabilizationSeconds: ptr.To[int32](120)}
+	ti.Spec.Streaming.Managed.NodeSelector = map[string]string{"nsls2.bnl.gov/disk": "ssd"}
+	ti.Spec.Streaming.Managed.ImagePullSecrets = []v1alpha1.LocalObjectReference{{Name: "nsls2-registry"}}
 	ti.Spec.Tiled.NodeSelector = map[string]string{"nsls2.bnl.gov/pool": "tiled"}
 	ti.Spec.Tiled.Tolerations = []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "tiled", Effect: corev1.TaintEffectNoSchedule}}
 	ti.Spec.Tiled.PodAnnotations = map[string]string{"example.org/team": "data"}
@@ -132,6 +156,8 @@ func existingClaim() *v1alpha1.TiledInstance {
 	ti.Spec.Auth.SingleUserAPIKey.SecretRef = &v1alpha1.SecretKeyRef{Name: "iss-api-key", Key: "key"}
 	ti.Spec.Expose.Service = &v1alpha1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Annotations: map[string]string{"metallb.universe.tf/allow-shared-ip": "tiled"}}
 	ti.Spec.Monitoring = &v1alpha1.MonitoringSpec{ServiceMonitor: ptr.To(true)}
+	// Streaming off: no cache, no streaming_cache in config.yml, no password.
+	ti.Spec.Streaming.Enabled = ptr.To(false)
 	return ti
 }
 
@@ -142,9 +168,10 @@ type fixture struct {
 }
 
 var secretData = map[string][]byte{
-	SecretKeyAPIKey:           []byte("golden0api0key"),
-	SecretKeySecretKeys:       []byte(`["golden0signing0key"]`),
-	SecretKeyDatabasePassword: []byte("golden0password"),
+	SecretKeyAPIKey:                 []byte("golden0api0key"),
+	SecretKeySecretKeys:             []byte(`["golden0signing0key"]`),
+	SecretKeyDatabasePassword:       []byte("golden0password"),
+	SecretKeyStreamingCachePassword: []byte("golden0cache0password"),
 }
 
 func fixtures() []fixture {
@@ -190,6 +217,9 @@ func podTemplates(g Gomega, o *Objects) map[string]corev1.PodTemplateSpec {
 	conv("tiled", o.StatefulSet.Spec.Template)
 	if o.Postgres != nil {
 		conv("postgres", o.Postgres.Spec.Template)
+	}
+	if o.Cache != nil {
+		conv("cache", o.Cache.Spec.Template)
 	}
 	return out
 }

@@ -10,6 +10,8 @@ const (
 	ComponentDatabase = "database"
 	ComponentData     = "data"
 	ComponentBackups  = "backups"
+	// ComponentCache labels the managed streaming cache.
+	ComponentCache = "cache"
 	// ComponentJob labels the Jobs (and their pods) of the upgrade procedure's steps.
 	ComponentJob = "lifecycle"
 )

@@ -208,6 +208,7 @@ func TestLifecycleStatefulSet(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
 			ti := nfsScaled() // three replicas
+			ti.Spec.Tiled.Autoscaling = nil
 			g.Expect(ti.Spec.Tiled.Image).To(Equal(newImage))
 			o, err := Render(ti, Inputs{SecretData: secretData, Lifecycle: tc.l})
 			g.Expect(err).NotTo(HaveOccurred())

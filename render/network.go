@@ -95,7 +95,7 @@ func Ingress(ti *v1alpha1.TiledInstance, in Inputs) *networkingv1ac.IngressApply
 
 // PodDisruptionBudget returns a PDB allowing one Tiled pod down at a time when replicas > 1, else nil.
 func PodDisruptionBudget(ti *v1alpha1.TiledInstance, in Inputs) *policyv1ac.PodDisruptionBudgetApplyConfiguration {
-	if replicas(ti) <= 1 {
+	if MaxReplicas(ti) <= 1 {
 		return nil
 	}
 	n := in.names(ti)

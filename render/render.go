@@ -5,6 +5,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
+	autoscalingv2ac "k8s.io/client-go/applyconfigurations/autoscaling/v2"
 	batchv1ac "k8s.io/client-go/applyconfigurations/batch/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	networkingv1ac "k8s.io/client-go/applyconfigurations/networking/v1"
@@ -25,16 +26,19 @@ type Objects struct {
 	StatefulSet     *appsv1ac.StatefulSetApplyConfiguration
 	Service         *corev1ac.ServiceApplyConfiguration
 	HeadlessService *corev1ac.ServiceApplyConfiguration
-	Ingress         *networkingv1ac.IngressApplyConfiguration           // nil unless enabled
-	PDB             *policyv1ac.PodDisruptionBudgetApplyConfiguration   // nil unless replicas > 1
-	Volumes         []Volume                                            // NFS PersistentVolumes and claims
-	Claims          []*corev1ac.PersistentVolumeClaimApplyConfiguration // data and database claims (retention-bound)
-	PostgresInit    *corev1ac.ConfigMapApplyConfiguration               // nil for an external database
-	PostgresService *corev1ac.ServiceApplyConfiguration                 // nil for an external database
-	Postgres        *appsv1ac.StatefulSetApplyConfiguration             // nil for an external database
-	ServiceMonitor  *unstructured.Unstructured                          // nil unless asked for and possible
-	Job             *batchv1ac.JobApplyConfiguration                    // the upgrade step's Job, nil when none
-	BackupCronJob   *batchv1ac.CronJobApplyConfiguration                // nil without spec.backup's target
+	Ingress         *networkingv1ac.IngressApplyConfiguration                  // nil unless enabled
+	PDB             *policyv1ac.PodDisruptionBudgetApplyConfiguration          // nil unless replicas > 1
+	Volumes         []Volume                                                   // NFS PersistentVolumes and claims
+	Claims          []*corev1ac.PersistentVolumeClaimApplyConfiguration        // data and database claims (retention-bound)
+	PostgresInit    *corev1ac.ConfigMapApplyConfiguration                      // nil for an external database
+	PostgresService *corev1ac.ServiceApplyConfiguration                        // nil for an external database
+	Postgres        *appsv1ac.StatefulSetApplyConfiguration                    // nil for an external database
+	ServiceMonitor  *unstructured.Unstructured                                 // nil unless asked for and possible
+	Job             *batchv1ac.JobApplyConfiguration                           // the upgrade step's Job, nil when none
+	BackupCronJob   *batchv1ac.CronJobApplyConfiguration                       // nil without spec.backup's target
+	CacheService    *corev1ac.ServiceApplyConfiguration                        // nil without a managed streaming cache
+	Cache           *appsv1ac.StatefulSetApplyConfiguration                    // nil without a managed streaming cache
+	HPA             *autoscalingv2ac.HorizontalPodAutoscalerApplyConfiguration // nil unless autoscaling
 }
 
 // Render renders every object of the instance. The Secret holds in.SecretData as given: callers
@@ -66,6 +70,8 @@ func Render(ti *v1alpha1.TiledInstance, in Inputs) (*Objects, error) {
 		ServiceMonitor:  ServiceMonitor(ti, in),
 	}
 	o.PostgresInit, o.PostgresService, o.Postgres = Postgres(ti, in)
+	o.CacheService, o.Cache = StreamingCache(ti, in)
+	o.HPA = HorizontalPodAutoscaler(ti, in)
 	if o.Job, err = LifecycleJob(ti, in); err != nil {
 		return nil, err
 	}
@@ -97,11 +103,14 @@ func (o *Objects) All() []any {
 	add(o.PostgresInit, o.PostgresInit == nil)
 	add(o.PostgresService, o.PostgresService == nil)
 	add(o.Postgres, o.Postgres == nil)
+	add(o.CacheService, o.CacheService == nil)
+	add(o.Cache, o.Cache == nil)
 	add(o.HeadlessService, o.HeadlessService == nil)
 	add(o.Service, o.Service == nil)
 	add(o.StatefulSet, o.StatefulSet == nil)
 	add(o.Ingress, o.Ingress == nil)
 	add(o.PDB, o.PDB == nil)
+	add(o.HPA, o.HPA == nil)
 	if o.ServiceMonitor != nil {
 		add(o.ServiceMonitor, false)
 	}

@@ -18,6 +18,9 @@ const (
 	SecretKeyAPIKey           = EnvAPIKey
 	SecretKeySecretKeys       = EnvSecretKeys
 	SecretKeyDatabasePassword = "DATABASE_PASSWORD"
+	// SecretKeyStreamingCachePassword is the managed streaming cache's password; it feeds the
+	// variable of the same name in the cache and Tiled containers.
+	SecretKeyStreamingCachePassword = EnvStreamingCachePassword
 )
 
 const alphanumeric = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
@@ -30,7 +33,8 @@ const (
 )
 
 // SecretKeys returns the keys the instance's Secret must hold, sorted: the single-user API key
-// (unless taken from another Secret), the token signing keys, and the managed database's password.
+// (unless taken from another Secret), the token signing keys, the managed database's password and
+// the managed streaming cache's password.
 func SecretKeys(ti *v1alpha1.TiledInstance) []string {
 	var keys []string
 	if modeOf(ti) == authSingleUser && !apiKeyFromRef(ti) {
@@ -38,6 +42,9 @@ func SecretKeys(ti *v1alpha1.TiledInstance) []string {
 	}
 	if db := ti.Spec.Database; db != nil && db.Managed != nil {
 		keys = append(keys, SecretKeyDatabasePassword)
+	}
+	if managedCache(ti) != nil {
+		keys = append(keys, SecretKeyStreamingCachePassword)
 	}
 	keys = append(keys, SecretKeySecretKeys)
 	slices.Sort(keys)
@@ -64,7 +71,7 @@ func GenerateSecretData(ti *v1alpha1.TiledInstance, existing map[string][]byte, 
 		switch k {
 		case SecretKeyAPIKey:
 			v, err = randomString(random, apiKeyLength)
-		case SecretKeyDatabasePassword:
+		case SecretKeyDatabasePassword, SecretKeyStreamingCachePassword:
 			v, err = randomString(random, passwordLength)
 		case SecretKeySecretKeys:
 			var s string

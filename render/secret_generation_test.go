@@ -16,9 +16,11 @@ func TestSecretGenerationNeverOverwrites(t *testing.T) {
 	existing := map[string][]byte{}
 	gen, err := GenerateSecretData(ti, existing, rng)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(gen).To(HaveLen(3))
+	g.Expect(gen).To(HaveLen(4))
 	g.Expect(string(gen[SecretKeyAPIKey])).To(MatchRegexp(`^[A-Za-z0-9]{48}$`))
 	g.Expect(string(gen[SecretKeyDatabasePassword])).To(MatchRegexp(`^[A-Za-z0-9]{32}$`))
+	g.Expect(string(gen[SecretKeyStreamingCachePassword])).To(MatchRegexp(`^[A-Za-z0-9]{32}$`))
+	g.Expect(gen[SecretKeyStreamingCachePassword]).NotTo(Equal(gen[SecretKeyDatabasePassword]))
 	var keys []string
 	g.Expect(json.Unmarshal(gen[SecretKeySecretKeys], &keys)).To(Succeed())
 	g.Expect(keys).To(HaveLen(1))

@@ -12,6 +12,8 @@ import (
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 
+	"k8s.io/utils/ptr"
+
 	v1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/names"
 )
@@ -207,6 +209,7 @@ func tiledEnv(ti *v1alpha1.TiledInstance, n names.Objects, in Inputs) []*corev1a
 			}
 		}
 	}
+	env = append(env, cacheEnv(ti, n)...)
 	reserved := map[string]bool{}
 	for _, e := range env {
 		reserved[*e.Name] = true
@@ -289,12 +292,15 @@ func healthProbe(period, failures int32) *corev1ac.ProbeApplyConfiguration {
 }
 
 // servingReplicas is the Tiled StatefulSet's replicas: none while the upgrade procedure has Tiled
-// stopped, else the spec's.
-func servingReplicas(ti *v1alpha1.TiledInstance, in Inputs) int32 {
+// stopped; else the spec's, or nil while an autoscaler sets them (the field is then left to it).
+func servingReplicas(ti *v1alpha1.TiledInstance, in Inputs) *int32 {
 	if stopped(in) {
-		return 0
+		return ptr.To[int32](0)
 	}
-	return replicas(ti)
+	if Autoscaled(ti) {
+		return nil
+	}
+	return ptr.To(replicas(ti))
 }
 
 func replicas(ti *v1alpha1.TiledInstance) int32 {
@@ -302,6 +308,15 @@ func replicas(ti *v1alpha1.TiledInstance) int32 {
 		return *t.Replicas
 	}
 	return 1
+}
+
+// MaxReplicas is the most Tiled pods the instance runs: the autoscaler's maximum, or the replicas.
+func MaxReplicas(ti *v1alpha1.TiledInstance) int32 {
+	if Autoscaled(ti) {
+		_, hi := AutoscalingBounds(ti)
+		return hi
+	}
+	return replicas(ti)
 }
 
 // Retained reports whether the instance's data and database claims outlive it (the Retain policy,
@@ -416,9 +431,11 @@ func StatefulSet(ti *v1alpha1.TiledInstance, in Inputs, configHash string) (*app
 		return nil, err
 	}
 
-	spec := appsv1ac.StatefulSetSpec().
-		WithReplicas(servingReplicas(ti, in)).
-		WithServiceName(n.HeadlessService).
+	spec := appsv1ac.StatefulSetSpec()
+	if r := servingReplicas(ti, in); r != nil {
+		spec.WithReplicas(*r)
+	}
+	spec.WithServiceName(n.HeadlessService).
 		WithPodManagementPolicy(appsv1.ParallelPodManagement).
 		WithSelector(metav1ac.LabelSelector().WithMatchLabels(SelectorLabels(ti, ComponentServer))).
 		WithTemplate(corev1ac.PodTemplateSpec().

@@ -45,6 +45,14 @@ type InstanceTemplate struct {
 	// +optional
 	Backup *BackupSpec `json:"backup,omitempty"`
 
+	// Streaming configures the streaming cache through which Tiled serves live data: websocket
+	// subscriptions to arrays, tables and containers written during a scan. Every Tiled replica of an
+	// instance publishes to and subscribes through the same cache, so replicas and autoscaling need
+	// it too. By default (built-in) the operator runs a Redis-protocol cache beside each instance; a
+	// profile may name an external one instead, or turn streaming off.
+	// +optional
+	Streaming *StreamingSpec `json:"streaming,omitempty"`
+
 	// Config is a free-form fragment of Tiled's own configuration file, merged over the configuration
 	// the operator renders (maps merge, other values replace). Tiled rejects unknown keys, so only keys
 	// of Tiled's config schema belong here, e.g. `{response_bytesize_limit: 500000000}`.
@@ -82,6 +90,13 @@ type TiledServerSpec struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=100
 	Replicas *int32 `json:"replicas,omitempty"`
+
+	// Autoscaling lets a HorizontalPodAutoscaler set the number of Tiled pods between minReplicas and
+	// maxReplicas from their CPU use; while it is on, replicas is left to it (and ignored). Several
+	// replicas need a data volume that pods on several nodes can mount (ReadWriteMany or NFS), and the
+	// streaming cache, which they share.
+	// +optional
+	Autoscaling *AutoscalingSpec `json:"autoscaling,omitempty"`
 
 	// Resources are the CPU and memory requests and limits of the Tiled containers. Unless a layer
 	// sets them, the built-in defaults apply (provenance `default`): requests cpu 250m and memory
@@ -546,6 +561,151 @@ type MonitoringSpec struct {
 	// +optional
 	// +kubebuilder:validation:Pattern=`^([0-9]+(ms|s|m|h))+$`
 	Interval string `json:"interval,omitempty"`
+}
+
+// AutoscalingSpec configures a HorizontalPodAutoscaler (autoscaling/v2) of the Tiled pods.
+// +kubebuilder:validation:XValidation:rule="!has(self.minReplicas) || !has(self.maxReplicas) || self.minReplicas <= self.maxReplicas",message="spec.tiled.autoscaling: minReplicas must not exceed maxReplicas"
+type AutoscalingSpec struct {
+	// Enabled turns the autoscaler on. Off (the default), the instance runs tiled.replicas pods.
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+
+	// MinReplicas is the fewest Tiled pods the autoscaler keeps (default 1).
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	MinReplicas *int32 `json:"minReplicas,omitempty"`
+
+	// MaxReplicas is the most Tiled pods the autoscaler runs (default 3).
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	MaxReplicas *int32 `json:"maxReplicas,omitempty"`
+
+	// TargetCPUUtilizationPercentage is the average CPU use, as a percentage of the Tiled container's
+	// CPU request, the autoscaler keeps the pods at (default 70). It needs a CPU request and a metrics
+	// API (metrics-server) in the cluster.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	TargetCPUUtilizationPercentage *int32 `json:"targetCPUUtilizationPercentage,omitempty"`
+
+	// ScaleDownStabilizationSeconds is how long the autoscaler waits, after load falls, before it
+	// removes pods (default 300, Kubernetes' own default).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=3600
+	ScaleDownStabilizationSeconds *int32 `json:"scaleDownStabilizationSeconds,omitempty"`
+}
+
+// StreamingSpec configures Tiled's streaming cache (its `streaming_cache` setting): a Redis-protocol
+// server that numbers every update of a node, keeps it for replay for dataTTLSeconds, and publishes it
+// to the subscribers of every Tiled replica. Without one, Tiled refuses subscriptions.
+// +kubebuilder:validation:XValidation:rule="!(has(self.managed) && has(self.external))",message="managed and external are mutually exclusive"
+type StreamingSpec struct {
+	// Enabled turns live streaming on (built-in default true). Off, Tiled runs without a streaming
+	// cache: reads and writes work, subscriptions are refused, and the operator runs no cache.
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+
+	// Managed runs a single-node Redis-protocol cache (Redis or Valkey) beside the instance, as a
+	// StatefulSet and a Service named <instance>-cache, with a generated password in the instance's
+	// Secret (key STREAMING_CACHE_PASSWORD). Its content lives in memory (and an append-only file on an
+	// emptyDir, so a container restart keeps it); a new cache pod starts empty and subscribers then
+	// start their sequence numbers again.
+	// +optional
+	Managed *ManagedCache `json:"managed,omitempty"`
+
+	// External uses a cache run apart from the operator: one server by URI, or Redis Sentinel.
+	// +optional
+	External *ExternalCache `json:"external,omitempty"`
+
+	// DataTTLSeconds is how long each update is kept in the cache for subscribers that replay from an
+	// earlier sequence number or reconnect (Tiled's data_ttl, default 3600).
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=2592000
+	DataTTLSeconds *int32 `json:"dataTTLSeconds,omitempty"`
+
+	// SequenceTTLSeconds is how long a node's sequence counter outlives its last update (Tiled's
+	// seq_ttl, default 2592000, 30 days).
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=31536000
+	SequenceTTLSeconds *int32 `json:"sequenceTTLSeconds,omitempty"`
+}
+
+// ManagedCache is the streaming cache the operator runs for one instance.
+type ManagedCache struct {
+	// Image is the cache's image; it must provide /bin/sh, redis-server and redis-cli (the Redis
+	// images and Valkey's, which ships these names too), e.g. valkey/valkey:8.1.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	Image string `json:"image,omitempty"`
+
+	// Resources are the CPU and memory requests and limits of the cache container. The cache's
+	// maxmemory is nine tenths of the memory limit; past it, updates nearest their expiry are evicted
+	// first. Unless a layer sets them, the built-in defaults apply (provenance `default`): requests
+	// cpu 50m and memory 64Mi, limit memory 256Mi.
+	// +optional
+	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// ImagePullSecrets are Secrets of the instance's namespace holding credentials for the registry
+	// of the cache image, merged across layers by name.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	ImagePullSecrets []LocalObjectReference `json:"imagePullSecrets,omitempty"`
+
+	// NodeSelector constrains the cache pod to nodes with these labels; maps merge across layers.
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+
+	// Tolerations of the cache pod. The list is replaced whole by a higher layer.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+}
+
+// ExternalCache is a Redis-protocol cache run apart from the operator.
+// +kubebuilder:validation:XValidation:rule="has(self.uriSecretRef) != has(self.sentinel)",message="spec.streaming.external: set exactly one of uriSecretRef and sentinel"
+type ExternalCache struct {
+	// URISecretRef names the Secret and key (default "uri") holding the cache's URI,
+	// redis://:password@host:6379/0 or rediss:// for TLS.
+	// +optional
+	URISecretRef *SecretKeyRef `json:"uriSecretRef,omitempty"`
+
+	// Sentinel finds the cache's primary through Redis Sentinel and follows its failovers.
+	// +optional
+	Sentinel *CacheSentinel `json:"sentinel,omitempty"`
+}
+
+// CacheSentinel names a Redis Sentinel deployment.
+type CacheSentinel struct {
+	// Addresses are the Sentinels, each host:port.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=atomic
+	// +kubebuilder:validation:items:Pattern=`^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?:[0-9]{1,5}$`
+	// +kubebuilder:validation:items:MaxLength=260
+	Addresses []string `json:"addresses"`
+
+	// ServiceName is the name under which the Sentinels monitor the primary.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	ServiceName string `json:"serviceName"`
+
+	// PasswordSecretRef names the Secret and key (default "password") holding the password of the
+	// Sentinels and the data nodes. Absent, none is sent.
+	// +optional
+	PasswordSecretRef *SecretKeyRef `json:"passwordSecretRef,omitempty"`
+
+	// TLS connects to the Sentinels and the data nodes over TLS.
+	// +optional
+	TLS *bool `json:"tls,omitempty"`
 }
 
 // BackupSpec configures the backups of an instance's databases. A backup is one custom-format

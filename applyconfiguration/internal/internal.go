@@ -53,6 +53,24 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: singleUserAPIKey
       type:
         namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.SingleUserAPIKey
+- name: com.github.bluesky.tiled-operator.apis.v1alpha1.AutoscalingSpec
+  map:
+    fields:
+    - name: enabled
+      type:
+        scalar: boolean
+    - name: maxReplicas
+      type:
+        scalar: numeric
+    - name: minReplicas
+      type:
+        scalar: numeric
+    - name: scaleDownStabilizationSeconds
+      type:
+        scalar: numeric
+    - name: targetCPUUtilizationPercentage
+      type:
+        scalar: numeric
 - name: com.github.bluesky.tiled-operator.apis.v1alpha1.AvailableBackup
   map:
     fields:
@@ -173,6 +191,24 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: target
       type:
         scalar: string
+- name: com.github.bluesky.tiled-operator.apis.v1alpha1.CacheSentinel
+  map:
+    fields:
+    - name: addresses
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: atomic
+    - name: passwordSecretRef
+      type:
+        namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.SecretKeyRef
+    - name: serviceName
+      type:
+        scalar: string
+    - name: tls
+      type:
+        scalar: boolean
 - name: com.github.bluesky.tiled-operator.apis.v1alpha1.ClusterInstance
   map:
     fields:
@@ -262,6 +298,15 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: service
       type:
         namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.ServiceSpec
+- name: com.github.bluesky.tiled-operator.apis.v1alpha1.ExternalCache
+  map:
+    fields:
+    - name: sentinel
+      type:
+        namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.CacheSentinel
+    - name: uriSecretRef
+      type:
+        namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.SecretKeyRef
 - name: com.github.bluesky.tiled-operator.apis.v1alpha1.ExternalDatabase
   map:
     fields:
@@ -352,6 +397,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: storage
       type:
         namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.StorageSpec
+    - name: streaming
+      type:
+        namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.StreamingSpec
     - name: tiled
       type:
         namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.TiledServerSpec
@@ -361,6 +409,34 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: name
       type:
         scalar: string
+- name: com.github.bluesky.tiled-operator.apis.v1alpha1.ManagedCache
+  map:
+    fields:
+    - name: image
+      type:
+        scalar: string
+    - name: imagePullSecrets
+      type:
+        list:
+          elementType:
+            namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.LocalObjectReference
+          elementRelationship: associative
+          keys:
+          - name
+    - name: nodeSelector
+      type:
+        map:
+          elementType:
+            scalar: string
+    - name: resources
+      type:
+        namedType: io.k8s.api.core.v1.ResourceRequirements
+    - name: tolerations
+      type:
+        list:
+          elementType:
+            namedType: io.k8s.api.core.v1.Toleration
+          elementRelationship: atomic
 - name: com.github.bluesky.tiled-operator.apis.v1alpha1.ManagedDatabase
   map:
     fields:
@@ -577,6 +653,24 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: retention
       type:
         namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.RetentionPolicy
+- name: com.github.bluesky.tiled-operator.apis.v1alpha1.StreamingSpec
+  map:
+    fields:
+    - name: dataTTLSeconds
+      type:
+        scalar: numeric
+    - name: enabled
+      type:
+        scalar: boolean
+    - name: external
+      type:
+        namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.ExternalCache
+    - name: managed
+      type:
+        namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.ManagedCache
+    - name: sequenceTTLSeconds
+      type:
+        scalar: numeric
 - name: com.github.bluesky.tiled-operator.apis.v1alpha1.TiledCluster
   map:
     fields:
@@ -727,6 +821,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: storage
       type:
         namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.StorageSpec
+    - name: streaming
+      type:
+        namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.StreamingSpec
     - name: tiled
       type:
         namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.TiledServerSpec
@@ -841,6 +938,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: storage
       type:
         namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.StorageSpec
+    - name: streaming
+      type:
+        namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.StreamingSpec
     - name: tiled
       type:
         namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.TiledServerSpec
@@ -870,6 +970,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: affinity
       type:
         namedType: io.k8s.api.core.v1.Affinity
+    - name: autoscaling
+      type:
+        namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.AutoscalingSpec
     - name: env
       type:
         list:

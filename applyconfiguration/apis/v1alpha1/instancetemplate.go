@@ -41,6 +41,12 @@ type InstanceTemplateApplyConfiguration struct {
 	// instance's database is restored from. Set once in a profile; absent, nothing is backed up (a
 	// managed database then gets an admission warning and the condition BackedUp=False).
 	Backup *BackupSpecApplyConfiguration `json:"backup,omitempty"`
+	// Streaming configures the streaming cache through which Tiled serves live data: websocket
+	// subscriptions to arrays, tables and containers written during a scan. Every Tiled replica of an
+	// instance publishes to and subscribes through the same cache, so replicas and autoscaling need
+	// it too. By default (built-in) the operator runs a Redis-protocol cache beside each instance; a
+	// profile may name an external one instead, or turn streaming off.
+	Streaming *StreamingSpecApplyConfiguration `json:"streaming,omitempty"`
 	// Config is a free-form fragment of Tiled's own configuration file, merged over the configuration
 	// the operator renders (maps merge, other values replace). Tiled rejects unknown keys, so only keys
 	// of Tiled's config schema belong here, e.g. `{response_bytesize_limit: 500000000}`.
@@ -106,6 +112,14 @@ func (b *InstanceTemplateApplyConfiguration) WithMonitoring(value *MonitoringSpe
 // If called multiple times, the Backup field is set to the value of the last call.
 func (b *InstanceTemplateApplyConfiguration) WithBackup(value *BackupSpecApplyConfiguration) *InstanceTemplateApplyConfiguration {
 	b.Backup = value
+	return b
+}
+
+// WithStreaming sets the Streaming field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Streaming field is set to the value of the last call.
+func (b *InstanceTemplateApplyConfiguration) WithStreaming(value *StreamingSpecApplyConfiguration) *InstanceTemplateApplyConfiguration {
+	b.Streaming = value
 	return b
 }
 

@@ -110,6 +110,14 @@ func (b *TiledProfileSpecApplyConfiguration) WithBackup(value *BackupSpecApplyCo
 	return b
 }
 
+// WithStreaming sets the Streaming field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Streaming field is set to the value of the last call.
+func (b *TiledProfileSpecApplyConfiguration) WithStreaming(value *StreamingSpecApplyConfiguration) *TiledProfileSpecApplyConfiguration {
+	b.InstanceTemplateApplyConfiguration.Streaming = value
+	return b
+}
+
 // WithConfig sets the Config field in the declarative configuration to the given value
 // and returns the receiver, so that objects can be built by chaining "With" function invocations.
 // If called multiple times, the Config field is set to the value of the last call.

@@ -29,6 +29,11 @@ type TiledServerSpecApplyConfiguration struct {
 	// Replicas is the number of Tiled server pods. More than one adds a PodDisruptionBudget; Tiled
 	// runs with --scalable so that replicas share the database.
 	Replicas *int32 `json:"replicas,omitempty"`
+	// Autoscaling lets a HorizontalPodAutoscaler set the number of Tiled pods between minReplicas and
+	// maxReplicas from their CPU use; while it is on, replicas is left to it (and ignored). Several
+	// replicas need a data volume that pods on several nodes can mount (ReadWriteMany or NFS), and the
+	// streaming cache, which they share.
+	Autoscaling *AutoscalingSpecApplyConfiguration `json:"autoscaling,omitempty"`
 	// Resources are the CPU and memory requests and limits of the Tiled containers. Unless a layer
 	// sets them, the built-in defaults apply (provenance `default`): requests cpu 250m and memory
 	// 512Mi, limit memory 2Gi.
@@ -111,6 +116,14 @@ func (b *TiledServerSpecApplyConfiguration) WithImagePullPolicy(value v1.PullPol
 // If called multiple times, the Replicas field is set to the value of the last call.
 func (b *TiledServerSpecApplyConfiguration) WithReplicas(value int32) *TiledServerSpecApplyConfiguration {
 	b.Replicas = &value
+	return b
+}
+
+// WithAutoscaling sets the Autoscaling field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Autoscaling field is set to the value of the last call.
+func (b *TiledServerSpecApplyConfiguration) WithAutoscaling(value *AutoscalingSpecApplyConfiguration) *TiledServerSpecApplyConfiguration {
+	b.Autoscaling = value
 	return b
 }
 
