@@ -9,6 +9,7 @@
 #     tiled.tar           docker.io/local/tiled:<TiledVersion>  Debian bookworm + tiled[server] from PyPI
 #     tiled-<Oldest>.tar  docker.io/local/tiled:<Oldest>        the same recipe at the oldest supported Tiled
 #     postgres.tar        docker.io/local/postgres:15           Debian bookworm + postgresql-15, curl, ca-certificates
+#     redis.tar           docker.io/local/redis:7.0             Debian bookworm + redis-server, redis-tools (the streaming cache)
 #     versitygw.tar       docker.io/local/versitygw:1.8.0       versitygw (S3 gateway) from the Go module proxy, static base
 #
 # TiledVersion is read from expansion/builtins.go and Oldest from tiledversion/versions.go (e.g.
@@ -22,7 +23,8 @@
 # manager is rebuilt on every run (Go's build cache makes that a few seconds). The CoreDNS and
 # versitygw binaries are cached by version in images/bin/ (versitygw's version and build are those of
 # hack/s3/versitygw.sh, which host-side tests use too). The Debian base
-# (debootstrap --variant=minbase) is built once and shared by the two Tiled images and PostgreSQL.
+# (debootstrap --variant=minbase) is built once and shared by the two Tiled images, PostgreSQL and
+# Redis.
 # Archives are written by hack/images/mkimage (one layer per image, see docs/images.md).
 # Needs root (debootstrap, chroot, file owners in the layers), go, and network access to the Go
 # module proxy, deb.debian.org and PyPI on a cold cache only.
@@ -42,6 +44,9 @@ DEBOOTSTRAP_VERSION=1.0.128+nmu2+deb12u2
 PAUSE_TAG=3.10
 COREDNS_VERSION=v1.15.0
 PG_MAJOR=15
+# The tag of the Redis image: the major.minor of Debian's redis-server in bookworm(-security), which
+# the build checks (docs/images.md: why Redis 7.0 from Debian).
+REDIS_VERSION=7.0
 # VERSITYGW_VERSION and versitygw_build, shared with host-side tests.
 # shellcheck source=hack/s3/versitygw.sh
 source hack/s3/versitygw.sh
@@ -311,6 +316,43 @@ build_postgres() {
 		>>"$log"
 }
 
+# --- Redis -----------------------------------------------------------------------------------------
+# Debian's redis-server (BSD-3-Clause 7.0, security-supported in bookworm-security) for the streaming
+# cache of each Tiled instance. The operator runs it as 999:999 with a read-only root, emptyDirs at
+# /data and /tmp, and `sh -c '... exec redis-server /tmp/redis.conf'`: no entrypoint, nothing that
+# needs root or a passwd entry; /bin/sh, redis-server and redis-cli on PATH.
+build_redis() {
+	local d=$1 r=$1/rootfs log=$1/log f v
+	prepare_rootfs "$r"
+	# The official image's uid and gid, before the package would pick a system uid (the name only
+	# shows in ps; nothing looks it up).
+	chroot "$r" groupadd --system --gid 999 redis
+	chroot "$r" useradd --system --uid 999 --gid 999 --home-dir /data --no-create-home --shell /usr/sbin/nologin redis
+	apt_install "$r" "$log" redis-server redis-tools
+	for f in /usr/bin/redis-server /usr/bin/redis-cli /bin/sh; do
+		[[ -x $r$f ]] || { echo "$f is not in the image" >>"$log"; return 1; }
+	done
+	# The tag must say what is installed: redis-server --version prints "Redis server v=7.0.15 sha=...".
+	v=$(chroot_run "$r" -- redis-server --version)
+	echo "$v" >>"$log"
+	[[ $v == *" v=$REDIS_VERSION."* ]] || { echo "redis-server is not $REDIS_VERSION: $v" >>"$log"; return 1; }
+	chroot_run "$r" -- redis-cli --version >>"$log"
+	# The data directory of the official image, for a container run without the operator's emptyDir.
+	install -d -o 999 -g 999 -m 0755 "$r/data"
+	# finalize_rootfs empties /usr/share/doc; Redis's BSD-3-Clause licence (and Debian's record of
+	# it) stays with its binaries.
+	cp -p "$r/usr/share/doc/redis-server/copyright" "$d/copyright"
+	finalize_rootfs "$r"
+	mkdir -p "$r/usr/share/doc/redis-server"
+	cp -p "$d/copyright" "$r/usr/share/doc/redis-server/copyright"
+	"$TMP/mkimage" -rootfs "$r" -tag "docker.io/local/redis:$REDIS_VERSION" -o "$d/image.tar" \
+		-user 999:999 \
+		-env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin -env LANG=C.UTF-8 \
+		-cmd '["redis-server"]' -workdir /data -expose 6379/tcp \
+		-label "org.opencontainers.image.description=Redis $REDIS_VERSION (BSD-3-Clause) from Debian $SUITE and $SUITE-security (tiled-operator hack/images)" \
+		>>"$log"
+}
+
 # --- Tiled -------------------------------------------------------------------------------------------
 # build_tiled DIR VERSION: tiled[server]==VERSION from PyPI in /opt/venv (TiledVersion for tiled.tar,
 # Oldest for tiled-Oldest.tar); the server extra brings the client and the libraries a client pod
@@ -444,11 +486,13 @@ KEYS[versitygw]=versitygw-$(key "$VERSITYGW_VERSION" "$(declare -f build_versity
 KEY_FILES=("${MKIMAGE_SRC[@]}" hack/images/postgres/docker-entrypoint.sh)
 KEYS[postgres]=postgres-$(key "$DEB_COMMON" "$PG_MAJOR" "$(declare -f build_postgres)")
 KEY_FILES=("${MKIMAGE_SRC[@]}")
+KEYS[redis]=redis-$(key "$DEB_COMMON" "$REDIS_VERSION" "$(declare -f build_redis)")
+KEY_FILES=("${MKIMAGE_SRC[@]}")
 KEYS[tiled]=tiled-$(key "$DEB_COMMON" "$TILED_VERSION" "$(declare -f build_tiled)")
 KEYS[$TILED_OLD]=$TILED_OLD-$(key "$DEB_COMMON" "$TILED_OLDEST" "$(declare -f build_tiled)")
 # The Debian images to build. When Oldest is TiledVersion, tiled-<Oldest>.tar is tiled.tar's archive
 # under a second name (nothing is built twice).
-DEBIAN_IMAGES=(postgres tiled)
+DEBIAN_IMAGES=(postgres redis tiled)
 [[ $TILED_OLDEST == "$TILED_VERSION" ]] || DEBIAN_IMAGES+=("$TILED_OLD")
 
 # build NAME [RECIPE ARGS...] builds one cached image into the store unless it is there, then
@@ -519,6 +563,8 @@ fi
 # so the two never share a lock.
 build postgres &
 pg_pid=$!
+build redis &
+redis_pid=$!
 build tiled build_tiled "$TILED_VERSION" &
 tiled_pid=$!
 if [[ $TILED_OLDEST != "$TILED_VERSION" ]]; then
@@ -539,6 +585,7 @@ mv "$TMP/manager-image/image.tar" "$OUT/tiled-operator.tar"
 say "tiled-operator: built, $(du -h "$OUT/tiled-operator.tar" | cut -f1)"
 finish versitygw "$versitygw_pid"
 finish postgres "$pg_pid"
+finish redis "$redis_pid"
 finish tiled "$tiled_pid"
 if [[ $TILED_OLDEST != "$TILED_VERSION" ]]; then
 	finish "$TILED_OLD" "$tiled_old_pid"

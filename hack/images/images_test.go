@@ -360,6 +360,25 @@ func TestImages(t *testing.T) {
 		absent:     []string{"/etc/postgresql/15/main", "/var/lib/postgresql/15/main", "/usr/sbin/policy-rc.d"},
 		emptyFiles: []string{"/etc/resolv.conf"},
 	}, {
+		// The streaming cache: the operator runs `sh -c '... exec redis-server /tmp/redis.conf'` as
+		// 999:999 with emptyDirs at /data and /tmp; redis-cli is there for probes and tests.
+		file: "redis.tar", tag: "docker.io/local/redis:7.0",
+		user: "999:999", cmd: []string{"redis-server"}, account: "redis",
+		env: map[string]string{"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"},
+		commands: map[string]string{
+			// Debian's redis-server is a link to redis-check-rdb (one binary, chosen by its name).
+			"redis-server": "/usr/bin/redis-check-rdb",
+			"redis-cli":    "/usr/bin/redis-cli",
+			"sh":           "/usr/bin/dash",
+		},
+		owned: []owned{
+			{path: "/data", uid: 999, gid: 999, dir: true},
+			{path: "/tmp", dir: true},
+			{path: "/usr/share/doc/redis-server/copyright"},
+		},
+		absent:     []string{"/usr/sbin/policy-rc.d", "/var/lib/redis/dump.rdb"},
+		emptyFiles: []string{"/etc/resolv.conf"},
+	}, {
 		// The S3 server of the backup tests; the pod gives its arguments and the posix root /data.
 		file: "versitygw.tar", tag: "docker.io/local/versitygw:" + vgw,
 		user: "65532:65532", entrypoint: []string{"/usr/local/bin/versitygw"}, account: "nonroot",

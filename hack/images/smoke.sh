@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# smoke.sh runs the PostgreSQL, Tiled and versitygw images' root filesystems without a node, the way
-# the operator's pods (and the backup tests' S3 server) run them: read-only root, the image's uid/gid
+# smoke.sh runs the PostgreSQL, Redis, Tiled and versitygw images' root filesystems without a node, the
+# way the operator's pods (and the backup tests' S3 server) run them: read-only root, the image's uid/gid
 # with no capabilities and no_new_privs, the pod's writable volumes as tmpfs or host folders, in
 # private mount, PID and network namespaces (only loopback; nothing leaves them).
 #
-#   hack/images/smoke.sh ~/.cache/tiled-operator/images/current/{postgres,tiled,tiled-0.2.14,versitygw}.tar
+#   hack/images/smoke.sh ~/.cache/tiled-operator/images/current/{postgres,redis,tiled,tiled-0.2.14,versitygw}.tar
 #
 # postgres: the entrypoint initialises PGDATA (a subdirectory of the volume, as the operator sets it)
 #   with POSTGRES_USER/PASSWORD/DB, the operator's init script and a sourced shell script changing
@@ -13,6 +13,12 @@
 #   SIGINT stops it cleanly; a second start reuses the data. What the backup Jobs run: pg_dump -Fc and
 #   pg_restore --list of the catalog, sha256sum, and the image's curl as 999 through every S3
 #   operation of hack/s3/s3_test.sh against versitygw (hack/s3/versitygw.sh's binary) on loopback.
+# redis: as 999 with no capabilities, `sh -c` writes /tmp/redis.conf (requirepass from the
+#   environment) and execs redis-server on it, /data a host folder; `REDISCLI_AUTH=... redis-cli ping`
+#   answers PONG over a non-loopback address, no password gets NOAUTH and a wrong one WRONGPASS; the
+#   commands of Tiled's streaming cache (INCR, HSET/EXPIRE/PUBLISH in MULTI/EXEC, GET, HMGET, a
+#   SUBSCRIBE that gets the PUBLISH); SIGTERM stops it with exit 0 and nothing written to /data; the
+#   same start as a uid with no passwd entry.
 # tiled (tiled.tar at TiledVersion and tiled-<Oldest>.tar alike): `tiled --version` is the tag's
 #   version, /bin/sh -ec works, and a server on a temporary catalog accepts an array and a table
 #   written and read back through the Python client.
@@ -190,6 +196,109 @@ CHECK
 	[[ $mode == "700 999:999" ]] || die "PGDATA is $mode, want 700 999:999"
 }
 
+smoke_redis() {
+	local root=$1 data=$TMP/redisvolume
+	# Like an emptyDir: root's, writable by all.
+	mkdir -m 0777 "$data"
+	cat >"$TMP/redis-check.sh" <<'CHECK'
+IMAGE_ENV="PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8"
+PW=smoke-redis-0123456789abcdef
+# The shape of the operator's command: the password comes from the environment (a Secret) into a
+# configuration file on the /tmp emptyDir, never onto redis-server's command line.
+CMD='umask 077
+printf "port %s\nbind * -::*\nprotected-mode yes\nrequirepass \"%s\"\ndir /data\nsave \"\"\nappendonly no\n" "$REDIS_PORT" "$REDIS_PASSWORD" >/tmp/redis.conf
+exec redis-server /tmp/redis.conf'
+# cli [ENV...] -- ARGS...: redis-cli of the image as 999.
+cli() {
+	local env=()
+	while [[ $1 != -- ]]; do env+=("$1"); shift; done
+	shift
+	as999 "${env[@]}" -- redis-cli "$@"
+}
+# ready PID PORT LOG: the server answers PONG (with the password) within 10 s.
+ready() {
+	local i
+	for i in $(seq 1 100); do
+		[[ $(cli REDISCLI_AUTH=$PW -- -h 10.77.0.1 -p "$2" ping 2>/dev/null) == PONG ]] && return 0
+		kill -0 "$1" 2>/dev/null || { cat "$3"; echo "redis-server exited"; return 1; }
+		sleep 0.1
+	done
+	cat "$3"
+	echo "redis-server: no PONG in 10s"
+	return 1
+}
+# stop PID LOG: SIGTERM, as the kubelet sends it, ends it with status 0 within 10 s.
+stop() {
+	local i rc=0
+	kill -TERM "$1"
+	for i in $(seq 1 100); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
+	if kill -0 "$1" 2>/dev/null; then kill -KILL "$1"; cat "$2"; echo "redis-server still running 10s after SIGTERM"; return 1; fi
+	wait "$1" || rc=$?
+	[[ $rc == 0 ]] || { cat "$2"; echo "redis-server exited $rc on SIGTERM"; return 1; }
+}
+
+AS999_EXEC=exec as999 REDIS_PASSWORD=$PW REDIS_PORT=6379 -- sh -c "$CMD" >"$LOGS/redis.log" 2>&1 &
+R=$!
+ready $R 6379 "$LOGS/redis.log"
+# chroot, setpriv, env and sh each exec the next: $R is the server, with no privilege.
+[[ $(readlink /proc/$R/exe) == "$ROOT/usr/bin/redis-check-rdb" ]] || { echo "PID $R is $(readlink /proc/$R/exe)"; exit 1; }
+status=$(grep -E '^(Uid|Gid|CapEff|CapPrm|NoNewPrivs):' /proc/$R/status | tr -s '\t' ' ' | tr '\n' ';')
+[[ $status == "Uid: 999 999 999 999;Gid: 999 999 999 999;CapPrm: 0000000000000000;CapEff: 0000000000000000;NoNewPrivs: 1;" ]] ||
+	{ echo "redis-server runs with $status"; exit 1; }
+grep -q "Redis version=7\.0\." "$LOGS/redis.log" || { cat "$LOGS/redis.log"; echo "not Redis 7.0"; exit 1; }
+echo "redis: PONG with REDISCLI_AUTH over 10.77.0.1, as 999 with no capabilities"
+# No password: the server answers every command with NOAUTH (redis-cli prints it, status 0).
+got=$(cli -- -h 10.77.0.1 ping 2>&1 || true)
+[[ $got == *NOAUTH* ]] || { echo "unauthenticated ping gave: $got"; exit 1; }
+got=$(cli REDISCLI_AUTH=wrong -- -h 10.77.0.1 ping 2>&1 || true)
+[[ $got == *WRONGPASS* ]] || { echo "a wrong password gave: $got"; exit 1; }
+[[ $got != *PONG* ]] || { echo "a wrong password was answered PONG"; exit 1; }
+echo "redis: NOAUTH without a password, WRONGPASS with a wrong one"
+# What Tiled's streaming cache sends (tiled/server/streaming.py, 0.2.20): INCR of the node's
+# sequence; a MULTI/EXEC pipeline with HSET of the record, EXPIREs and PUBLISH of the sequence number;
+# GET and HMGET to read; SUBSCRIBE to the node's notifications. Key names as Tiled's.
+r() { cli REDISCLI_AUTH=$PW -- -h 10.77.0.1 "$@"; }
+AS999_EXEC=exec as999 REDISCLI_AUTH=$PW -- redis-cli -h 10.77.0.1 SUBSCRIBE notify:node >"$LOGS/sub.out" 2>&1 &
+S=$!
+for i in $(seq 1 100); do
+	[[ $(r PUBSUB NUMSUB notify:node | tr '\n' ' ') == "notify:node 1 " ]] && break
+	kill -0 $S 2>/dev/null || { cat "$LOGS/sub.out"; echo "redis-cli SUBSCRIBE exited"; exit 1; }
+	sleep 0.1
+done
+[[ $(r INCR sequence:node) == 1 ]] || { echo "INCR"; exit 1; }
+# redis-cli runs the lines of its standard input on one connection, as a pipeline does.
+got=$(printf '%s\n' MULTI "HSET data:node:1 metadata '{\"a\":1}' payload xyz" "EXPIRE data:node:1 2592000" \
+	"PUBLISH notify:node 1" "EXPIRE sequence:node 3600" EXEC | cli REDISCLI_AUTH=$PW -- -h 10.77.0.1 | tr '\n' ' ')
+[[ $got == "OK QUEUED QUEUED QUEUED QUEUED 2 1 1 1 " ]] || { echo "MULTI/HSET/EXPIRE/PUBLISH/EXEC gave: $got"; exit 1; }
+[[ $(r GET sequence:node) == 1 ]] || { echo "GET"; exit 1; }
+[[ $(r HMGET data:node:1 metadata payload | tr '\n' ' ') == '{"a":1} xyz ' ]] || { echo "HMGET"; exit 1; }
+ttl=$(r TTL data:node:1)
+((ttl > 2591000 && ttl <= 2592000)) || { echo "TTL of the record is $ttl"; exit 1; }
+for i in $(seq 1 100); do
+	[[ $(tr '\n' ' ' <"$LOGS/sub.out") == *"message notify:node 1"* ]] && break
+	sleep 0.1
+done
+kill -TERM $S; wait $S 2>/dev/null || true
+[[ $(tr '\n' ' ' <"$LOGS/sub.out") == *"message notify:node 1"* ]] || { cat "$LOGS/sub.out"; echo "the subscriber got no message"; exit 1; }
+echo "redis: INCR, MULTI/HSET/EXPIRE/PUBLISH/EXEC, GET, HMGET, TTL; the PUBLISH reached a SUBSCRIBE"
+stop $R "$LOGS/redis.log"
+[[ -z $(ls -A "$ROOT/data") ]] || { ls -la "$ROOT/data"; echo "redis-server wrote to /data with persistence off"; exit 1; }
+echo "redis: stopped by SIGTERM with status 0, /data left empty"
+# No entrypoint, no lookup of the user: any uid without a passwd entry starts it the same way.
+grep -q '^[^:]*:[^:]*:4242:' "$ROOT/etc/passwd" && { echo "uid 4242 is in the image's passwd"; exit 1; }
+# A new pod's /tmp emptyDir: the first server's configuration (mode 600, 999's) is not there.
+rm -f "$ROOT/tmp/redis.conf"
+exec chroot "$ROOT" /usr/bin/setpriv --reuid 4242 --regid 4242 --clear-groups --no-new-privs --inh-caps=-all \
+	--bounding-set=-all -- /usr/bin/env -i $IMAGE_ENV REDIS_PASSWORD=$PW REDIS_PORT=6380 sh -c "$CMD" \
+	>"$LOGS/redis4242.log" 2>&1 &
+R=$!
+ready $R 6380 "$LOGS/redis4242.log" || exit 1
+stop $R "$LOGS/redis4242.log"
+echo "redis: the same start as 4242:4242, a uid with no passwd entry"
+CHECK
+	run_in "$root" "$TMP/redis-check.sh" "bind:$data:/data"
+}
+
 smoke_tiled() {
 	local root=$1
 	cat >"$TMP/tiled-check.sh" <<'CHECK'
@@ -284,6 +393,7 @@ for tarball in "$@"; do
 	# Plain calls: errexit stops the script at the first failing step (a `|| die` would disable it).
 	case $tag in
 	docker.io/local/postgres:*) smoke_postgres "$root" ;;
+	docker.io/local/redis:*) smoke_redis "$root" ;;
 	docker.io/local/tiled:*) smoke_tiled "$root" "${tag##*:}" ;;
 	docker.io/local/versitygw:*) smoke_versitygw "$root" "${tag##*:}" ;;
 	*) die "$tarball: no smoke test for $tag" ;;

@@ -6,9 +6,24 @@
 # Installs tiled[server]==<expansion.TiledVersion> into a virtual environment cached under
 # ${TILED_OPERATOR_CACHE:-$HOME/.cache/tiled-operator}, installs PostgreSQL from Debian when absent,
 # starts it on loopback on a free port in a temporary directory, starts an S3 server (versitygw, from
-# hack/s3/versitygw.sh, posix backend in a temporary directory) on loopback for the backup tests, and
-# runs the Go conformance tests (build tag tiledconformance) in render/conformance. A missing
-# prerequisite is a failure, never a skip.
+# hack/s3/versitygw.sh, posix backend in a temporary directory) on loopback for the backup tests,
+# installs Redis (redis-server, with redis-cli) from Debian when absent and starts one of its own for
+# Tiled's streaming cache (loopback, a free port, a temporary directory, requirepass set to a random
+# password in its configuration file, no persistence; never the system's service), and runs the Go
+# conformance tests (build tag tiledconformance) in render/conformance. A missing prerequisite is a
+# failure, never a skip; everything started here is stopped on exit.
+#
+# What the tests get, in the environment:
+#   TILED_CONFORMANCE_VENV             the virtual environment with tiled[server]
+#   TILED_CONFORMANCE_PG               127.0.0.1:PORT of PostgreSQL (user postgres)
+#   TILED_CONFORMANCE_PG_PASSWORD      its password
+#   TILED_CONFORMANCE_PSQL             psql
+#   TILED_CONFORMANCE_PGCTL            a script: start|stop|restart|ensure the PostgreSQL server
+#   TILED_CONFORMANCE_S3_ENDPOINT      http://127.0.0.1:PORT of versitygw
+#   TILED_CONFORMANCE_S3_ACCESS_KEY    its root access key
+#   TILED_CONFORMANCE_S3_SECRET_KEY    its root secret key
+#   TILED_CONFORMANCE_REDIS_ADDR       127.0.0.1:PORT of redis-server
+#   TILED_CONFORMANCE_REDIS_PASSWORD   its requirepass
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -68,8 +83,13 @@ if [[ $(id -u) == 0 ]]; then
 	chown postgres "$PGDIR"
 	RUNAS=(runuser -u postgres --)
 fi
-S3PID='' S3DIR=''
+S3PID='' S3DIR='' REDISPID='' REDISDIR=''
 cleanup() {
+	if [[ -n $REDISPID ]]; then
+		kill "$REDISPID" 2>/dev/null || true
+		wait "$REDISPID" 2>/dev/null || true
+	fi
+	[[ -z $REDISDIR ]] || rm -rf "$REDISDIR"
 	"${RUNAS[@]}" "$PGBIN/pg_ctl" -D "$PGDIR/data" -m fast -w stop >/dev/null 2>&1 || true
 	rm -rf "$PGDIR"
 	if [[ -n $S3PID ]]; then
@@ -129,6 +149,63 @@ curl --silent --fail --max-time 2 "http://127.0.0.1:$S3PORT/health" >/dev/null \
 	|| { cat "$S3DIR/versitygw.log" >&2; die "versitygw did not answer on 127.0.0.1:$S3PORT in 60 s"; }
 say "versitygw $("$VERSITYGW" --version | sed -n 's/^Version *: *//p') (S3) on 127.0.0.1:$S3PORT"
 
+# --- Redis ---------------------------------------------------------------------------------------
+# Tiled's streaming cache (streaming_cache: INCR, GET, HSET, EXPIRE, PUBLISH, HMGET, SUBSCRIBE). A
+# server of this script's own, whatever else runs on the machine: installing Debian's package may
+# start its service on 6379, which is never used.
+if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
+	if [[ $(id -u) == 0 ]] && command -v apt-get >/dev/null; then
+		say "installing Redis (redis-server, redis-tools) from Debian"
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server redis-tools >/dev/null \
+			|| die "apt-get could not install redis-server"
+		command -v redis-server >/dev/null && command -v redis-cli >/dev/null \
+			|| die "redis-server installed but redis-server/redis-cli not on PATH"
+	else
+		die "redis-server (or redis-cli) not found and cannot be installed (need root and apt-get)"
+	fi
+fi
+REDIS_SERVER=$(command -v redis-server)
+REDIS_CLI=$(command -v redis-cli)
+REDISDIR=$(mktemp -d "${TMPDIR:-/tmp}/tiled-conformance-redis.XXXXXX")
+REDISPORT=$("$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+REDISPASS=$("$PYTHON" -c 'import secrets; print(secrets.token_hex(16))')
+# As root, as the package's unprivileged user when there is one (setpriv execs: the PID is the server's).
+REDISRUNAS=()
+if [[ $(id -u) == 0 ]] && id redis >/dev/null 2>&1; then
+	chown redis: "$REDISDIR"
+	REDISRUNAS=(setpriv --reuid=redis --regid=redis --init-groups --)
+fi
+# The password only in this file (mode 600 in a 700 directory), not on any command line.
+(
+	umask 077
+	cat >"$REDISDIR/redis.conf" <<-EOF
+		bind 127.0.0.1
+		port $REDISPORT
+		protected-mode yes
+		requirepass $REDISPASS
+		daemonize no
+		supervised no
+		pidfile ""
+		logfile ""
+		dir $REDISDIR
+		save ""
+		appendonly no
+	EOF
+)
+[[ ${#REDISRUNAS[@]} == 0 ]] || chown redis: "$REDISDIR/redis.conf"
+"${REDISRUNAS[@]}" "$REDIS_SERVER" "$REDISDIR/redis.conf" >"$REDISDIR/redis.log" 2>&1 &
+REDISPID=$!
+redis_ping() { REDISCLI_AUTH=$REDISPASS "$REDIS_CLI" -h 127.0.0.1 -p "$REDISPORT" ping 2>/dev/null; }
+for _ in $(seq 1 120); do
+	[[ $(redis_ping) == PONG ]] && break
+	kill -0 "$REDISPID" 2>/dev/null || { cat "$REDISDIR/redis.log" >&2; REDISPID=''; die "redis-server exited"; }
+	sleep 0.25
+done
+[[ $(redis_ping) == PONG ]] || { cat "$REDISDIR/redis.log" >&2; die "redis-server did not answer on 127.0.0.1:$REDISPORT in 30 s"; }
+# The password is required: without it, NOAUTH.
+[[ $("$REDIS_CLI" -h 127.0.0.1 -p "$REDISPORT" ping 2>&1) == *NOAUTH* ]] || die "redis-server on 127.0.0.1:$REDISPORT answers without its password"
+say "$("$REDIS_SERVER" --version | cut -d' ' -f1-3) on 127.0.0.1:$REDISPORT (requirepass)"
+
 # --- Go conformance tests ------------------------------------------------------------------------
 export TILED_CONFORMANCE_VENV=$VENV
 export TILED_CONFORMANCE_PG=127.0.0.1:$PGPORT
@@ -138,6 +215,8 @@ export TILED_CONFORMANCE_PGCTL=$PGDIR/pgctl.sh
 export TILED_CONFORMANCE_S3_ENDPOINT=http://127.0.0.1:$S3PORT
 export TILED_CONFORMANCE_S3_ACCESS_KEY=$S3ACCESS
 export TILED_CONFORMANCE_S3_SECRET_KEY=$S3SECRET
+export TILED_CONFORMANCE_REDIS_ADDR=127.0.0.1:$REDISPORT
+export TILED_CONFORMANCE_REDIS_PASSWORD=$REDISPASS
 status=0
 go test -tags tiledconformance -count=1 -timeout 60m "${@:--v}" ./render/conformance/ || status=$?
 say "Tiled $VERSION: $([[ $status == 0 ]] && echo PASS || echo FAIL) in $(($(date +%s) - START))s"
