@@ -57,6 +57,16 @@ type Figures struct {
 	RestoreFloorSeconds float64 `json:"restore_floor_seconds"`
 	RestoreRatio        float64 `json:"restore_ratio"`
 	S3RestoreSeconds    float64 `json:"s3_restore_seconds,omitempty"`
+
+	// Streaming (case 11): write-to-subscriber latency of an array update, one write at a time, the
+	// writer and the subscriber on different Tiled replicas (through the shared cache) and on the
+	// same replica (the floor), in milliseconds, over StreamUpdates writes each.
+	StreamCrossReplicaP50  float64 `json:"stream_cross_replica_ms_p50"`
+	StreamCrossReplicaP99  float64 `json:"stream_cross_replica_ms_p99"`
+	StreamSingleReplicaP50 float64 `json:"stream_single_replica_ms_p50"`
+	StreamSingleReplicaP99 float64 `json:"stream_single_replica_ms_p99"`
+	StreamRatio            float64 `json:"stream_cross_over_single_p50"`
+	StreamUpdates          int     `json:"stream_updates"`
 }
 
 // CaseResult is one case's verdict and duration.

@@ -19,6 +19,7 @@ const (
 	clusterName  = "e2e"
 	storageClass = "local-hostpath"
 	postgresImg  = "docker.io/local/postgres:15"
+	cacheImg     = "docker.io/local/redis:7.0"
 	pauseImg     = "docker.io/local/pause:3.10"
 	rolloutVar   = "E2E_ROLL"
 )
@@ -105,7 +106,13 @@ spec:
         limits: {memory: 512Mi}
   auth:
     singleUserAPIKey: {}
-`, tenantNS, tiledImg(), rolloutVar, roll, storageClass, postgresImg, storageClass)
+  streaming:
+    managed:
+      image: %s
+      resources:
+        requests: {cpu: 10m, memory: 16Mi}
+        limits: {memory: 128Mi}
+`, tenantNS, tiledImg(), rolloutVar, roll, storageClass, postgresImg, storageClass, cacheImg)
 }
 
 // clusterYAML is the terse TiledCluster: one line per beamline, one override, one detector mount.

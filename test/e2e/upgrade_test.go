@@ -90,7 +90,13 @@ spec:
         limits: {memory: 512Mi}
   auth:
     singleUserAPIKey: {}
-`, name, upgradeNS, facility, image, storageClass, postgresImg, storageClass)
+  streaming:
+    managed:
+      image: %s
+      resources:
+        requests: {cpu: 10m, memory: 16Mi}
+        limits: {memory: 128Mi}
+`, name, upgradeNS, facility, image, storageClass, postgresImg, storageClass, cacheImg)
 }
 
 // upgradeClusterSpec is a TiledCluster of the upgrade case; its YAML is applied whole each time.

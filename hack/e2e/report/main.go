@@ -121,6 +121,12 @@ func render(f *e2e.Figures, src string) string {
 			w("| restore of a new instance from the S3 target | %.1f s | |\n", f.S3RestoreSeconds)
 		}
 	}
+	if f.StreamUpdates > 0 {
+		// Only from a run that had the streaming case.
+		w("| streaming: array update → subscriber on another Tiled replica, p50 / p99 over %d writes | %.1f ms / %.1f ms | |\n", f.StreamUpdates, f.StreamCrossReplicaP50, f.StreamCrossReplicaP99)
+		w("| … writer and subscriber on the same replica (floor), p50 / p99 | %.1f ms / %.1f ms | |\n", f.StreamSingleReplicaP50, f.StreamSingleReplicaP99)
+		w("| … across replicas / floor (p50) | %.2f | ≤ 1.2 |\n", f.StreamRatio)
+	}
 	w("| operator pod peak memory (cgroup) | %.1f MiB | |\n", f.OperatorPeakMemoryMiB)
 	return b.String()
 }
