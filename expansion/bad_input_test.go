@@ -173,6 +173,29 @@ func TestBadInput(t *testing.T) {
 			},
 		},
 		{
+			name:     "an autoscaler above one pod on a ReadWriteOnce data claim",
+			cluster:  C("", I("x", T(t, "tiled: {autoscaling: {enabled: true, maxReplicas: 4}}"))),
+			profiles: []v1alpha1.TiledProfile{ok},
+			check: func(g Gomega, err error) {
+				var ie *InvalidFieldError
+				g.Expect(errors.As(err, &ie)).To(BeTrue(), "%v", err)
+				g.Expect(ie.Field).To(Equal("spec.tiled.autoscaling.maxReplicas"))
+				g.Expect(ie.Reason).To(ContainSubstring("4 replicas share one data claim with access modes [ReadWriteOnce]"))
+			},
+		},
+		{
+			name: "Redis Sentinel with a Tiled that lacks it",
+			cluster: C(`tiled: {image: "ghcr.io/bluesky/tiled:0.2.14"}
+streaming: {external: {sentinel: {addresses: ["s0:26379"], serviceName: tiled}}}`, I("x", nil)),
+			profiles: []v1alpha1.TiledProfile{ok},
+			check: func(g Gomega, err error) {
+				var ie *InvalidFieldError
+				g.Expect(errors.As(err, &ie)).To(BeTrue(), "%v", err)
+				g.Expect(ie.Field).To(Equal("spec.streaming.external.sentinel"))
+				g.Expect(ie.Reason).To(ContainSubstring("Tiled 0.2.14 (image ghcr.io/bluesky/tiled:0.2.14) cannot use Redis Sentinel"))
+			},
+		},
+		{
 			name:     "duplicate instance names",
 			cluster:  C("", I("x", nil), I("x", nil)),
 			profiles: []v1alpha1.TiledProfile{ok},

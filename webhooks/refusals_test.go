@@ -78,6 +78,15 @@ provenance: {spec.tiled.image: instance}`, []string{"spec.backup.schedule: empty
 		{"an expanded instance with an ingress host but enabled unset", "validate-instance", admissiontable.InstanceHead + `  tiled: {image: "ghcr.io/bluesky/tiled:0.2.20", resources: {limits: {memory: 1Gi}}}
   expose: {ingress: {className: nginx, host: a.example.org}}
 provenance: {spec.tiled.image: instance}`, []string{"spec.expose.ingress.enabled: not set, but the ingress has a host: no Ingress is created"}},
+		{"a profile with an untagged cache image and replicas beside an autoscaler", "validate-profile", admissiontable.ProfileHead + `  priority: 20
+  tiled: {replicas: 2, autoscaling: {enabled: true, maxReplicas: 4}}
+  storage: {data: {accessModes: [ReadWriteMany]}}
+  streaming: {managed: {image: valkey/valkey}}`, []string{
+			`spec.streaming.managed.image: "valkey/valkey" has no tag`,
+			"spec.tiled.replicas: 2 is ignored while spec.tiled.autoscaling is enabled"}},
+		{"an expanded, autoscaled instance without a CPU request", "validate-instance", admissiontable.InstanceHead + `  tiled: {image: "ghcr.io/bluesky/tiled:0.2.20", resources: {limits: {memory: 1Gi}}, autoscaling: {enabled: true}}
+  storage: {data: {accessModes: [ReadWriteMany]}}
+provenance: {spec.tiled.image: instance}`, []string{"spec.tiled.autoscaling: the Tiled container has no CPU request"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)

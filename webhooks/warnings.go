@@ -26,6 +26,17 @@ func templateWarnings(t *v1alpha1.InstanceTemplate, complete bool) []string {
 			out = append(out, "spec.tiled.resources: no limits: one busy Tiled pod can take a node's memory; set at least a memory limit")
 		}
 	}
+	if s := t.Streaming; s != nil && s.Managed != nil {
+		if w := imageWarning("spec.streaming.managed.image", s.Managed.Image, expansion.CacheImage); w != "" {
+			out = append(out, w)
+		}
+	}
+	if a := autoscalingOn(t); a && complete && (t.Tiled.Resources == nil || t.Tiled.Resources.Requests.Cpu().IsZero()) {
+		out = append(out, "spec.tiled.autoscaling: the Tiled container has no CPU request: the autoscaler scales on CPU use relative to it and does nothing without one; set spec.tiled.resources.requests.cpu")
+	}
+	if autoscalingOn(t) && t.Tiled.Replicas != nil && !complete {
+		out = append(out, fmt.Sprintf("spec.tiled.replicas: %d is ignored while spec.tiled.autoscaling is enabled: the autoscaler sets the number of Tiled pods", *t.Tiled.Replicas))
+	}
 	if t.Database != nil && t.Database.Managed != nil {
 		if w := imageWarning("spec.database.managed.image", t.Database.Managed.Image, "postgres:16"); w != "" {
 			out = append(out, w)
@@ -122,4 +133,9 @@ func prefixed(prefix string, ws []string) []string {
 		out[i] = prefix + w
 	}
 	return out
+}
+
+// autoscalingOn reports whether the template turns the Tiled autoscaler on.
+func autoscalingOn(t *v1alpha1.InstanceTemplate) bool {
+	return t.Tiled != nil && t.Tiled.Autoscaling != nil && t.Tiled.Autoscaling.Enabled != nil && *t.Tiled.Autoscaling.Enabled
 }

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -69,14 +70,39 @@ func validate(t *testing.T, dir string) (errs, warns []string) {
 	return errs, warns
 }
 
-// rbacOnlyRemovedAPI says whether w is the removed-APIs validator's warning about an RBAC rule only:
-// a rule names a resource (cronjobs: the backup CronJobs) whose batch/v1beta1 version was removed in
-// Kubernetes 1.25, and RBAC rules carry no version, so the validator warns whatever version the
-// operator uses (batch/v1; minKubeVersion is 1.30). A removed API in a manifest is still reported.
+// rbacOnlyRemovedAPI says whether w is the removed-APIs validator's warning about RBAC rules only:
+// rules name resources (cronjobs: the backup CronJobs; horizontalpodautoscalers: the Tiled
+// autoscalers) whose batch/v1beta1 and autoscaling/v2beta versions were removed in Kubernetes 1.25
+// and 1.26, and RBAC rules carry no version, so the validator warns whatever version the operator
+// uses (batch/v1, autoscaling/v2; minKubeVersion is 1.30). A removed API in a manifest, or any other
+// resource, is still reported.
 func rbacOnlyRemovedAPI(w string) bool {
-	return strings.Count(w, "Migrate the API(s) for") == 1 && strings.Count(w, "ClusterServiceVersion.Spec.InstallStrategy") == 1 &&
-		strings.Contains(w, `Migrate the API(s) for cronjobs: (["ClusterServiceVersion.Spec.InstallStrategy.StrategySpec.ClusterPermissions[`)
+	if strings.Count(w, "Migrate the API(s) for") != 1 {
+		return false
+	}
+	_, list, _ := strings.Cut(w, "Migrate the API(s) for ")
+	entries := removedAPIEntry.FindAllStringSubmatch(list, -1)
+	if len(entries) == 0 {
+		return false
+	}
+	for _, e := range entries {
+		if !rbacOnlyResources[e[1]] {
+			return false
+		}
+		for _, path := range strings.Split(e[2], ",") {
+			if !strings.HasPrefix(strings.Trim(path, `"`), "ClusterServiceVersion.Spec.InstallStrategy.StrategySpec.ClusterPermissions[") {
+				return false
+			}
+		}
+	}
+	return true
 }
+
+// removedAPIEntry is one `resource: (["path", ...])` of the removed-APIs warning.
+var removedAPIEntry = regexp.MustCompile(`([a-z]+): \(\[(.*?)\]\)`)
+
+// rbacOnlyResources are the resources the operator names in RBAC rules that have a removed version.
+var rbacOnlyResources = map[string]bool{"cronjobs": true, "horizontalpodautoscalers": true}
 
 func describe(name string, e errors.Error) string {
 	return name + ": " + e.Error()

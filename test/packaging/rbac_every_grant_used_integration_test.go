@@ -255,7 +255,8 @@ stringData: {uri: "postgresql://tiled:secret@db.example.org:5432/catalog"}
 		for r, name := range map[string]string{
 			"statefulset/tiled": n.Tiled, "statefulset/postgres": n.Postgres, "ingress": n.Tiled, "poddisruptionbudget": n.Tiled,
 			"servicemonitors.monitoring.coreos.com": n.Tiled, "configmap": n.ConfigMap, "secret": n.Secret, "service": n.Tiled,
-			"persistentvolumeclaim": n.DatabaseClaim,
+			"persistentvolumeclaim": n.DatabaseClaim, "horizontalpodautoscaler": n.Tiled, "statefulset/cache": n.Cache,
+			"service/cache": n.Cache,
 		} {
 			r, _, _ = strings.Cut(r, "/")
 			g.Eventually(func() error { return get(r, name) }).WithContext(ctx).WithTimeout(2*time.Minute).Should(Succeed(), "%s %s", r, name)
@@ -280,8 +281,11 @@ stringData: {uri: "postgresql://tiled:secret@db.example.org:5432/catalog"}
 	apply(clusterDoc([]string{"a", "b", "c"}, true))
 	for _, inst := range []string{"fleet-a", "fleet-b"} {
 		n := names(inst)
-		for _, r := range []string{"ingress", "poddisruptionbudget", "servicemonitors.monitoring.coreos.com"} {
+		for _, r := range []string{"ingress", "poddisruptionbudget", "servicemonitors.monitoring.coreos.com", "horizontalpodautoscaler"} {
 			g.Eventually(func() error { return get(r, n.Tiled) }).WithContext(ctx).WithTimeout(time.Minute).Should(HaveOccurred(), "%s %s pruned", r, n.Tiled)
+		}
+		for _, r := range []string{"statefulset", "service"} {
+			g.Eventually(func() error { return get(r, n.Cache) }).WithContext(ctx).WithTimeout(time.Minute).Should(HaveOccurred(), "streaming off: %s %s pruned", r, n.Cache)
 		}
 	}
 	b := names("fleet-b")
@@ -402,10 +406,11 @@ func profileDoc(optional bool) string {
 	extra := `
   tiled: {image: "ghcr.io/bluesky/tiled:0.2.20", replicas: 1}
   expose: {ingress: {enabled: false}}
-  monitoring: {serviceMonitor: false}`
+  monitoring: {serviceMonitor: false}
+  streaming: {enabled: false}`
 	if optional {
 		extra = `
-  tiled: {image: "ghcr.io/bluesky/tiled:0.2.20", replicas: 2}
+  tiled: {image: "ghcr.io/bluesky/tiled:0.2.20", replicas: 2, autoscaling: {enabled: true, maxReplicas: 3}}
   expose: {ingress: {enabled: true, className: nginx, hostExpression: "instance.name + '.example.org'"}}
   monitoring: {serviceMonitor: true}`
 	}
