@@ -39,6 +39,9 @@ func smallFleet(t *testing.T, g Gomega, ns string, instances ...tiledv1alpha1.Cl
 				}}},
 			},
 			Database: &tiledv1alpha1.DatabaseSpec{Managed: &tiledv1alpha1.ManagedDatabase{Size: "1Gi"}},
+			// No streaming cache: the tests mark the Tiled and PostgreSQL StatefulSets ready as the
+			// kubelet would, and TestStreamingCacheOutage covers the cache's readiness.
+			Streaming: &tiledv1alpha1.StreamingSpec{Enabled: ptr.To(false)},
 		}},
 	}
 	c := &tiledv1alpha1.TiledCluster{

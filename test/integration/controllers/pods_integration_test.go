@@ -144,6 +144,64 @@ func TestDatabaseOutage(t *testing.T) {
 	condition(t, g, ns, ti.Name, controllers.ConditionDatabaseReady, metav1.ConditionTrue, controllers.ReasonReady, time.Minute)
 }
 
+// TestStreamingCacheOutage: an instance with a managed streaming cache is Ready only once the cache
+// is; the cache going unready after being ready (an outage) shows as StreamingCacheReady=False
+// naming the pod, and Ready=False with the same reason; it recovers by itself. Switched off, the
+// cache's StatefulSet and Service are pruned and the condition is gone, and the Secret keeps the
+// password.
+func TestStreamingCacheOutage(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t, g, "cacheoutage")
+	op := startOperator(t, ns)
+	on := &tiledv1alpha1.InstanceTemplate{Streaming: &tiledv1alpha1.StreamingSpec{Enabled: ptr.To(true)}}
+	smallFleet(t, g, ns, tiledv1alpha1.ClusterInstance{Name: "a", Overrides: on})
+	waitForStampOut(t, g, op, ns, "fleet", 1)
+	ti := getInstance(t, g, ns, "fleet-a")
+	n := fleet.NamesOf(ti)
+	g.Expect(ti.Spec.Streaming.Managed).NotTo(BeNil(), "the built-in managed cache")
+	setStatefulSetReady(t, g, ns, n.Postgres, 1)
+	setStatefulSetReady(t, g, ns, n.Tiled, 1)
+	ti = condition(t, g, ns, ti.Name, controllers.ConditionStreamingCacheReady, metav1.ConditionFalse, controllers.ReasonWaitingForStreamingCache, time.Minute, n.Cache+"-0")
+	g.Expect(meta.FindStatusCondition(ti.Status.Conditions, controllers.ConditionReady).Reason).To(Equal(controllers.ReasonWaitingForStreamingCache))
+	g.Expect(exists(t, &corev1.Service{}, ns, n.Cache)).To(BeTrue())
+	secret := &corev1.Secret{}
+	g.Expect(env.Client.Get(ctxT(t), client.ObjectKey{Namespace: ns, Name: n.Secret}, secret)).To(Succeed())
+	password := secret.Data[render.SecretKeyStreamingCachePassword]
+	g.Expect(password).To(HaveLen(32))
+
+	setStatefulSetReady(t, g, ns, n.Cache, 1)
+	condition(t, g, ns, ti.Name, controllers.ConditionReady, metav1.ConditionTrue, controllers.ReasonReady, time.Minute)
+	condition(t, g, ns, ti.Name, controllers.ConditionStreamingCacheReady, metav1.ConditionTrue, controllers.ReasonReady, time.Minute, n.Cache+"-0")
+
+	// The outage.
+	setStatefulSetReady(t, g, ns, n.Cache, 0)
+	ti = condition(t, g, ns, ti.Name, controllers.ConditionStreamingCacheReady, metav1.ConditionFalse, controllers.ReasonStreamingCacheUnavailable, time.Minute,
+		"streaming cache pod "+n.Cache+"-0 is not ready")
+	ready := meta.FindStatusCondition(ti.Status.Conditions, controllers.ConditionReady)
+	g.Expect(ready.Status).To(Equal(metav1.ConditionFalse))
+	g.Expect(ready.Reason).To(Equal(controllers.ReasonStreamingCacheUnavailable))
+	g.Expect(kstatusOf(t, g, ti)).To(Equal(status.InProgressStatus))
+
+	// It comes back.
+	setStatefulSetReady(t, g, ns, n.Cache, 1)
+	condition(t, g, ns, ti.Name, controllers.ConditionReady, metav1.ConditionTrue, controllers.ReasonReady, time.Minute)
+
+	// Switched off for this beamline: the cache is pruned, the condition removed, the password kept.
+	g.Eventually(func() error {
+		c := getCluster(t, g, ns)
+		c.Spec.Instances[0].Overrides = &tiledv1alpha1.InstanceTemplate{Streaming: &tiledv1alpha1.StreamingSpec{Enabled: ptr.To(false)}}
+		return env.Client.Update(ctxT(t), c)
+	}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
+	g.Eventually(func() bool { return exists(t, &appsv1.StatefulSet{}, ns, n.Cache) || exists(t, &corev1.Service{}, ns, n.Cache) },
+		time.Minute, 200*time.Millisecond).Should(BeFalse(), "the cache's StatefulSet and Service pruned")
+	g.Eventually(func(g Gomega) {
+		ti := getInstance(t, g, ns, "fleet-a")
+		g.Expect(meta.FindStatusCondition(ti.Status.Conditions, controllers.ConditionStreamingCacheReady)).To(BeNil())
+	}, time.Minute, 200*time.Millisecond).Should(Succeed())
+	g.Expect(env.Client.Get(ctxT(t), client.ObjectKey{Namespace: ns, Name: n.Secret}, secret)).To(Succeed())
+	g.Expect(secret.Data[render.SecretKeyStreamingCachePassword]).To(Equal(password), "the password is kept for when streaming is on again")
+}
+
 // TestPodFailuresNamedOnTheInstance: an image that cannot be pulled, a crash loop (with its last log
 // line), a readiness probe that keeps failing and a crash-looping database each end in a condition
 // on the TiledInstance naming the pod, the container and the reason — Stalled when it will not mend

@@ -93,7 +93,7 @@ func TestStampOutTraffic(t *testing.T) {
 	t.Logf("stamp-out of %d instances in %s: %d objects created %v; %d object writes, %d status writes, %d event writes; %d reads\n%s",
 		len(names), time.Since(start).Round(time.Millisecond), created, objects, objectWrites, statusWrites, eventWrites, stamp.Reads(), stamp)
 	g.Expect(objects["TiledInstance"]).To(Equal(30))
-	g.Expect(objects["StatefulSet"]).To(Equal(60), "a Tiled and a PostgreSQL StatefulSet per instance")
+	g.Expect(objects["StatefulSet"]).To(Equal(90), "a Tiled, a PostgreSQL and a streaming cache StatefulSet per instance")
 	g.Expect(objects["Secret"]).To(Equal(30))
 	g.Expect(stamp.Reads()).To(BeZero(), "GET or LIST through the API server after the caches synced:\n%s", stamp)
 	g.Expect(float64(objectWrites)).To(BeNumerically("<=", 1.05*float64(created)), "object writes per object created")

@@ -98,6 +98,8 @@ func soloInstance(ns, name, image string, backup *tiledv1alpha1.BackupSpec) *til
 			}},
 			Database: &tiledv1alpha1.DatabaseSpec{Managed: &tiledv1alpha1.ManagedDatabase{Size: "1Gi"}},
 			Backup:   backup,
+			// No streaming cache: see smallFleet.
+			Streaming: &tiledv1alpha1.StreamingSpec{Enabled: ptr.To(false)},
 		}},
 	}
 }
