@@ -58,9 +58,9 @@ func DefaultBuiltins() Builtins {
 					TargetCPUUtilizationPercentage: ptr.To[int32](70),
 					ScaleDownStabilizationSeconds:  ptr.To[int32](300),
 				},
-				RunAsUser:       ptr.To(DefaultUID),
-				RunAsGroup:      ptr.To(DefaultUID),
-				FSGroup:         ptr.To(DefaultUID),
+				RunAsUser:  ptr.To(DefaultUID),
+				RunAsGroup: ptr.To(DefaultUID),
+				FSGroup:    ptr.To(DefaultUID),
 				Resources: &corev1.ResourceRequirements{
 					Requests: corev1.ResourceList{corev1.ResourceCPU: q("250m"), corev1.ResourceMemory: q("512Mi")},
 					Limits:   corev1.ResourceList{corev1.ResourceMemory: q("2Gi")},

@@ -192,7 +192,9 @@ func TestStreamingCacheOutage(t *testing.T) {
 		c.Spec.Instances[0].Overrides = &tiledv1alpha1.InstanceTemplate{Streaming: &tiledv1alpha1.StreamingSpec{Enabled: ptr.To(false)}}
 		return env.Client.Update(ctxT(t), c)
 	}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
-	g.Eventually(func() bool { return exists(t, &appsv1.StatefulSet{}, ns, n.Cache) || exists(t, &corev1.Service{}, ns, n.Cache) },
+	g.Eventually(func() bool {
+		return exists(t, &appsv1.StatefulSet{}, ns, n.Cache) || exists(t, &corev1.Service{}, ns, n.Cache)
+	},
 		time.Minute, 200*time.Millisecond).Should(BeFalse(), "the cache's StatefulSet and Service pruned")
 	g.Eventually(func(g Gomega) {
 		ti := getInstance(t, g, ns, "fleet-a")
