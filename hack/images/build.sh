@@ -11,6 +11,7 @@
 #     postgres.tar        docker.io/local/postgres:15           Debian bookworm + postgresql-15, curl, ca-certificates
 #     redis.tar           docker.io/local/redis:7.0             Debian bookworm + redis-server, redis-tools (the streaming cache)
 #     versitygw.tar       docker.io/local/versitygw:1.8.0       versitygw (S3 gateway) from the Go module proxy, static base
+#     metrics-server.tar  docker.io/local/metrics-server:v0.8.0 metrics-server from the Go module proxy, static base
 #
 # TiledVersion is read from expansion/builtins.go and Oldest from tiledversion/versions.go (e.g.
 # tiled-0.2.14.tar, docker.io/local/tiled:0.2.14, for the upgrade tests).
@@ -20,9 +21,10 @@
 #
 # Each image except the manager is cached by a hash of its inputs (its recipe in this script, its
 # files under hack/images/, mkimage, the pinned versions) and reused while they are unchanged; the
-# manager is rebuilt on every run (Go's build cache makes that a few seconds). The CoreDNS and
-# versitygw binaries are cached by version in images/bin/ (versitygw's version and build are those of
-# hack/s3/versitygw.sh, which host-side tests use too). The Debian base
+# manager is rebuilt on every run (Go's build cache makes that a few seconds). The CoreDNS, versitygw
+# and metrics-server binaries are cached by version in images/bin/ (versitygw's version and build are
+# those of hack/s3/versitygw.sh, which host-side tests use too; metrics-server's those of
+# hack/node/metrics-server.sh, which hack/node/cluster.sh reads the tag from). The Debian base
 # (debootstrap --variant=minbase) is built once and shared by the two Tiled images, PostgreSQL and
 # Redis.
 # Archives are written by hack/images/mkimage (one layer per image, see docs/images.md).
@@ -50,6 +52,9 @@ REDIS_VERSION=7.0
 # VERSITYGW_VERSION and versitygw_build, shared with host-side tests.
 # shellcheck source=hack/s3/versitygw.sh
 source hack/s3/versitygw.sh
+# METRICS_SERVER_VERSION and metrics_server_build, shared with hack/node (the node deploys the image).
+# shellcheck source=hack/node/metrics-server.sh
+source hack/node/metrics-server.sh
 # Set from expansion.TiledVersion and tiledversion.Oldest below, never written here.
 TILED_VERSION=
 TILED_OLDEST=
@@ -459,6 +464,22 @@ build_versitygw() {
 		>>"$d/log"
 }
 
+# metrics-server, the resource metrics API of the node (hack/node/cluster.sh deploys it; the
+# HorizontalPodAutoscalers read it): the static binary of hack/node/metrics-server.sh on the nonroot
+# base, as 65532, entrypoint /metrics-server as upstream's image. The pod gives every argument; it
+# writes nothing but what --cert-dir names (a /tmp emptyDir) when it has no certificate of its own.
+build_metrics_server() {
+	local d=$1 r=$1/rootfs bin
+	bin=$(metrics_server_build 2>>"$d/log")
+	nonroot_files "$r"
+	install -m 0755 "$bin" "$r/metrics-server"
+	"$TMP/mkimage" -rootfs "$r" -tag "docker.io/local/metrics-server:$METRICS_SERVER_VERSION" -o "$d/image.tar" \
+		-user 65532:65532 -entrypoint '["/metrics-server"]' -workdir / -expose 4443/tcp \
+		-env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+		-label "org.opencontainers.image.description=metrics-server $METRICS_SERVER_VERSION (sigs.k8s.io/metrics-server, Apache-2.0), static, nonroot (tiled-operator hack/images)" \
+		>>"$d/log"
+}
+
 # The project's Dockerfile final stage (distroless static:nonroot) rebuilt from scratch: the manager
 # on the nonroot files; numeric USER so that the kubelet can check runAsNonRoot.
 build_manager() {
@@ -483,6 +504,8 @@ KEY_FILES=("${MKIMAGE_SRC[@]}")
 KEYS[coredns]=coredns-$(key "$GO_VERSION" "$COREDNS_VERSION" "$(declare -f build_coredns)")
 # The binary is cached by version alone (images/bin/versitygw-<version>), so its build is not hashed.
 KEYS[versitygw]=versitygw-$(key "$VERSITYGW_VERSION" "$(declare -f build_versitygw nonroot_files)")
+# Likewise images/bin/metrics-server-<version>.
+KEYS[metrics-server]=metrics-server-$(key "$METRICS_SERVER_VERSION" "$(declare -f build_metrics_server nonroot_files)")
 KEY_FILES=("${MKIMAGE_SRC[@]}" hack/images/postgres/docker-entrypoint.sh)
 KEYS[postgres]=postgres-$(key "$DEB_COMMON" "$PG_MAJOR" "$(declare -f build_postgres)")
 KEY_FILES=("${MKIMAGE_SRC[@]}")
@@ -533,6 +556,9 @@ go_pid=$!
 # versitygw: a cold build is one long go install (nice, one core), beside everything else.
 build versitygw &
 versitygw_pid=$!
+# metrics-server: likewise one go install on a cold cache (the Kubernetes 1.33 libraries).
+build metrics-server build_metrics_server &
+metrics_server_pid=$!
 
 # The Debian base, only when a Debian image is to be built.
 need_base=false
@@ -584,6 +610,7 @@ wait $! || { cat "$TMP/manager-image/log" >&2; die "tiled-operator image"; }
 mv "$TMP/manager-image/image.tar" "$OUT/tiled-operator.tar"
 say "tiled-operator: built, $(du -h "$OUT/tiled-operator.tar" | cut -f1)"
 finish versitygw "$versitygw_pid"
+finish metrics-server "$metrics_server_pid"
 finish postgres "$pg_pid"
 finish redis "$redis_pid"
 finish tiled "$tiled_pid"
@@ -603,10 +630,11 @@ done
 # --- checks -----------------------------------------------------------------------------------------
 say "checking the archives (go test -tags images ./hack/images/)"
 TILED_IMAGES_DIR=$OUT TILED_VERSION=$TILED_VERSION TILED_OLDEST_VERSION=$TILED_OLDEST VERSITYGW_VERSION=$VERSITYGW_VERSION \
+	METRICS_SERVER_VERSION=$METRICS_SERVER_VERSION \
 	go test -tags images -count=1 ./hack/images/ >"$TMP/check.log" 2>&1 ||
 	{ cat "$TMP/check.log" >&2; die "the archives in $OUT failed their checks"; }
 smoke=()
-for n in versitygw "${DEBIAN_IMAGES[@]}"; do
+for n in versitygw metrics-server "${DEBIAN_IMAGES[@]}"; do
 	if $SMOKE_ALL || [[ -f $TMP/built.$n ]]; then smoke+=("$OUT/$n.tar"); fi
 done
 if ((${#smoke[@]})); then

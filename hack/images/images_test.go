@@ -301,6 +301,24 @@ func versitygwVersion(t *testing.T) string {
 	return strings.TrimPrefix(v, "v")
 }
 
+// metricsServerVersion is the tag of the metrics-server image (metrics-server.tar): METRICS_SERVER_VERSION
+// as build.sh passes it, or else the line of hack/node/metrics-server.sh that pins it; with the "v",
+// as upstream tags its images and as hack/node/cluster.sh deploys it.
+func metricsServerVersion(t *testing.T) string {
+	if v := os.Getenv("METRICS_SERVER_VERSION"); v != "" {
+		return v
+	}
+	src, err := os.ReadFile(filepath.Join("..", "node", "metrics-server.sh"))
+	if err != nil {
+		t.Fatalf("METRICS_SERVER_VERSION is not set and hack/node/metrics-server.sh cannot be read: %v", err)
+	}
+	m := regexp.MustCompile(`(?m)^METRICS_SERVER_VERSION=(v[0-9][^\s]*)$`).FindSubmatch(src)
+	if m == nil {
+		t.Fatal("METRICS_SERVER_VERSION is not set and hack/node/metrics-server.sh has no line METRICS_SERVER_VERSION=vX.Y.Z")
+	}
+	return string(m[1])
+}
+
 func TestImages(t *testing.T) {
 	dir := os.Getenv("TILED_IMAGES_DIR")
 	if dir == "" {
@@ -316,6 +334,7 @@ func TestImages(t *testing.T) {
 	}
 	oldest := oldestTiled(t)
 	vgw := versitygwVersion(t)
+	ms := metricsServerVersion(t)
 	pgPath := "/usr/lib/postgresql/15/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	for _, tc := range []imageCase{{
 		file: "pause.tar", tag: "docker.io/local/pause:3.10",
@@ -386,6 +405,12 @@ func TestImages(t *testing.T) {
 		commands: map[string]string{"versitygw": "/usr/local/bin/versitygw"},
 		owned: []owned{{path: "/usr/local/bin/versitygw"}, {path: "/data", uid: 65532, gid: 65532, dir: true},
 			{path: "/home/nonroot", uid: 65532, gid: 65532, dir: true}, {path: "/tmp", dir: true}},
+	}, {
+		// The node's resource metrics API (hack/node/cluster.sh gives every argument; /tmp an emptyDir).
+		file: "metrics-server.tar", tag: "docker.io/local/metrics-server:" + ms,
+		user: "65532:65532", entrypoint: []string{"/metrics-server"}, account: "nonroot",
+		env:   map[string]string{"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+		owned: []owned{{path: "/metrics-server"}, {path: "/home/nonroot", uid: 65532, gid: 65532, dir: true}, {path: "/tmp", dir: true}},
 	}, tiledCase("tiled.tar", expansion.TiledVersion), tiledCase("tiled-"+oldest+".tar", oldest),
 	} {
 		t.Run(tc.file, func(t *testing.T) {

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# smoke.sh runs the PostgreSQL, Redis, Tiled and versitygw images' root filesystems without a node, the
-# way the operator's pods (and the backup tests' S3 server) run them: read-only root, the image's uid/gid
-# with no capabilities and no_new_privs, the pod's writable volumes as tmpfs or host folders, in
-# private mount, PID and network namespaces (only loopback; nothing leaves them).
+# smoke.sh runs the PostgreSQL, Redis, Tiled, versitygw and metrics-server images' root filesystems
+# without a node, the way the operator's pods (and the backup tests' S3 server, and the node's metrics
+# API) run them: read-only root, the image's uid/gid with no capabilities and no_new_privs, the pod's
+# writable volumes as tmpfs or host folders, in private mount, PID and network namespaces (only
+# loopback; nothing leaves them).
 #
-#   hack/images/smoke.sh ~/.cache/tiled-operator/images/current/{postgres,redis,tiled,tiled-0.2.14,versitygw}.tar
+#   hack/images/smoke.sh ~/.cache/tiled-operator/images/current/{postgres,redis,tiled,tiled-0.2.14,versitygw,metrics-server}.tar
 #
 # postgres: the entrypoint initialises PGDATA (a subdirectory of the volume, as the operator sets it)
 #   with POSTGRES_USER/PASSWORD/DB, the operator's init script and a sourced shell script changing
@@ -25,6 +26,8 @@
 # versitygw: as 65532 with the pod's environment and arguments (--port :7070 ... posix /data, /data a
 #   host folder), healthy on /health with no capabilities; hack/s3/s3_test.sh with the host's curl
 #   passes against it (objects land in /data owned by 65532); SIGTERM stops it.
+# metrics-server: as 65532 with no capabilities, `--version` is the tag and `--help` lists every flag
+#   hack/node/cluster.sh passes (the node then proves it serves the metrics API).
 # Needs root (chroot, namespaces). The image is recognised by its tag in manifest.json.
 set -euo pipefail
 
@@ -378,6 +381,28 @@ CHECK
 	[[ -z $bad ]] || die "versitygw wrote files not owned by 65532: $bad"
 }
 
+smoke_metrics_server() {
+	local root=$1
+	cat >"$TMP/metrics-server-check.sh" <<'CHECK'
+# ms ARGS...: the entrypoint as 65532 with no capabilities and no_new_privs, the image's environment.
+ms() {
+	env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+		setpriv --no-new-privs --inh-caps=-all -- chroot --userspec=65532:65532 --groups=65532 "$ROOT" /metrics-server "$@"
+}
+v=$(ms --version)
+[[ $v == "$WANT" ]] || { echo "metrics-server --version says '$v', want $WANT"; exit 1; }
+echo "metrics-server: --version $v"
+ms --help >"$LOGS/help.txt" 2>&1 || { cat "$LOGS/help.txt"; echo "metrics-server --help failed"; exit 1; }
+# Every flag hack/node/cluster.sh passes must exist in this release.
+for f in --secure-port --tls-cert-file --tls-private-key-file --kubelet-preferred-address-types \
+	--kubelet-use-node-status-port --kubelet-certificate-authority --metric-resolution --profiling; do
+	grep -qE -- "^ +$f[ =]" "$LOGS/help.txt" || { echo "metrics-server --help lacks $f"; exit 1; }
+done
+echo "metrics-server: --help lists the node's flags"
+CHECK
+	WANT=$2 run_in "$root" "$TMP/metrics-server-check.sh"
+}
+
 for tarball in "$@"; do
 	[[ -f $tarball ]] || die "$tarball: no such file"
 	name=$(basename "$tarball" .tar)
@@ -396,6 +421,7 @@ for tarball in "$@"; do
 	docker.io/local/redis:*) smoke_redis "$root" ;;
 	docker.io/local/tiled:*) smoke_tiled "$root" "${tag##*:}" ;;
 	docker.io/local/versitygw:*) smoke_versitygw "$root" "${tag##*:}" ;;
+	docker.io/local/metrics-server:*) smoke_metrics_server "$root" "${tag##*:}" ;;
 	*) die "$tarball: no smoke test for $tag" ;;
 	esac
 	say "$tag: passed in $((SECONDS - t))s"

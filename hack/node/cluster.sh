@@ -53,6 +53,10 @@ STORAGE_CLASS=local-hostpath
 PV_COUNT=40
 PAUSE_IMAGE=docker.io/local/pause:3.10
 COREDNS_IMAGE=docker.io/local/coredns:v1.15.0
+# METRICS_SERVER_VERSION: the one pin, shared with hack/images/build.sh, which builds the image.
+# shellcheck source=hack/node/metrics-server.sh
+source "$here/metrics-server.sh"
+METRICS_SERVER_IMAGE=docker.io/local/metrics-server:$METRICS_SERVER_VERSION
 
 SOCK=$STATE/containerd/containerd.sock
 # Components in start order; `down` stops them in its own order.
@@ -144,6 +148,19 @@ wait_until() {
   done
 }
 
+# wait_metrics_api TIMEOUT CMD...: wait_until for the metrics API, returning non-zero on timeout so
+# that the caller can show metrics-server's own state first (its log is a pod's, not a component's).
+wait_metrics_api() {
+  local timeout=$1 deadline
+  shift
+  deadline=$(($(date +%s) + timeout))
+  until "$@" >/dev/null 2>&1; do
+    check_running
+    [ "$(date +%s)" -lt "$deadline" ] || return 1
+    sleep 0.5
+  done
+}
+
 # ---------------------------------------------------------------------------------------------------
 # Host state
 
@@ -192,8 +209,15 @@ gen_pki() {
     openssl ecparam -name prime256v1 -genkey -noout -out ca.key 2>/dev/null
     openssl req -x509 -new -key ca.key -subj "/CN=tiled-e2e-ca" -days 3650 -sha256 -out ca.crt \
       -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" 2>/dev/null
-    # cert NAME SUBJECT EXTENDED-KEY-USAGE [SANS]
+    # The aggregation layer's own CA: the apiserver proxies to metrics-server with a client
+    # certificate of it and the user in X-Remote-* headers, which metrics-server trusts only from
+    # this CA (never the cluster CA, whose every client could then claim any user).
+    openssl ecparam -name prime256v1 -genkey -noout -out front-proxy-ca.key 2>/dev/null
+    openssl req -x509 -new -key front-proxy-ca.key -subj "/CN=tiled-e2e-front-proxy-ca" -days 3650 -sha256 -out front-proxy-ca.crt \
+      -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" 2>/dev/null
+    # cert NAME SUBJECT EXTENDED-KEY-USAGE [SANS] [CA]: signed by CA (default: the cluster CA, ca).
     cert() {
+      local ca=${5:-ca}
       openssl ecparam -name prime256v1 -genkey -noout -out "$1.key" 2>/dev/null
       openssl req -new -key "$1.key" -subj "$2" -out "$1.csr" 2>/dev/null
       {
@@ -202,7 +226,7 @@ gen_pki() {
         echo "extendedKeyUsage=$3"
         [ -z "${4:-}" ] || echo "subjectAltName=$4"
       } >"$1.ext"
-      openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 -sha256 \
+      openssl x509 -req -in "$1.csr" -CA "$ca.crt" -CAkey "$ca.key" -CAcreateserial -days 3650 -sha256 \
         -extfile "$1.ext" -out "$1.crt" 2>/dev/null
       rm -f "$1.csr" "$1.ext"
     }
@@ -215,9 +239,14 @@ gen_pki() {
     cert kube-proxy "/CN=system:kube-proxy" clientAuth
     cert kubelet-client "/O=system:nodes/CN=system:node:$NODE_NAME" clientAuth
     cert kubelet "/CN=$NODE_NAME" serverAuth "IP:$NODE_IP,DNS:$NODE_NAME,DNS:localhost,IP:127.0.0.1"
+    cert front-proxy-client "/CN=front-proxy-client" clientAuth "" front-proxy-ca
+    # metrics-server's serving certificate, for the name the aggregator checks (<service>.<ns>.svc);
+    # the APIService carries the cluster CA as its caBundle, so nothing skips TLS verification.
+    cert metrics-server "/CN=metrics-server.kube-system.svc" serverAuth \
+      "DNS:metrics-server.kube-system.svc,DNS:metrics-server.kube-system.svc.$CLUSTER_DOMAIN"
     openssl ecparam -name prime256v1 -genkey -noout -out sa.key 2>/dev/null
     openssl ec -in sa.key -pubout -out sa.pub 2>/dev/null
-    rm -f ca.srl
+    rm -f ca.srl front-proxy-ca.srl
   )
 }
 
@@ -516,6 +545,162 @@ spec:
   - {name: dns, port: 53, targetPort: 1053, protocol: UDP}
   - {name: dns-tcp, port: 53, targetPort: 1053, protocol: TCP}
 EOF
+  metrics_server_manifests
+}
+
+# metrics_server_manifests: the resource metrics API (metrics.k8s.io/v1beta1) that
+# HorizontalPodAutoscalers read, as upstream's manifests deploy it, with three changes: its serving
+# certificate is signed by the cluster CA and the APIService verifies it (caBundle, not
+# insecureSkipTLSVerify); it verifies the kubelet's serving certificate with the cluster CA of its
+# service-account volume (not --kubelet-insecure-tls); it listens on 4443 and runs as 65532. It
+# authenticates to the kubelet with its service-account token (kubelet's webhook authentication and
+# authorization: nodes/metrics in system:metrics-server).
+metrics_server_manifests() {
+  local pki=$STATE/pki
+  cat <<EOF
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: metrics-server, namespace: kube-system, labels: {k8s-app: metrics-server}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: "system:aggregated-metrics-reader"
+  labels:
+    k8s-app: metrics-server
+    rbac.authorization.k8s.io/aggregate-to-view: "true"
+    rbac.authorization.k8s.io/aggregate-to-edit: "true"
+    rbac.authorization.k8s.io/aggregate-to-admin: "true"
+rules:
+- apiGroups: [metrics.k8s.io]
+  resources: [pods, nodes]
+  verbs: [get, list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: "system:metrics-server", labels: {k8s-app: metrics-server}}
+rules:
+- apiGroups: [""]
+  resources: [nodes/metrics]
+  verbs: [get]
+- apiGroups: [""]
+  resources: [pods, nodes]
+  verbs: [get, list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: "system:metrics-server", labels: {k8s-app: metrics-server}}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "system:metrics-server"}
+subjects:
+- {kind: ServiceAccount, name: metrics-server, namespace: kube-system}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: "metrics-server:system:auth-delegator", labels: {k8s-app: metrics-server}}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "system:auth-delegator"}
+subjects:
+- {kind: ServiceAccount, name: metrics-server, namespace: kube-system}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: metrics-server-auth-reader, namespace: kube-system, labels: {k8s-app: metrics-server}}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: extension-apiserver-authentication-reader}
+subjects:
+- {kind: ServiceAccount, name: metrics-server, namespace: kube-system}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: metrics-server-tls, namespace: kube-system, labels: {k8s-app: metrics-server}}
+type: kubernetes.io/tls
+data:
+  tls.crt: $(base64 -w0 "$pki/metrics-server.crt")
+  tls.key: $(base64 -w0 "$pki/metrics-server.key")
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: metrics-server
+  namespace: kube-system
+  labels: {k8s-app: metrics-server}
+spec:
+  replicas: 1
+  selector: {matchLabels: {k8s-app: metrics-server}}
+  strategy: {rollingUpdate: {maxUnavailable: 0}}
+  template:
+    metadata:
+      labels: {k8s-app: metrics-server}
+    spec:
+      serviceAccountName: metrics-server
+      priorityClassName: system-cluster-critical
+      securityContext:
+        runAsNonRoot: true
+        runAsUser: 65532
+        runAsGroup: 65532
+        seccompProfile: {type: RuntimeDefault}
+      containers:
+      - name: metrics-server
+        image: $METRICS_SERVER_IMAGE
+        imagePullPolicy: IfNotPresent
+        args:
+        - --secure-port=4443
+        - --tls-cert-file=/etc/metrics-server/tls.crt
+        - --tls-private-key-file=/etc/metrics-server/tls.key
+        - --kubelet-preferred-address-types=InternalIP
+        - --kubelet-use-node-status-port
+        - --kubelet-certificate-authority=/var/run/secrets/kubernetes.io/serviceaccount/ca.crt
+        - --metric-resolution=15s
+        - --profiling=false
+        ports:
+        - {name: https, containerPort: 4443, protocol: TCP}
+        resources:
+          requests: {cpu: 50m, memory: 64Mi}
+          limits: {memory: 256Mi}
+        securityContext:
+          allowPrivilegeEscalation: false
+          readOnlyRootFilesystem: true
+          capabilities: {drop: [ALL]}
+        readinessProbe:
+          httpGet: {path: /readyz, port: https, scheme: HTTPS}
+          periodSeconds: 2
+          failureThreshold: 3
+        livenessProbe:
+          httpGet: {path: /livez, port: https, scheme: HTTPS}
+          periodSeconds: 10
+          failureThreshold: 3
+        volumeMounts:
+        - {name: tls, mountPath: /etc/metrics-server, readOnly: true}
+        - {name: tmp, mountPath: /tmp}
+      volumes:
+      - name: tls
+        secret: {secretName: metrics-server-tls}
+      - name: tmp
+        emptyDir: {}
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: metrics-server
+  namespace: kube-system
+  labels: {k8s-app: metrics-server}
+spec:
+  selector: {k8s-app: metrics-server}
+  ports:
+  - {name: https, port: 443, targetPort: https, protocol: TCP, appProtocol: https}
+---
+apiVersion: apiregistration.k8s.io/v1
+kind: APIService
+metadata:
+  name: v1beta1.metrics.k8s.io
+  labels: {k8s-app: metrics-server}
+spec:
+  group: metrics.k8s.io
+  version: v1beta1
+  service: {name: metrics-server, namespace: kube-system, port: 443}
+  caBundle: $(base64 -w0 "$pki/ca.crt")
+  groupPriorityMinimum: 100
+  versionPriority: 100
+EOF
 }
 
 # import_tars TAR...: import docker-archive tars into the node's containerd (namespace k8s.io).
@@ -547,13 +732,14 @@ cmd_up() {
   nodebin=$("$here/build.sh") || die "hack/node/build.sh failed"
   cpbin=$("$hack/controlplane.sh") || die "hack/controlplane.sh failed"
 
-  # The images to import: every docker-archive in $IMAGES, smallest first (pause and CoreDNS are tiny
-  # and must be there before kubelet starts; big ones load while the node comes up).
+  # The images to import: every docker-archive in $IMAGES, smallest first (pause, CoreDNS and
+  # metrics-server are small and must be there before kubelet starts; big ones load while the node
+  # comes up).
   local tars=()
   if [ -d "$IMAGES" ]; then
     mapfile -t tars < <(find -L "$IMAGES/" -maxdepth 1 -name '*.tar' -type f -printf '%s %p\n' 2>/dev/null | sort -n | cut -d' ' -f2-)
   fi
-  [ ${#tars[@]} -gt 0 ] || die "no images in $IMAGES: build them with hack/images/build.sh (needed at least: $PAUSE_IMAGE, $COREDNS_IMAGE)"
+  [ ${#tars[@]} -gt 0 ] || die "no images in $IMAGES: build them with hack/images/build.sh (needed at least: $PAUSE_IMAGE, $COREDNS_IMAGE, $METRICS_SERVER_IMAGE)"
 
   # Fresh state; the record of the host comes first, before anything of ours exists.
   if [ -d "$STATE" ]; then
@@ -610,6 +796,11 @@ cmd_up() {
     --allow-privileged=true \
     --audit-policy-file "$c/audit-policy.yaml" --audit-log-path "$STATE/audit.log" --audit-log-format json \
     --audit-log-maxsize 0 --audit-log-maxbackup 0 \
+    --requestheader-client-ca-file "$pki/front-proxy-ca.crt" --requestheader-allowed-names front-proxy-client \
+    --requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \
+    --requestheader-extra-headers-prefix X-Remote-Extra- \
+    --proxy-client-cert-file "$pki/front-proxy-client.crt" --proxy-client-key-file "$pki/front-proxy-client.key" \
+    --enable-aggregator-routing=true \
     --profiling=false
   # Runtime, in parallel with the control plane coming up.
   start containerd /usr/bin/containerd --config "$c/containerd.toml"
@@ -621,11 +812,11 @@ cmd_up() {
   local t_imp
   t_imp=$(now)
   [ ${#small[@]} -eq 0 ] || import_tars "${small[@]}" || fail_up "importing images from $IMAGES failed (log above)"
-  if ! images_present "$PAUSE_IMAGE" "$COREDNS_IMAGE"; then
+  if ! images_present "$PAUSE_IMAGE" "$COREDNS_IMAGE" "$METRICS_SERVER_IMAGE"; then
     [ ${#big[@]} -eq 0 ] || import_tars "${big[@]}" || fail_up "importing images from $IMAGES failed (log above)"
     big=()
     local missing=() i
-    for i in "$PAUSE_IMAGE" "$COREDNS_IMAGE"; do images_present "$i" || missing+=("$i"); done
+    for i in "$PAUSE_IMAGE" "$COREDNS_IMAGE" "$METRICS_SERVER_IMAGE"; do images_present "$i" || missing+=("$i"); done
     [ ${#missing[@]} -eq 0 ] ||
       fail_up "the images in $IMAGES lack ${missing[*]} (they hold: $(ctr -a "$SOCK" -n k8s.io images ls -q | grep -v '^sha256:' | tr '\n' ' ')); build them with hack/images/build.sh"
   fi
@@ -682,6 +873,23 @@ cmd_up() {
   dns_s=$(secs "$t_dns" "$(now)")
   log "CoreDNS Available ${dns_s}s after apply"
 
+  # The resource metrics API through the aggregation layer: the apiserver proxies to metrics-server,
+  # which has scraped the kubelet twice (a CPU rate needs two samples, --metric-resolution apart).
+  # Started with CoreDNS; its wait overlaps the big images' import.
+  metrics_api() { kc get --raw "/apis/metrics.k8s.io/v1beta1/nodes/$NODE_NAME" | grep -q '"cpu"'; }
+  if ! wait_metrics_api 150 metrics_api; then
+    tail_log kube-apiserver 15
+    { echo "----- metrics-server -----"
+      kc -n kube-system get deploy,pods,endpointslices -l k8s-app=metrics-server -o wide
+      kc get apiservice v1beta1.metrics.k8s.io -o jsonpath='{range .status.conditions[*]}{.type}={.status} {.reason}: {.message}{"\n"}{end}'
+      kc -n kube-system logs deploy/metrics-server --tail=30
+    } >&2 2>&1 || true
+    fail_up "timed out after 150s waiting for the metrics API (kubectl get --raw /apis/metrics.k8s.io/v1beta1/nodes/$NODE_NAME): the HorizontalPodAutoscalers would have no metrics; metrics-server's state and log are above"
+  fi
+  local metrics_s
+  metrics_s=$(secs "$t_dns" "$(now)")
+  log "metrics API answering ${metrics_s}s after apply"
+
   if [ -n "$import_pid" ]; then
     wait "$import_pid" || fail_up "importing images from $IMAGES failed (log above)"
     log "all images imported ($(secs "$t_imp" "$(now)")s after the first)"
@@ -708,9 +916,10 @@ EOF
 apiserver_ready_s=$api_ready
 node_ready_s=$node_ready_s
 coredns_available_s=$dns_s
+metrics_api_s=$metrics_s
 up_total_s=$total
 EOF
-  log "up in ${total}s: apiserver ready ${api_ready}s after start, node Ready ${node_ready_s}s after kubelet start, CoreDNS Available ${dns_s}s after apply"
+  log "up in ${total}s: apiserver ready ${api_ready}s after start, node Ready ${node_ready_s}s after kubelet start, CoreDNS Available ${dns_s}s and the metrics API ${metrics_s}s after apply"
 }
 
 any_component_running() {

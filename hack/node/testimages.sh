@@ -6,9 +6,11 @@
 #   with --standins also:
 #   pause.tar      docker.io/local/pause:3.10      (nodecheck pause: waits for SIGTERM)
 #   coredns.tar    docker.io/local/coredns:v1.15.0 (the CoreDNS hack/node/build.sh built)
+#   metrics-server.tar docker.io/local/metrics-server:<version> (hack/node/metrics-server.sh's binary,
+#                  built into the images cache on first use, a few minutes)
 #
-# The stand-ins let the node be tried before hack/images/build.sh has produced the real pause and
-# CoreDNS images: TILED_E2E_IMAGES=DIR hack/node/cluster.sh up. Never point DIR at the images cache
+# The stand-ins let the node be tried before hack/images/build.sh has produced the real pause,
+# CoreDNS and metrics-server images: TILED_E2E_IMAGES=DIR hack/node/cluster.sh up. Never point DIR at the images cache
 # (images/current belongs to hack/images).
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -27,5 +29,10 @@ if $standins; then
   nodebin=$("$here/build.sh")
   mk -o "$dir/pause.tar" -name docker.io/local/pause:3.10 -entrypoint "/pause pause" "$dir/bin/nodecheck:/pause"
   mk -o "$dir/coredns.tar" -name docker.io/local/coredns:v1.15.0 -entrypoint /coredns "$nodebin/coredns:/coredns"
+  # shellcheck source=hack/node/metrics-server.sh
+  source "$here/metrics-server.sh"
+  msbin=$(metrics_server_build)
+  mk -o "$dir/metrics-server.tar" -name "docker.io/local/metrics-server:$METRICS_SERVER_VERSION" -entrypoint /metrics-server \
+    "$msbin:/metrics-server"
 fi
 ls -l "$dir"/*.tar >&2
