@@ -151,7 +151,7 @@ func cacheMaxMemory(m *v1alpha1.ManagedCache) string {
 
 // StreamingCache returns the managed streaming cache's Service and StatefulSet, or nils when the
 // instance has none. One pod, restricted like the database's, running the image's redis-server with
-// CacheScript; probes run redis-cli PING with the password from REDISCLI_AUTH.
+// CacheScript; probes run redis-cli PING, bounded by timeout, with the password from REDISCLI_AUTH.
 func StreamingCache(ti *v1alpha1.TiledInstance, in Inputs) (*corev1ac.ServiceApplyConfiguration, *appsv1ac.StatefulSetApplyConfiguration) {
 	m := managedCache(ti)
 	if m == nil {
@@ -169,14 +169,19 @@ func StreamingCache(ti *v1alpha1.TiledInstance, in Inputs) (*corev1ac.ServiceApp
 			WithPorts(corev1ac.ServicePort().WithName(CachePortName).WithPort(CachePort).
 				WithTargetPort(intstr.FromString(CachePortName)).WithProtocol(corev1.ProtocolTCP)))
 
-	ping := func() *corev1ac.ProbeApplyConfiguration {
+	// The probes bound redis-cli themselves (timeout, from coreutils or busybox): a cache that accepts
+	// connections but does not answer (paused, or stuck) keeps redis-cli waiting, and the kubelet's
+	// own exec timeout is not enforced promptly, so without it one hung probe hides the outage.
+	ping := func(seconds int) *corev1ac.ProbeApplyConfiguration {
 		return corev1ac.Probe().WithExec(corev1ac.ExecAction().
-			WithCommand("sh", "-c", `test "$(redis-cli -h 127.0.0.1 -p 6379 ping)" = PONG`))
+			WithCommand("sh", "-c", fmt.Sprintf(`test "$(timeout %d redis-cli -h 127.0.0.1 -p %d ping)" = PONG`, seconds, CachePort))).
+			WithTimeoutSeconds(int32(seconds) + 1)
 	}
-	// Ready about a second after it answers; unready 4 s into an outage; restarted after a minute.
-	startup := ping().WithPeriodSeconds(1).WithTimeoutSeconds(3).WithFailureThreshold(120)
-	ready := ping().WithPeriodSeconds(2).WithTimeoutSeconds(3).WithFailureThreshold(2)
-	live := ping().WithPeriodSeconds(20).WithTimeoutSeconds(5).WithFailureThreshold(3)
+	// Ready about a second after it answers; unready 4 to 6 s into an outage; restarted after a
+	// minute of not answering.
+	startup := ping(2).WithPeriodSeconds(1).WithFailureThreshold(120)
+	ready := ping(2).WithPeriodSeconds(2).WithFailureThreshold(2)
+	live := ping(4).WithPeriodSeconds(20).WithFailureThreshold(3)
 	c := corev1ac.Container().
 		WithName("cache").
 		WithImage(m.Image).
