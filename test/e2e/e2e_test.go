@@ -56,6 +56,7 @@ func TestE2E(t *testing.T) {
 	run(t, "9 Tiled upgrade 0.2.14 -> newest: backup, migrate once, hold, 2 replicas, failure undone", testTiledUpgrade)
 	run(t, "10 backups: taken while serving, a lost database restored (claim, S3), corrupt refused, schedule and retention", testBackupRestore)
 	run(t, "11 streaming: two replicas share the cache; no update lost to a deleted replica or a cache outage; password in no log; off means no cache", testStreaming)
+	run(t, "12 autoscaling: load scales Tiled 1 -> 2+ on the node's metrics API, back to 1 after the window; off prunes the autoscaler", testAutoscaling)
 	run(t, "no Secret value in any container log", testNoSecretsInLogs)
 	run(t, "no forbidden in the operator's log; its peak memory", testOperatorLog)
 }
