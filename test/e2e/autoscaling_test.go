@@ -387,6 +387,9 @@ func testAutoscaling(t *testing.T) {
 	scaleDown := time.Since(loadEnd)
 	t.Logf("scale-down: 1 Tiled pod %.1fs after the load stopped (bound %s: window %s, sync %s, two samples of %s, 90s for the pods)",
 		scaleDown.Seconds(), downBound, scaleDownWindow, hpaSyncPeriod, metricResolution)
+	figMu.Lock()
+	fig.AutoscaleUpSeconds, fig.AutoscaleDownSeconds = scaleUp.Seconds(), scaleDown.Seconds()
+	figMu.Unlock()
 	eventually(t, time.Minute, 500*time.Millisecond, "the instance Ready with readyReplicas 1", func() (bool, string) {
 		ti := getInstanceIn(t, autoscaleNS, autoscaleInstance)
 		return isTrue(ti, "Ready") && ti.Status.ReadyReplicas == 1, fmt.Sprintf("Ready %+v, readyReplicas %d", condition(ti, "Ready"), ti.Status.ReadyReplicas)

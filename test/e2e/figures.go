@@ -67,6 +67,11 @@ type Figures struct {
 	StreamSingleReplicaP99 float64 `json:"stream_single_replica_ms_p99"`
 	StreamRatio            float64 `json:"stream_cross_over_single_p50"`
 	StreamUpdates          int     `json:"stream_updates"`
+
+	// Autoscaling (case 12): load start -> 2 Ready Tiled pods, and load removed -> 1 pod, with a
+	// 30 s scale-down window.
+	AutoscaleUpSeconds   float64 `json:"autoscale_up_seconds,omitempty"`
+	AutoscaleDownSeconds float64 `json:"autoscale_down_seconds,omitempty"`
 }
 
 // CaseResult is one case's verdict and duration.

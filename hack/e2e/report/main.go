@@ -127,6 +127,11 @@ func render(f *e2e.Figures, src string) string {
 		w("| … writer and subscriber on the same replica (floor), p50 / p99 | %.1f ms / %.1f ms | |\n", f.StreamSingleReplicaP50, f.StreamSingleReplicaP99)
 		w("| … across replicas / floor (p50) | %.2f | ≤ 1.2 |\n", f.StreamRatio)
 	}
+	if f.AutoscaleUpSeconds > 0 {
+		// Only from a run that had the autoscaling case.
+		w("| autoscaling: load started → 2 Ready Tiled pods (the HorizontalPodAutoscaler on metrics-server) | %.1f s | |\n", f.AutoscaleUpSeconds)
+		w("| … load removed → 1 Tiled pod (30 s scale-down window) | %.1f s | |\n", f.AutoscaleDownSeconds)
+	}
 	w("| operator pod peak memory (cgroup) | %.1f MiB | |\n", f.OperatorPeakMemoryMiB)
 	return b.String()
 }
