@@ -105,8 +105,8 @@ func testFleetReady(t *testing.T) {
 	if report < 0 {
 		t.Errorf("TiledCluster %s/%s Ready %.2fs before its last pod %s was Ready", tenantNS, clusterName, -report.Seconds(), lastPod)
 	}
-	if len(readyAt) != 2*len(beamlines) {
-		t.Errorf("the watch saw %d pods Ready by the time the TiledCluster was Ready, want %d: %v", len(readyAt), 2*len(beamlines), sortedKeys(readyAt))
+	if len(readyAt) != podsPerBeamline*len(beamlines) {
+		t.Errorf("the watch saw %d pods Ready by the time the TiledCluster was Ready, want %d: %v", len(readyAt), podsPerBeamline*len(beamlines), sortedKeys(readyAt))
 	}
 
 	for _, b := range beamlines {
@@ -125,8 +125,8 @@ func testFleetReady(t *testing.T) {
 		fig.InstanceReadySeconds[ti.Name] = c.LastTransitionTime.Sub(ti.CreationTimestamp.Time).Seconds()
 	}
 	pods := podsIn(t, tenantNS)
-	if len(pods) != 2*len(beamlines) {
-		t.Errorf("%d pods in %s, want %d (Tiled and PostgreSQL per beamline)", len(pods), tenantNS, 2*len(beamlines))
+	if len(pods) != podsPerBeamline*len(beamlines) {
+		t.Errorf("%d pods in %s, want %d (Tiled, PostgreSQL and the streaming cache per beamline)", len(pods), tenantNS, podsPerBeamline*len(beamlines))
 	}
 	fig.RestartsByContainer = map[string]int32{}
 	fig.RestartCount = 0

@@ -20,8 +20,10 @@ const (
 	storageClass = "local-hostpath"
 	postgresImg  = "docker.io/local/postgres:15"
 	cacheImg     = "docker.io/local/redis:7.0"
-	pauseImg     = "docker.io/local/pause:3.10"
-	rolloutVar   = "E2E_ROLL"
+	// podsPerBeamline: Tiled, PostgreSQL and the streaming cache.
+	podsPerBeamline = 3
+	pauseImg        = "docker.io/local/pause:3.10"
+	rolloutVar      = "E2E_ROLL"
 )
 
 // beamlines of the sample fleet: one plain, one with an override, one with a read-only detector
