@@ -160,7 +160,7 @@ func operatorSetsReplicas(t *testing.T, s *appsv1.StatefulSet) bool {
 		var f struct {
 			Spec map[string]json.RawMessage `json:"f:spec"`
 		}
-		if err := json.Unmarshal(m.FieldsV1.Raw, &f); err != nil {
+		if err := json.Unmarshal(m.FieldsV1.GetRawBytes(), &f); err != nil {
 			t.Fatalf("managed fields of %s: %v", s.Name, err)
 		}
 		if _, ok := f.Spec["f:replicas"]; ok {
