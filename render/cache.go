@@ -214,15 +214,7 @@ func StreamingCache(ti *v1alpha1.TiledInstance, in Inputs) (*corev1ac.ServiceApp
 			corev1ac.Volume().WithName("data").WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
 			corev1ac.Volume().WithName("tmp").WithEmptyDir(corev1ac.EmptyDirVolumeSource()),
 		)
-	if len(m.ImagePullSecrets) > 0 {
-		podSpec.WithImagePullSecrets(pullSecrets(m.ImagePullSecrets)...)
-	}
-	if len(m.NodeSelector) > 0 {
-		podSpec.WithNodeSelector(m.NodeSelector)
-	}
-	for i := range m.Tolerations {
-		podSpec.WithTolerations(toleration(m.Tolerations[i]))
-	}
+	podPlacement(podSpec, m.ImagePullSecrets, m.NodeSelector, m.Tolerations)
 	sts := appsv1ac.StatefulSet(n.Cache, ti.Namespace).
 		WithLabels(labels).
 		WithSpec(appsv1ac.StatefulSetSpec().

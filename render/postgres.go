@@ -117,13 +117,19 @@ func Postgres(ti *v1alpha1.TiledInstance, in Inputs) (*corev1ac.ConfigMapApplyCo
 // databasePlacement adds what every pod on the managed database's image takes from its spec (the
 // database's, and the upgrade's backup and restore Jobs'): pull secrets, node selector, tolerations.
 func databasePlacement(podSpec *corev1ac.PodSpecApplyConfiguration, m *v1alpha1.ManagedDatabase) {
-	if len(m.ImagePullSecrets) > 0 {
-		podSpec.WithImagePullSecrets(pullSecrets(m.ImagePullSecrets)...)
+	podPlacement(podSpec, m.ImagePullSecrets, m.NodeSelector, m.Tolerations)
+}
+
+// podPlacement adds pull secrets, a node selector and tolerations to a pod of the managed database or
+// the managed streaming cache (Tiled's own pods have placement, which takes more).
+func podPlacement(podSpec *corev1ac.PodSpecApplyConfiguration, secrets []v1alpha1.LocalObjectReference, nodeSelector map[string]string, tolerations []corev1.Toleration) {
+	if len(secrets) > 0 {
+		podSpec.WithImagePullSecrets(pullSecrets(secrets)...)
 	}
-	if len(m.NodeSelector) > 0 {
-		podSpec.WithNodeSelector(m.NodeSelector)
+	if len(nodeSelector) > 0 {
+		podSpec.WithNodeSelector(nodeSelector)
 	}
-	for i := range m.Tolerations {
-		podSpec.WithTolerations(toleration(m.Tolerations[i]))
+	for i := range tolerations {
+		podSpec.WithTolerations(toleration(tolerations[i]))
 	}
 }

@@ -39,45 +39,20 @@ const (
 	loadRequests = 400000
 )
 
-// autoscaleProfileYAML is profileYAML's shape in the autoscaling namespace, with a ReadWriteMany data
-// claim: admission refuses an autoscaler above one pod on ReadWriteOnce, and the node's hostPath
-// volumes offer ReadWriteMany.
+// autoscaleProfileYAML is upgradeProfileYAML in the autoscaling namespace, with a ReadWriteMany data
+// claim (admission refuses an autoscaler above one pod on ReadWriteOnce, and the node's hostPath
+// volumes offer ReadWriteMany) and retention Delete.
 func autoscaleProfileYAML() string {
-	return fmt.Sprintf(`apiVersion: tiled.blueskyproject.io/v1alpha1
-kind: TiledProfile
-metadata:
-  name: autoscale-defaults
-  namespace: %s
-  labels: {facility: %s}
-spec:
-  priority: 0
-  tiled:
-    image: %s
-    imagePullPolicy: IfNotPresent
-    resources:
-      requests: {cpu: 50m, memory: 256Mi}
-      limits: {memory: 1Gi}
-  storage:
-    data: {storageClassName: %s, size: 1Gi, accessModes: [ReadWriteMany]}
-    retention: Delete
-  database:
-    managed:
-      image: %s
-      storageClassName: %s
-      size: 1Gi
-      resources:
-        requests: {cpu: 50m, memory: 64Mi}
-        limits: {memory: 512Mi}
-  auth:
-    singleUserAPIKey: {}
-  streaming:
-    managed:
-      image: %s
-      resources:
-        requests: {cpu: 10m, memory: 16Mi}
-        limits: {memory: 128Mi}
-`, autoscaleNS, autoscaleFacility, tiledImg(), storageClass, postgresImg, storageClass, cacheImg)
+	return strings.NewReplacer(
+		"name: "+upgProfileName, "name: autoscale-defaults",
+		"namespace: "+upgradeNS, "namespace: "+autoscaleNS,
+		"accessModes: [ReadWriteOnce]", "accessModes: [ReadWriteMany]",
+		"retention: Retain", "retention: Delete",
+	).Replace(upgradeProfileYAML(upgProfileName, autoscaleFacility, tiledImg()))
 }
+
+// upgProfileName is the name autoscaleProfileYAML gives upgradeProfileYAML before renaming it.
+const upgProfileName = "autoscale-base"
 
 // autoscaleInstanceYAML is the standalone instance: the autoscaler on (1 to 3 pods at 50% of a 50m
 // request, 30 s scale-down window), or off with tiled.replicas.
