@@ -419,6 +419,9 @@ func StatefulSet(ti *v1alpha1.TiledInstance, in Inputs, configHash string) (*app
 		podAnn[k] = v
 	}
 	podAnn[ConfigHashAnnotation] = configHash
+	if k, v, ok := BuildPodAnnotation(); ok {
+		podAnn[k] = v
+	}
 
 	podSpec := corev1ac.PodSpec().
 		WithEnableServiceLinks(false). // Service links would add TILED_* variables Tiled's settings read

@@ -21,7 +21,9 @@ import (
 	"os"
 	"strings"
 
+	"github.com/prometheus/client_golang/prometheus"
 	ctrl "sigs.k8s.io/controller-runtime"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/bluesky/tiled-operator/operator"
@@ -43,6 +45,11 @@ import (
 // EnvWatchNamespaces is the environment variable --watch-namespaces defaults to. The OLM bundle's
 // Deployment sets it from the pod annotation olm.targetNamespaces (empty for AllNamespaces).
 const EnvWatchNamespaces = "WATCH_NAMESPACES"
+
+// version is the release this manager was built as, set at link time
+// (-ldflags "-X main.version=v0.2.0"; hack/images/build.sh sets the commit). It is logged at start
+// and exported as tiled_operator_build_info{version}.
+var version = "devel"
 
 func main() {
 	if err := run(os.Args[1:]); err != nil {
@@ -93,7 +100,8 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("setting up the manager: %w", err)
 	}
-	log.Info("operator running", "host", cfg.Host, "memoryTarget", memory.Target, "memoryCeiling", memory.Ceiling, "namespaces", namespacesForLog(o.WatchNamespaces),
+	buildInfo(crmetrics.Registry, version)
+	log.Info("operator running", "version", version, "host", cfg.Host, "memoryTarget", memory.Target, "memoryCeiling", memory.Ceiling, "namespaces", namespacesForLog(o.WatchNamespaces),
 		"webhooks", *webhooksOn, "certManagement", certMode(o.Webhooks))
 	ctx := ctrl.SetupSignalHandler()
 	if steer {
@@ -129,4 +137,15 @@ func certMode(o *webhooks.Options) string {
 		return "none"
 	}
 	return string(o.CertMode)
+}
+
+// buildInfo exports tiled_operator_build_info{version} 1, so that a scrape (and an upgrade test)
+// tells which release each manager pod runs.
+func buildInfo(reg prometheus.Registerer, version string) {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "tiled_operator_build_info",
+		Help: "Always 1; the label version is the release the manager was built as.",
+	}, []string{"version"})
+	g.WithLabelValues(version).Set(1)
+	_ = reg.Register(g) // registered once per process; a second call (tests) keeps the first
 }

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"strings"
 	"testing"
 
 	. "github.com/onsi/gomega"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // OLM's olm.targetNamespaces is "" for AllNamespaces, one name for OwnNamespace and
@@ -32,4 +35,17 @@ func TestFlags(t *testing.T) {
 	g.Expect(err).To(HaveOccurred())
 	g.Expect(err.Error()).To(And(ContainSubstring("vault"), ContainSubstring("self, cert-manager, olm")))
 	g.Expect(run([]string{"--no-such-flag"})).To(MatchError(ContainSubstring("no-such-flag")))
+}
+
+func TestBuildInfo(t *testing.T) {
+	g := NewWithT(t)
+	reg := prometheus.NewRegistry()
+	buildInfo(reg, "v9.9.9-test")
+	n, err := testutil.GatherAndCount(reg, "tiled_operator_build_info")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(n).To(Equal(1))
+	g.Expect(testutil.GatherAndCompare(reg, strings.NewReader(`# HELP tiled_operator_build_info Always 1; the label version is the release the manager was built as.
+# TYPE tiled_operator_build_info gauge
+tiled_operator_build_info{version="v9.9.9-test"} 1
+`), "tiled_operator_build_info")).To(Succeed())
 }
