@@ -35,8 +35,14 @@ type Instance struct {
 	// Ready: the existing instance is Ready at its current generation.
 	Ready bool
 	// Held: spec.instances[].hold is set and the change shows in at least one field (the controller
-	// compares only held instances that exist and are not up to date; for others it is ignored).
+	// compares only held instances that exist and are not up to date or have a render change
+	// pending; for others it is ignored).
 	Held bool
+	// RenderPending: the existing instance is up to date but reports a change of its pod template
+	// that the operator's render makes without a change of its spec (status.pendingRollout, a new
+	// operator release); it needs a change like an instance that is not up to date, and is approved
+	// when applied (Decision.Approve).
+	RenderPending bool
 }
 
 // Decision is the plan for one instance.
@@ -50,6 +56,9 @@ type Decision struct {
 	CountsReady bool
 	// Member: an existing instance this cluster controls (Refuse excluded).
 	Member bool
+	// Approve: the instance is applied with the approval of its pending render change
+	// (Instance.RenderPending).
+	Approve bool
 }
 
 // Plan is the rollout plan of one reconcile.
@@ -68,7 +77,7 @@ type Plan struct {
 // MaxUnavailable.
 func Make(desired []Instance, maxUnavailable int) Plan {
 	p := Plan{MaxUnavailable: maxUnavailable, Decisions: make([]Decision, 0, len(desired))}
-	held := func(in Instance) bool { return in.Held && in.member() && !in.UpToDate }
+	held := func(in Instance) bool { return in.Held && in.needsChange() }
 	for _, in := range desired {
 		if in.member() && !held(in) && !in.Ready {
 			p.Unavailable++
@@ -84,14 +93,15 @@ func Make(desired []Instance, maxUnavailable int) Plan {
 		case held(in):
 			d.Action, d.CountsReady = Hold, in.Ready
 			p.Held++
-		case in.member() && !in.UpToDate && in.Ready && budget <= 0:
+		case in.needsChange() && in.Ready && budget <= 0:
 			d.Action = Wait
 			p.Pending++
 		default:
-			if in.member() && !in.UpToDate && in.Ready {
+			if in.needsChange() && in.Ready {
 				budget--
 			}
-			d.Action, d.CountsReady = Apply, in.member() && in.UpToDate && in.Ready
+			d.Action, d.CountsReady = Apply, in.member() && !in.needsChange() && in.Ready
+			d.Approve = in.member() && in.RenderPending
 		}
 		p.Decisions = append(p.Decisions, d)
 	}
@@ -100,6 +110,9 @@ func Make(desired []Instance, maxUnavailable int) Plan {
 
 // member: the instance exists and this cluster controls it.
 func (in Instance) member() bool { return in.Exists && in.Foreign == "" }
+
+// needsChange: a member whose spec is not up to date, or that has a render change pending.
+func (in Instance) needsChange() bool { return in.member() && (!in.UpToDate || in.RenderPending) }
 
 // MaxUnavailable is the budget spec.rollout.maxUnavailable gives for total instances: 1 when unset,
 // a percentage rounded up, never less than 1.

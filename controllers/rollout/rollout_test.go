@@ -17,6 +17,11 @@ var (
 	foreign  = Instance{Exists: true, Foreign: "has no controller (made by hand)", Ready: true}
 	heldUp   = Instance{Exists: true, Ready: true, Held: true}
 	heldDown = Instance{Exists: true, Held: true}
+	// rendered: up to date, Ready, with a change of its pod template the operator's render makes
+	// (a new operator release).
+	rendered     = Instance{Exists: true, UpToDate: true, Ready: true, RenderPending: true}
+	renderedDown = Instance{Exists: true, UpToDate: true, RenderPending: true}
+	renderedHeld = Instance{Exists: true, UpToDate: true, Ready: true, RenderPending: true, Held: true}
 )
 
 func named(in Instance, name string) Instance { in.Name = name; return in }
@@ -30,6 +35,8 @@ func TestMake(t *testing.T) {
 		ready   []bool
 		// unavailable, pending, held, refused
 		counts [4]int
+		// approve, when not nil, is each decision's Approve.
+		approve []bool
 	}{
 		{name: "empty", max: 1},
 		{
@@ -89,6 +96,36 @@ func TestMake(t *testing.T) {
 			actions: []Action{Refuse, Apply}, ready: []bool{false, false},
 			counts: [4]int{0, 0, 0, 1},
 		},
+		{
+			name:    "render changes roll like spec changes: maxUnavailable at a time, approved when applied",
+			desired: []Instance{rendered, rendered, rendered}, max: 1,
+			actions: []Action{Apply, Wait, Wait}, ready: []bool{false, false, false},
+			counts: [4]int{0, 2, 0, 0}, approve: []bool{true, false, false},
+		},
+		{
+			name:    "render and spec changes share one budget",
+			desired: []Instance{stale, rendered, rendered}, max: 2,
+			actions: []Action{Apply, Apply, Wait}, ready: []bool{false, false, false},
+			counts: [4]int{0, 1, 0, 0}, approve: []bool{false, true, false},
+		},
+		{
+			name:    "a render change waits while an instance rolls (unavailable)",
+			desired: []Instance{downNew, rendered, current}, max: 1,
+			actions: []Action{Apply, Wait, Apply}, ready: []bool{false, false, true},
+			counts: [4]int{1, 1, 0, 0}, approve: []bool{false, false, false},
+		},
+		{
+			name:    "an instance not ready with a render change is approved at once",
+			desired: []Instance{renderedDown, rendered}, max: 1,
+			actions: []Action{Apply, Wait}, ready: []bool{false, false},
+			counts: [4]int{1, 1, 0, 0}, approve: []bool{true, false},
+		},
+		{
+			name:    "a held instance's render change is held and spends no budget",
+			desired: []Instance{renderedHeld, rendered}, max: 1,
+			actions: []Action{Hold, Apply}, ready: []bool{true, false},
+			counts: [4]int{0, 0, 1, 0}, approve: []bool{false, true},
+		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -106,6 +143,11 @@ func TestMake(t *testing.T) {
 				g.Expect(d.Member).To(Equal(desired[i].Exists && desired[i].Foreign == ""), "member %s", d.Name)
 				if d.Action == Refuse {
 					g.Expect(d.Foreign).To(Equal(desired[i].Foreign))
+				}
+				if tc.approve != nil {
+					g.Expect(d.Approve).To(Equal(tc.approve[i]), "approve %s", d.Name)
+				} else {
+					g.Expect(d.Approve).To(BeFalse(), "approve %s", d.Name)
 				}
 			}
 			g.Expect([4]int{p.Unavailable, p.Pending, p.Held, p.Refused}).To(Equal(tc.counts))
