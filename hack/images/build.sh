@@ -6,6 +6,11 @@
 #     pause.tar           docker.io/local/pause:3.10            static Go sandbox program, FROM scratch
 #     coredns.tar         docker.io/local/coredns:v1.15.0       CoreDNS from the Go module proxy, FROM scratch
 #     tiled-operator.tar  docker.io/local/tiled-operator:e2e    ./cmd/manager of this checkout, static base
+#     tiled-operator-prime.tar      ...:prime      the same code as another version (main.version <v>-prime)
+#     tiled-operator-annotated.tar  ...:annotated  the same code built to render one more Tiled pod
+#                                                  annotation (render.buildPodAnnotation, BUILD_ANNOTATION)
+#     tiled-operator-previous.tar   ...:previous   ./cmd/manager of the previous release (hack/previous-release),
+#                                                  its source tree kept in releases/<commit>/ for its config/default
 #     tiled.tar           docker.io/local/tiled:<TiledVersion>  Debian bookworm + tiled[server] from PyPI
 #     tiled-<Oldest>.tar  docker.io/local/tiled:<Oldest>        the same recipe at the oldest supported Tiled
 #     postgres.tar        docker.io/local/postgres:15           Debian bookworm + postgresql-15, curl, ca-certificates
@@ -19,7 +24,7 @@
 #   hack/images/build.sh             build what changed, reuse the rest, check every archive
 #   hack/images/build.sh --smoke     also run hack/images/smoke.sh on every image (not only rebuilt ones)
 #
-# Each image except the manager is cached by a hash of its inputs (its recipe in this script, its
+# Each image except the manager (and its prime and annotated builds) is cached by a hash of its inputs (its recipe in this script, its
 # files under hack/images/, mkimage, the pinned versions) and reused while they are unchanged; the
 # manager is rebuilt on every run (Go's build cache makes that a few seconds). The CoreDNS, versitygw
 # and metrics-server binaries are cached by version in images/bin/ (versitygw's version and build are
@@ -194,11 +199,26 @@ publish() {
 # --- Go programs ----------------------------------------------------------------------------------
 gobuild() { CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$@"; }
 
+# The operator-upgrade tests (test/e2e) install the previous release, then this checkout, then a
+# "prime" build of it (the same code as another version: nothing it renders may differ), then an
+# "annotated" build whose Tiled pod templates carry one more annotation (a change of what a release
+# renders, which must roll within each cluster's budget).
+BUILD_ANNOTATION=e2e.tiled.blueskyproject.io/build=annotated
+MANAGER_VERSION=$(git describe --always --dirty 2>/dev/null || echo devel)
+# managerbuild OUT VERSION [ANNOTATION] builds ./cmd/manager of the current directory.
+managerbuild() {
+	local x="-X main.version=$2"
+	[[ -z ${3:-} ]] || x+=" -X github.com/bluesky/tiled-operator/render.buildPodAnnotation=$3"
+	CGO_ENABLED=0 go build -trimpath -ldflags="-s -w $x" -o "$1" ./cmd/manager
+}
+
 # build_go builds the binaries of the three static images (run in the background).
 build_go() {
 	mkdir -p "$TMP/pause" "$TMP/manager" "$TMP/coredns"
 	gobuild "$TMP/pause/pause" ./hack/images/pause
-	gobuild "$TMP/manager/manager" ./cmd/manager
+	managerbuild "$TMP/manager/manager" "$MANAGER_VERSION"
+	managerbuild "$TMP/manager/manager-prime" "$MANAGER_VERSION-prime"
+	managerbuild "$TMP/manager/manager-annotated" "$MANAGER_VERSION-annotated" "$BUILD_ANNOTATION"
 	local cdns=$CACHE/bin/coredns-$COREDNS_VERSION
 	if [[ ! -x $cdns ]]; then
 		mkdir -p "$CACHE/bin" "$TMP/gobin"
@@ -482,16 +502,50 @@ build_metrics_server() {
 
 # The project's Dockerfile final stage (distroless static:nonroot) rebuilt from scratch: the manager
 # on the nonroot files; numeric USER so that the kubelet can check runAsNonRoot.
-build_manager() {
+# manager_image DIR BINARY TAG DESCRIPTION.
+manager_image() {
 	local d=$1 r=$1/rootfs
 	nonroot_files "$r"
-	install -m 0755 "$TMP/manager/manager" "$r/manager"
-	"$TMP/mkimage" -rootfs "$r" -tag docker.io/local/tiled-operator:e2e -o "$d/image.tar" \
+	install -m 0755 "$2" "$r/manager"
+	"$TMP/mkimage" -rootfs "$r" -tag "docker.io/local/tiled-operator:$3" -o "$d/image.tar" \
 		-user 65532:65532 -entrypoint '["/manager"]' -workdir / \
 		-env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
 		-label org.opencontainers.image.source=https://github.com/bluesky/tiled-operator \
-		-label "org.opencontainers.image.description=tiled-operator manager built from $(git rev-parse --short HEAD 2>/dev/null || echo 'a checkout')$(git diff --quiet HEAD 2>/dev/null || echo ' with local changes')" \
+		-label "org.opencontainers.image.description=tiled-operator manager $4" \
 		>>"$d/log"
+}
+# build_manager DIR: this checkout's manager and its prime and annotated builds, three archives in DIR.
+build_manager() {
+	local d=$1 from
+	from="built from $(git rev-parse --short HEAD 2>/dev/null || echo 'a checkout')$(git diff --quiet HEAD 2>/dev/null || echo ' with local changes')"
+	mkdir -p "$d/e2e" "$d/prime" "$d/annotated"
+	manager_image "$d/e2e" "$TMP/manager/manager" e2e "$from"
+	manager_image "$d/prime" "$TMP/manager/manager-prime" prime "$from, as version $MANAGER_VERSION-prime"
+	manager_image "$d/annotated" "$TMP/manager/manager-annotated" annotated "$from, rendering the pod annotation $BUILD_ANNOTATION"
+	cat "$d"/*/log >>"$d/log"
+}
+
+# The previous release's source tree, extracted once per commit from this repository's history into
+# releases/<commit>/ (a shallow clone without the commit finds it there, when a build on this machine
+# put it there before).
+extract_previous() {
+	local dst=$CACHE_ROOT/releases/$PREVIOUS_COMMIT
+	[[ ! -f $dst/.complete ]] || return 0
+	git cat-file -e "$PREVIOUS_COMMIT^{commit}" 2>/dev/null ||
+		die "the previous release $PREVIOUS_COMMIT (hack/previous-release) is neither in this clone's history (a shallow clone? git fetch --unshallow) nor in $dst"
+	rm -rf "$dst.tmp"
+	mkdir -p "$dst.tmp"
+	git archive "$PREVIOUS_COMMIT" | tar -x -C "$dst.tmp"
+	touch "$dst.tmp/.complete"
+	rm -rf "$dst"
+	mv "$dst.tmp" "$dst"
+}
+# build_tiled_operator_previous DIR: the previous release's manager, as its own release would build it.
+build_tiled_operator_previous() {
+	local d=$1 tree=$CACHE_ROOT/releases/$PREVIOUS_COMMIT
+	mkdir -p "$d"
+	(cd "$tree" && managerbuild "$d/manager" "${PREVIOUS_COMMIT:0:12}") >>"$d/log" 2>&1
+	manager_image "$d" "$d/manager" previous "of the previous release ${PREVIOUS_COMMIT:0:12} (hack/previous-release)"
 }
 
 # --- which images to build ---------------------------------------------------------------------------
@@ -516,6 +570,9 @@ KEYS[$TILED_OLD]=$TILED_OLD-$(key "$DEB_COMMON" "$TILED_OLDEST" "$(declare -f bu
 # The Debian images to build. When Oldest is TiledVersion, tiled-<Oldest>.tar is tiled.tar's archive
 # under a second name (nothing is built twice).
 DEBIAN_IMAGES=(postgres redis tiled)
+PREVIOUS_COMMIT=$(sed -n '1{/^[0-9a-f]\{40\}$/p}' hack/previous-release)
+[[ -n $PREVIOUS_COMMIT ]] || die "hack/previous-release: its first line must be a 40-hex commit"
+KEYS[tiled-operator-previous]=tiled-operator-previous-$(key "$GO_VERSION" "$PREVIOUS_COMMIT" "$(declare -f build_tiled_operator_previous managerbuild manager_image nonroot_files)")
 [[ $TILED_OLDEST == "$TILED_VERSION" ]] || DEBIAN_IMAGES+=("$TILED_OLD")
 
 # build NAME [RECIPE ARGS...] builds one cached image into the store unless it is there, then
@@ -559,6 +616,10 @@ versitygw_pid=$!
 # metrics-server: likewise one go install on a cold cache (the Kubernetes 1.33 libraries).
 build metrics-server build_metrics_server &
 metrics_server_pid=$!
+# The previous release's manager: a full build of another tree on a cold cache, once per commit.
+extract_previous
+build tiled-operator-previous build_tiled_operator_previous &
+previous_pid=$!
 
 # The Debian base, only when a Debian image is to be built.
 need_base=false
@@ -607,8 +668,13 @@ finish coredns $!
 mkdir -p "$TMP/manager-image"
 build_manager "$TMP/manager-image" &
 wait $! || { cat "$TMP/manager-image/log" >&2; die "tiled-operator image"; }
-mv "$TMP/manager-image/image.tar" "$OUT/tiled-operator.tar"
-say "tiled-operator: built, $(du -h "$OUT/tiled-operator.tar" | cut -f1)"
+for v in e2e prime annotated; do
+	f=tiled-operator-$v.tar
+	[[ $v != e2e ]] || f=tiled-operator.tar
+	mv "$TMP/manager-image/$v/image.tar" "$OUT/$f"
+	say "tiled-operator:$v: built, $(du -h "$OUT/$f" | cut -f1)"
+done
+finish tiled-operator-previous "$previous_pid"
 finish versitygw "$versitygw_pid"
 finish metrics-server "$metrics_server_pid"
 finish postgres "$pg_pid"

@@ -349,6 +349,20 @@ func TestImages(t *testing.T) {
 		user: "65532:65532", entrypoint: []string{"/manager"}, account: "nonroot",
 		owned: []owned{{path: "/manager"}, {path: "/home/nonroot", uid: 65532, gid: 65532, dir: true}, {path: "/tmp", dir: true}},
 	}, {
+		// The same code as another version, and built to render one more Tiled pod annotation; and
+		// the previous release's manager (the operator-upgrade tests).
+		file: "tiled-operator-prime.tar", tag: "docker.io/local/tiled-operator:prime",
+		user: "65532:65532", entrypoint: []string{"/manager"}, account: "nonroot",
+		owned: []owned{{path: "/manager"}, {path: "/home/nonroot", uid: 65532, gid: 65532, dir: true}, {path: "/tmp", dir: true}},
+	}, {
+		file: "tiled-operator-annotated.tar", tag: "docker.io/local/tiled-operator:annotated",
+		user: "65532:65532", entrypoint: []string{"/manager"}, account: "nonroot",
+		owned: []owned{{path: "/manager"}, {path: "/home/nonroot", uid: 65532, gid: 65532, dir: true}, {path: "/tmp", dir: true}},
+	}, {
+		file: "tiled-operator-previous.tar", tag: "docker.io/local/tiled-operator:previous",
+		user: "65532:65532", entrypoint: []string{"/manager"}, account: "nonroot",
+		owned: []owned{{path: "/manager"}, {path: "/home/nonroot", uid: 65532, gid: 65532, dir: true}, {path: "/tmp", dir: true}},
+	}, {
 		file: "postgres.tar", tag: "docker.io/local/postgres:15",
 		user: "999:999", entrypoint: []string{"docker-entrypoint.sh"}, cmd: []string{"postgres"},
 		env:        map[string]string{"PATH": pgPath, "PGDATA": "/var/lib/postgresql/data", "LANG": "C.UTF-8"},

@@ -38,33 +38,40 @@ import (
 // TestE2E runs the cases in order on one cluster: each later case builds on the fleet the earlier
 // ones stamped out. A case that fails is recorded and the next ones still run where they can.
 func TestE2E(t *testing.T) {
-	if !run(t, "install: kubectl apply --server-side -k config/default, webhooks answering", testInstall) {
+	run(t, "operator upgrade 0: the previous release (hack/previous-release) from its own config/default; a fleet stamped out, data written", testPreviousRelease)
+	if !run(t, "install: kubectl apply --server-side -k config/default (over the previous release), webhooks answering", testInstall) {
 		t.Fatal("the operator did not install; nothing else can run")
 	}
+	run(t, "operator upgrade 1: previous release -> this build: 0 pods replaced or restarted, 0 writes to the fleet, its objects read and applied again", testOperatorUpgraded)
 	if !run(t, "1 fleet Ready: tc Ready, every instance Ready with its URL, every pod Ready, 0 restarts", testFleetReady) {
 		t.Fatal("the fleet did not become Ready; nothing else can run")
 	}
 	run(t, "floor: the same children applied without the operator, time to all pods Ready", testFloor)
 	run(t, "2 Tiled serves an array and a table through Service DNS; catalog in PostgreSQL", testTiledServes)
 	run(t, "3 data survives deleting the Tiled and PostgreSQL pods", testDataSurvives)
+	run(t, "operator upgrade 1 (end): every object the operator owns at the same resourceVersion for 2 minutes after the new manager led", testOperatorUpgradeWindow)
+	run(t, "operator upgrade 2: this build -> a prime build of itself: 0 pods replaced or restarted, 0 writes to the fleet", testOperatorUpgradePrime)
 	run(t, "7 mutating webhook on the real path; a bad profile refused at admission", testMutatingWebhook)
 	run(t, "4 rolling change within maxUnavailable; paused freezes it", testRollingChange)
 	run(t, "5 operator killed mid-rollout: budget kept, unchanged objects not rewritten", testOperatorKilledMidRollout)
 	run(t, "6 leader failover within the lease; webhooks keep answering", testLeaderFailover)
 	run(t, "8 removed beamline keeps its claims (released); re-added finds its data", testRemoveReadd)
 	run(t, "bad input: image pull, PostgreSQL never ready, config Tiled refuses -> named conditions", testBadInput)
+	run(t, "operator upgrade 2 (end): every object the operator owns at the same resourceVersion for 2 minutes", testOperatorUpgradeWindow)
+	run(t, "operator upgrade 3: prime -> this build, the leader killed mid-rolling-update: 0 pods replaced or restarted, 0 writes to the fleet", testOperatorUpgradeFailover)
 	run(t, "9 Tiled upgrade 0.2.14 -> newest: backup, migrate once, hold, 2 replicas, failure undone", testTiledUpgrade)
 	run(t, "10 backups: taken while serving, a lost database restored (claim, S3), corrupt refused, schedule and retention", testBackupRestore)
 	run(t, "11 streaming: two replicas share the cache; no update lost to a deleted replica or a cache outage; password in no log; off means no cache", testStreaming)
 	run(t, "12 autoscaling: load scales Tiled 1 -> 2+ on the node's metrics API, back to 1 after the window; off prunes the autoscaler", testAutoscaling)
+	run(t, "operator upgrade 3 (end): every object the operator owns at the same resourceVersion for 2 minutes", testOperatorUpgradeWindow)
+	run(t, "operator upgrades: the data written under the previous release read back after three upgrades", testOperatorUpgradeData)
 	run(t, "no Secret value in any container log", testNoSecretsInLogs)
 	run(t, "no forbidden in the operator's log; its peak memory", testOperatorLog)
 }
 
 func testInstall(t *testing.T) {
-	overlay := filepath.Join(e.repo, "test/e2e/testdata/install")
-	mustKubectl(t, nil, "apply", "--server-side", "-k", overlay)
-	mustKubectl(t, nil, "-n", operatorNS, "rollout", "status", "deploy/"+operatorDep, "--timeout=4m")
+	// Over the previous release when its case installed it: the first operator upgrade.
+	upgradeOperator(t, "previous release -> this build", filepath.Join(e.repo, "test/e2e/testdata/install"), "e2e", false)
 	var dep appsv1.Deployment
 	if err := cl.Get(ctxT(t), types.NamespacedName{Namespace: operatorNS, Name: operatorDep}, &dep); err != nil {
 		t.Fatal(err)

@@ -72,6 +72,16 @@ type Figures struct {
 	// 30 s scale-down window.
 	AutoscaleUpSeconds   float64 `json:"autoscale_up_seconds,omitempty"`
 	AutoscaleDownSeconds float64 `json:"autoscale_down_seconds,omitempty"`
+
+	// Operator upgrades (previous release -> this build -> prime -> this build through a leader
+	// failover), over all three: pods of the upgrade fleet replaced, their container restarts, and
+	// the operator's writes to the fleet's objects other than status and Events (0 each); and the
+	// shortest window over which every object the operator owns kept its resourceVersion once the
+	// new manager led (at least 120 s each).
+	OperatorUpgradePodsReplaced    int     `json:"operator_upgrade_pods_replaced"`
+	OperatorUpgradeRestarts        int     `json:"operator_upgrade_restarts"`
+	OperatorUpgradeChildWrites     int     `json:"operator_upgrade_child_writes"`
+	OperatorUpgradeRVStableSeconds float64 `json:"operator_upgrade_rv_stable_seconds"`
 }
 
 // CaseResult is one case's verdict and duration.

@@ -63,6 +63,11 @@ func upgInstance(cluster, b string) string { return names.Instance(cluster, b) }
 // upgradeProfileYAML is profileYAML's shape in the upgrade namespace, with its own name, label and
 // Tiled image.
 func upgradeProfileYAML(name, facility, image string) string {
+	return profileYAMLIn(upgradeNS, name, facility, image)
+}
+
+// profileYAMLIn is upgradeProfileYAML's profile in namespace ns.
+func profileYAMLIn(ns, name, facility, image string) string {
 	return fmt.Sprintf(`apiVersion: tiled.blueskyproject.io/v1alpha1
 kind: TiledProfile
 metadata:
@@ -96,11 +101,12 @@ spec:
       resources:
         requests: {cpu: 10m, memory: 16Mi}
         limits: {memory: 128Mi}
-`, name, upgradeNS, facility, image, storageClass, postgresImg, storageClass, cacheImg)
+`, name, ns, facility, image, storageClass, postgresImg, storageClass, cacheImg)
 }
 
 // upgradeClusterSpec is a TiledCluster of the upgrade case; its YAML is applied whole each time.
 type upgradeClusterSpec struct {
+	ns             string // upgradeNS when empty
 	name, facility string
 	paused         bool
 	beamlines      []string
@@ -110,6 +116,10 @@ type upgradeClusterSpec struct {
 }
 
 func (c upgradeClusterSpec) yaml() string {
+	ns := c.ns
+	if ns == "" {
+		ns = upgradeNS
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, `apiVersion: tiled.blueskyproject.io/v1alpha1
 kind: TiledCluster
@@ -121,7 +131,7 @@ spec:
   paused: %t
   rollout: {maxUnavailable: 1}
   instances:
-`, c.name, upgradeNS, c.facility, c.paused)
+`, c.name, ns, c.facility, c.paused)
 	for _, n := range c.beamlines {
 		fmt.Fprintf(&b, "  - name: %s\n", n)
 		if c.hold[n] {
