@@ -367,6 +367,16 @@ type unreadySampler struct {
 }
 
 func startSampler(t *testing.T, names []string) *unreadySampler {
+	pods := make([]string, 0, len(names))
+	for _, b := range names {
+		pods = append(pods, instanceName(b)+"-0")
+	}
+	return startSamplerIn(t, tenantNS, pods)
+}
+
+// startSamplerIn samples, every 250 ms, how many of the pods of namespace ns are missing, unready or
+// being deleted.
+func startSamplerIn(t *testing.T, ns string, pods []string) *unreadySampler {
 	s := &unreadySampler{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
@@ -379,9 +389,9 @@ func startSampler(t *testing.T, names []string) *unreadySampler {
 			case <-tick.C:
 			}
 			unready := 0
-			for _, b := range names {
+			for _, name := range pods {
 				var pod corev1.Pod
-				err := cl.Get(context.Background(), types.NamespacedName{Namespace: tenantNS, Name: instanceName(b) + "-0"}, &pod)
+				err := cl.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &pod)
 				if err != nil || !podReady(&pod) || pod.DeletionTimestamp != nil {
 					unready++
 				}

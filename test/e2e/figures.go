@@ -82,6 +82,10 @@ type Figures struct {
 	OperatorUpgradeRestarts        int     `json:"operator_upgrade_restarts"`
 	OperatorUpgradeChildWrites     int     `json:"operator_upgrade_child_writes"`
 	OperatorUpgradeRVStableSeconds float64 `json:"operator_upgrade_rv_stable_seconds"`
+	// A build that renders one more Tiled pod annotation: from its apply to every Tiled pod of the
+	// upgrade fleet Ready with it, and the most Tiled pods unready at once (maxUnavailable 1).
+	OperatorRenderRolloutSeconds    float64 `json:"operator_render_rollout_seconds,omitempty"`
+	OperatorRenderRolloutMaxUnready int     `json:"operator_render_rollout_max_unready"`
 }
 
 // CaseResult is one case's verdict and duration.

@@ -1,0 +1,463 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+
+	v1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
+	"github.com/bluesky/tiled-operator/controllers"
+)
+
+// The operator-upgrade cases (issue 31; docs/upgrading.md, "What an operator upgrade is tested
+// against"). The suite installs the previous release (hack/previous-release, built by
+// hack/images/build.sh from its own tree, installed from its own config/default), stamps out a
+// fleet with it and writes data, then upgrades the operator three times under that running fleet:
+//
+//  1. previous release -> this checkout (the install case: this checkout's config/default applied
+//     over the previous release's);
+//  2. this checkout -> a prime build of it (the same code as another version);
+//  3. prime -> this checkout, the leader killed in the middle of the manager's rolling update.
+//
+// After each: no Tiled, PostgreSQL or cache pod replaced or restarted, no StatefulSet revision
+// changed, no write by the operator to any object of the fleet's namespace but status and Events
+// (the apiserver's audit log), and, from when the new manager leads and four reads agree, every
+// object the operator owns at the same resourceVersion for at least two minutes (cluster-api's
+// clusterctl upgrade test). The windows run beside the other cases, which never touch the
+// upgrade fleet's namespace; each is checked before the next upgrade starts.
+const (
+	opupNS       = "e2e-opup"
+	opupCluster  = "opup"
+	opupFacility = "e2e-opup"
+	// opupWindow is how long every owned object must keep its resourceVersion after an upgrade.
+	opupWindow = 2 * time.Minute
+)
+
+var opupBeamlines = []string{"o1", "o2", "o3"}
+
+// opup is what the operator-upgrade cases hand on to one another.
+var opup struct {
+	installed  bool              // the previous release stamped the fleet out
+	data       map[string]string // instance -> the E2E-DATA line read back after writing
+	pods       map[string]podMark
+	revisions  map[string]string // StatefulSet -> currentRevision/updateRevision
+	label      string            // the upgrade the current window follows
+	from       time.Time         // when that upgrade's apply was sent
+	windowFrom time.Time         // when its new manager led and four reads agreed
+	windowRVs  map[string]string // every owned object's resourceVersion then
+}
+
+// podMark is what says a pod is the same one: its UID and its containers' restarts.
+type podMark struct {
+	uid      types.UID
+	restarts int32
+}
+
+func previousTree(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("E2E_PREVIOUS_RELEASE")
+	if dir == "" {
+		t.Fatal("E2E_PREVIOUS_RELEASE is not set: hack/e2e/run.sh names the previous release's tree (hack/images/build.sh extracts it)")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "config/default/kustomization.yaml")); err != nil {
+		t.Fatalf("the previous release's tree %s: %v", dir, err)
+	}
+	return dir
+}
+
+// installOverlay writes a kustomization under the state folder that is configDefault with the
+// manager's image pointed at docker.io/local/tiled-operator:tag (as test/e2e/testdata/install is
+// for this checkout), and returns its folder.
+func installOverlay(t *testing.T, name, configDefault, tag string) string {
+	t.Helper()
+	dir := filepath.Join(e.state, "install-"+name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rel, err := filepath.Rel(dir, configDefault)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := fmt.Sprintf(`apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+- %s
+images:
+- name: ghcr.io/bluesky/tiled-operator
+  newName: docker.io/local/tiled-operator
+  newTag: %s
+`, rel, tag)
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func managerImage(tag string) string { return "docker.io/local/tiled-operator:" + tag }
+
+// testPreviousRelease installs the previous release from its own config/default, stamps out the
+// upgrade fleet with it, writes data to every beamline and records the fleet's pods.
+func testPreviousRelease(t *testing.T) {
+	tree := previousTree(t)
+	mustKubectl(t, nil, "apply", "--server-side", "-k", installOverlay(t, "previous", filepath.Join(tree, "config/default"), "previous"))
+	mustKubectl(t, nil, "-n", operatorNS, "rollout", "status", "deploy/"+operatorDep, "--timeout=4m")
+	mustKubectl(t, []byte(namespaceYAML(opupNS)), "apply", "--server-side", "-f", "-")
+	profile := profileYAMLIn(opupNS, "opup-defaults", opupFacility, tiledImg())
+	eventually(t, 2*time.Minute, time.Second, "the previous release's webhooks answering", func() (bool, string) {
+		out, err := kubectl([]byte(profile), "apply", "--server-side", "-f", "-")
+		return err == nil, out
+	})
+	mustKubectl(t, []byte(opupClusterYAML()), "apply", "--server-side", "-f", "-")
+	mustKubectl(t, nil, "-n", opupNS, "wait", "--for=condition=Ready", "tc/"+opupCluster, "--timeout=8m")
+	var runs []clientRun
+	for i, b := range opupBeamlines {
+		runs = append(runs, clientRun{pod: "opup-write-" + b, instance: upgInstance(opupCluster, b), image: tiledImg(), mode: "write", seed: 100 + i})
+	}
+	opup.data = runClientsIn(t, opupNS, runs)
+	for inst, line := range opup.data {
+		checkWritten(t, inst, line)
+	}
+	opup.pods, opup.revisions = fleetPods(t), fleetRevisions(t)
+	if len(opup.pods) != podsPerBeamline*len(opupBeamlines) {
+		t.Fatalf("%d pods in %s under the previous release, want %d: %v", len(opup.pods), opupNS, podsPerBeamline*len(opupBeamlines), sortedKeys(opup.pods))
+	}
+	opup.installed = true
+	t.Logf("previous release %s: %d beamlines Ready with data, %d pods", filepath.Base(tree), len(opupBeamlines), len(opup.pods))
+}
+
+func opupClusterYAML() string {
+	return upgradeClusterSpec{ns: opupNS, name: opupCluster, facility: opupFacility, beamlines: opupBeamlines}.yaml()
+}
+
+// upgradeOperator applies the install overlay dir and waits for the manager's rolling update to end
+// and for a pod of the new image to lead. With failover, the leader is deleted as soon as the first
+// new pod is Ready and an old one still runs: in the middle of the rolling update. It returns when
+// the new manager led.
+func upgradeOperator(t *testing.T, label, dir, tag string, failover bool) {
+	t.Helper()
+	opup.label, opup.from = label, time.Now()
+	image := managerImage(tag)
+	mustKubectl(t, nil, "apply", "--server-side", "-k", dir)
+	if failover {
+		var killed string
+		eventually(t, 3*time.Minute, 200*time.Millisecond, "a new manager pod Ready while an old one runs", func() (bool, string) {
+			newReady, old := 0, 0
+			for _, p := range operatorPods(t) {
+				switch {
+				case p.Spec.Containers[0].Image != image:
+					old++
+				case podReady(&p):
+					newReady++
+				}
+			}
+			return newReady >= 1 && old >= 1, fmt.Sprintf("%d new Ready, %d old", newReady, old)
+		})
+		killed = leaderPod(t)
+		mustKubectl(t, nil, "-n", operatorNS, "delete", "pod", killed, "--grace-period=0", "--force")
+		t.Logf("%s: leader %s killed in the middle of the rolling update", label, killed)
+	}
+	mustKubectl(t, nil, "-n", operatorNS, "rollout", "status", "deploy/"+operatorDep, "--timeout=4m")
+	eventually(t, 2*time.Minute, 200*time.Millisecond, "a manager of "+image+" leads", func() (bool, string) {
+		var l coordinationv1.Lease
+		if err := cl.Get(context.Background(), types.NamespacedName{Namespace: operatorNS, Name: leaseName}, &l); err != nil || l.Spec.HolderIdentity == nil {
+			return false, fmt.Sprint("no holder ", err)
+		}
+		id, _, _ := strings.Cut(*l.Spec.HolderIdentity, "_")
+		for _, p := range operatorPods(t) {
+			if p.Name == id {
+				return p.Spec.Containers[0].Image == image && p.DeletionTimestamp == nil, id + " runs " + p.Spec.Containers[0].Image
+			}
+		}
+		return false, "holder " + id + " is no manager pod"
+	})
+	t.Logf("%s: the new manager leads %.1fs after the apply", label, time.Since(opup.from).Seconds())
+}
+
+func operatorPods(t *testing.T) []corev1.Pod {
+	t.Helper()
+	var l corev1.PodList
+	if err := cl.List(context.Background(), &l, client.InNamespace(operatorNS), client.MatchingLabels{"control-plane": "controller-manager"}); err != nil {
+		t.Fatal(err)
+	}
+	return l.Items
+}
+
+// testOperatorUpgraded checks the fleet right after an upgrade: the same pods, no restart, the same
+// StatefulSet revisions, no write to its objects but status and Events; then starts the window.
+func testOperatorUpgraded(t *testing.T) {
+	if !opup.installed {
+		t.Fatal("the previous release did not stamp out the upgrade fleet (see its case)")
+	}
+	// The objects as the previous release stored them are read and written through this release's
+	// CRDs: typed reads, and the same apply again (admitted by this release's webhooks).
+	for _, o := range []client.Object{&v1alpha1.TiledProfile{}, &v1alpha1.TiledCluster{}} {
+		name := "opup-defaults"
+		if _, ok := o.(*v1alpha1.TiledCluster); ok {
+			name = opupCluster
+		}
+		if err := cl.Get(ctxT(t), types.NamespacedName{Namespace: opupNS, Name: name}, o); err != nil {
+			t.Errorf("%T %s/%s stored by the previous release: %v", o, opupNS, name, err)
+		}
+	}
+	for _, b := range opupBeamlines {
+		getInstanceIn(t, opupNS, upgInstance(opupCluster, b))
+	}
+	mustKubectl(t, []byte(profileYAMLIn(opupNS, "opup-defaults", opupFacility, tiledImg())), "apply", "--server-side", "-f", "-")
+	mustKubectl(t, []byte(opupClusterYAML()), "apply", "--server-side", "-f", "-")
+	checkFleetUndisturbed(t, time.Now())
+	opup.windowRVs, opup.windowFrom = stableOwnedRVs(t)
+	t.Logf("%s: %d owned objects stable from %.1fs after the apply", opup.label, len(opup.windowRVs), opup.windowFrom.Sub(opup.from).Seconds())
+}
+
+// checkFleetUndisturbed compares the fleet with what the previous release left and counts the
+// operator's writes to it since the current upgrade's apply.
+func checkFleetUndisturbed(t *testing.T, to time.Time) {
+	t.Helper()
+	replaced, restarts := 0, 0
+	now := fleetPods(t)
+	for name, was := range opup.pods {
+		is, ok := now[name]
+		switch {
+		case !ok || is.uid != was.uid:
+			replaced++
+			t.Errorf("%s: pod %s/%s replaced (uid %s, now %v)", opup.label, opupNS, name, was.uid, is.uid)
+		case is.restarts != was.restarts:
+			restarts += int(is.restarts - was.restarts)
+			t.Errorf("%s: pod %s/%s restarted %d times", opup.label, opupNS, name, is.restarts-was.restarts)
+		}
+	}
+	for name := range now {
+		if _, ok := opup.pods[name]; !ok {
+			t.Errorf("%s: a new pod %s/%s", opup.label, opupNS, name)
+		}
+	}
+	for sts, rev := range fleetRevisions(t) {
+		if opup.revisions[sts] != rev {
+			t.Errorf("%s: StatefulSet %s/%s revisions %s, were %s", opup.label, opupNS, sts, rev, opup.revisions[sts])
+		}
+	}
+	writes := childWrites(t, opup.from, to)
+	figMu.Lock()
+	fig.OperatorUpgradePodsReplaced += replaced
+	fig.OperatorUpgradeRestarts += restarts
+	fig.OperatorUpgradeChildWrites += len(writes)
+	figMu.Unlock()
+	if len(writes) > 0 {
+		t.Errorf("%s: the operator wrote %d times to the fleet's objects: %v", opup.label, len(writes), writes)
+	}
+}
+
+// childWrites lists the operator's writes in [from, to) to objects of the upgrade fleet's namespace
+// other than status and Events (its Lease and Events live in its own namespace), from the audit log.
+func childWrites(t *testing.T, from, to time.Time) []string {
+	t.Helper()
+	time.Sleep(2 * time.Second) // the audit log is written asynchronously
+	var out []string
+	for _, ev := range auditSince(t, operatorUser, from, to) {
+		if !isWrite(ev.Verb) || ev.ObjectRef == nil {
+			continue
+		}
+		rk := resourceKey(ev)
+		// The namespace's objects, and its PersistentVolumes (cluster-scoped, named after it).
+		inFleet := ev.ObjectRef.Namespace == opupNS || ev.ObjectRef.Namespace == "" && strings.HasPrefix(ev.ObjectRef.Name, opupNS+"-")
+		if !inFleet {
+			continue
+		}
+		if ev.ObjectRef.Subresource == "status" || rk == "events" {
+			continue
+		}
+		out = append(out, ev.Verb+" "+rk+"/"+ev.ObjectRef.Name)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// testOperatorUpgradeWindow ends the current window: at least opupWindow after it began, every
+// owned object still at its resourceVersion, no pod replaced, no write to the fleet since the
+// upgrade's apply.
+func testOperatorUpgradeWindow(t *testing.T) {
+	if opup.windowRVs == nil {
+		t.Fatal("no window was started (the upgrade case before this one failed)")
+	}
+	defer func() { opup.windowRVs = nil }()
+	if wait := opupWindow - time.Since(opup.windowFrom); wait > 0 {
+		t.Logf("%s: waiting %.0fs more for the two-minute window", opup.label, wait.Seconds())
+		time.Sleep(wait)
+	}
+	now := ownedRVs(t)
+	stable := time.Since(opup.windowFrom).Seconds()
+	if changed := changedKeys(opup.windowRVs, now); len(changed) > 0 {
+		t.Errorf("%s: %d owned objects changed within %.0fs after the new manager led: %v", opup.label, len(changed), stable, changed)
+	} else {
+		figMu.Lock()
+		if fig.OperatorUpgradeRVStableSeconds == 0 || stable < fig.OperatorUpgradeRVStableSeconds {
+			fig.OperatorUpgradeRVStableSeconds = stable
+		}
+		figMu.Unlock()
+	}
+	checkFleetUndisturbed(t, time.Now())
+	t.Logf("%s: %d owned objects at the same resourceVersion for %.0fs; 0 pods replaced", opup.label, len(now), stable)
+}
+
+// testOperatorUpgradePrime upgrades this checkout's manager to its prime build.
+func testOperatorUpgradePrime(t *testing.T) {
+	upgradeOperator(t, "this build -> prime", installOverlay(t, "prime", filepath.Join(e.repo, "config/default"), "prime"), "prime", false)
+	testOperatorUpgraded(t)
+}
+
+// testOperatorUpgradeFailover goes back from the prime build to this checkout's, killing the
+// leader in the middle of the rolling update.
+func testOperatorUpgradeFailover(t *testing.T) {
+	upgradeOperator(t, "prime -> this build, leader killed mid-roll", filepath.Join(e.repo, "test/e2e/testdata/install"), "e2e", true)
+	testOperatorUpgraded(t)
+}
+
+// testOperatorUpgradeData reads back, under this build after three operator upgrades, what was
+// written under the previous release.
+func testOperatorUpgradeData(t *testing.T) {
+	if !opup.installed {
+		t.Fatal("the previous release did not stamp out the upgrade fleet")
+	}
+	var runs []clientRun
+	for _, b := range opupBeamlines {
+		runs = append(runs, clientRun{pod: "opup-read-" + b, instance: upgInstance(opupCluster, b), image: tiledImg(), mode: "read"})
+	}
+	for inst, line := range runClientsIn(t, opupNS, runs) {
+		if line != opup.data[inst] {
+			t.Errorf("%s: read after the operator upgrades\n  %s\nwritten under the previous release\n  %s", inst, line, opup.data[inst])
+		}
+	}
+}
+
+// fleetPods marks every pod of the upgrade fleet's namespace but the test's client pods.
+func fleetPods(t *testing.T) map[string]podMark {
+	t.Helper()
+	out := map[string]podMark{}
+	for _, p := range podsIn(t, opupNS) {
+		if strings.HasPrefix(p.Name, "opup-write-") || strings.HasPrefix(p.Name, "opup-read-") {
+			continue
+		}
+		var r int32
+		for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+			r += cs.RestartCount
+		}
+		out[p.Name] = podMark{uid: p.UID, restarts: r}
+	}
+	return out
+}
+
+func fleetRevisions(t *testing.T) map[string]string {
+	t.Helper()
+	var l appsv1.StatefulSetList
+	if err := cl.List(context.Background(), &l, client.InNamespace(opupNS)); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, s := range l.Items {
+		out[s.Name] = s.Status.CurrentRevision + "/" + s.Status.UpdateRevision
+	}
+	return out
+}
+
+// ownedRVs maps every object of the upgrade fleet's namespace that the operator owns (each child
+// kind it renders, labelled as managed by it, and the TiledInstances) and its PersistentVolumes,
+// "Kind/name", to its resourceVersion.
+func ownedRVs(t *testing.T) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	kinds := controllers.ChildKinds()
+	for _, k := range kinds {
+		gvk, err := apiutil.GVKForObject(k, cl.Scheme())
+		if err != nil {
+			t.Fatal(err)
+		}
+		listRVs(t, out, gvk.Kind, gvk.GroupVersion().WithKind(gvk.Kind+"List"), client.InNamespace(opupNS),
+			client.MatchingLabels{v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue})
+	}
+	listRVs(t, out, "TiledInstance", v1alpha1.GroupVersion.WithKind("TiledInstanceList"), client.InNamespace(opupNS))
+	pvs := map[string]string{}
+	listRVs(t, pvs, "PersistentVolume", corev1.SchemeGroupVersion.WithKind("PersistentVolumeList"),
+		client.MatchingLabels{v1alpha1.LabelManagedBy: v1alpha1.ManagedByValue})
+	for k, v := range pvs {
+		if strings.HasPrefix(k, "PersistentVolume/"+opupNS+"-") {
+			out[k] = v
+		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("no object of %s owned by the operator", opupNS)
+	}
+	return out
+}
+
+// listRVs lists the metadata of the objects of listGVK and files each resourceVersion under
+// "kind/name".
+func listRVs(t *testing.T, into map[string]string, kind string, listGVK schema.GroupVersionKind, opts ...client.ListOption) {
+	t.Helper()
+	l := &metav1.PartialObjectMetadataList{}
+	l.SetGroupVersionKind(listGVK)
+	if err := cl.List(context.Background(), l, opts...); err != nil {
+		t.Fatalf("listing %s: %v", listGVK.Kind, err)
+	}
+	for _, o := range l.Items {
+		into[kind+"/"+o.Name] = o.ResourceVersion
+	}
+}
+
+// stableOwnedRVs reads the owned objects until four reads a second apart agree, and returns them and
+// when the first of the four was read.
+func stableOwnedRVs(t *testing.T) (map[string]string, time.Time) {
+	t.Helper()
+	var last map[string]string
+	var since time.Time
+	agree := 0
+	deadline := time.Now().Add(3 * time.Minute)
+	for agree < 4 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: the operator's objects kept changing for 3 minutes after the new manager led; last changes: %v", opup.label, changedKeys(last, ownedRVs(t)))
+		}
+		at := time.Now()
+		now := ownedRVs(t)
+		if last != nil && len(changedKeys(last, now)) == 0 {
+			agree++
+		} else {
+			agree, since = 1, at
+		}
+		last = now
+		if agree < 4 {
+			time.Sleep(time.Second)
+		}
+	}
+	return last, since
+}
+
+func changedKeys(before, after map[string]string) []string {
+	var out []string
+	for k, v := range after {
+		if before[k] != v {
+			out = append(out, k)
+		}
+	}
+	for k := range before {
+		if _, ok := after[k]; !ok {
+			out = append(out, k+" (gone)")
+		}
+	}
+	sort.Strings(out)
+	return out
+}
