@@ -84,6 +84,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apisv1alpha1.OIDCAuthApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("OIDCProvider"):
 		return &apisv1alpha1.OIDCProviderApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("PendingRollout"):
+		return &apisv1alpha1.PendingRolloutApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ReadOnlyMount"):
 		return &apisv1alpha1.ReadOnlyMountApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("RestoreRecord"):

@@ -36,6 +36,10 @@ const (
 	// StatefulSet is ready); False names the pod and why. Instances streaming through an external
 	// cache, or not streaming, do not carry it.
 	ConditionStreamingCacheReady = "StreamingCacheReady"
+	// ConditionRolloutPending is True, and present only then, while a change of the Tiled pod template
+	// that the operator renders without a change of the instance's spec (a new operator release)
+	// waits for the TiledCluster's rollout (status.pendingRollout names it).
+	ConditionRolloutPending = "RolloutPending"
 )
 
 // Reasons.
@@ -82,6 +86,9 @@ const (
 	ReasonContainerConfig = podstatus.ReasonContainerConfig
 	ReasonProbeFailing    = podstatus.ReasonProbeFailing
 	ReasonUnschedulable   = podstatus.ReasonUnschedulable
+	// ReasonRenderChanged: the operator renders an instance's pod template differently though its spec
+	// did not change (RolloutPending, and the Event naming what differs).
+	ReasonRenderChanged = "RenderChanged"
 	// ReasonNotAllowed: an NFS export, uid or gid that the instance's TiledProfiles do not allow.
 	ReasonNotAllowed = "NotAllowed"
 )

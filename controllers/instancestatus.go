@@ -56,6 +56,10 @@ type observedInstance struct {
 	// Revisions is the report the newest Tiled pod's migrate step left: the Tiled version it runs
 	// and the databases' revisions (nil when none has).
 	Revisions *upgrade.Report
+	// PendingRollout is a change of the Tiled pod template the render makes without a change of the
+	// spec, not applied, waiting for the cluster's rollout (nil: none); PendingMessage describes it.
+	PendingRollout *tiledv1alpha1.PendingRollout
+	PendingMessage string
 }
 
 // instanceStatus computes an instance's status from its previous one (whose conditions keep their
@@ -143,6 +147,12 @@ func instanceStatus(prev *tiledv1alpha1.TiledInstanceStatus, o observedInstance)
 			"spec.expose.ingress has a host but enabled is not set: no Ingress is created; set enabled: true to expose Tiled at that host, or false to say it is meant")
 	} else {
 		removeCondition(&status.Conditions, ConditionIngressEnabled)
+	}
+	status.PendingRollout = o.PendingRollout.DeepCopy()
+	if o.PendingRollout != nil {
+		setCondition(&status.Conditions, gen, ConditionRolloutPending, metav1.ConditionTrue, ReasonRenderChanged, o.PendingMessage)
+	} else {
+		removeCondition(&status.Conditions, ConditionRolloutPending)
 	}
 	if o.ExternalEdits != "" {
 		setCondition(&status.Conditions, gen, ConditionExternalEdits, metav1.ConditionTrue, ReasonFieldsManaged, o.ExternalEdits)

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -36,7 +37,11 @@ type clusterApplied struct {
 // apply applies the instances the plan says to apply, a few at once (package childset), then keeps
 // the expanded instances in the desired state's cache while the rollout still has some to apply.
 func (r *TiledClusterReconciler) apply(ctx context.Context, cur *clusterState, want *desired.Instances, p clusterPlan) (clusterApplied, error) {
-	rec, err := childset.Apply(ctx, r.Applier, instanceSet{want: want, members: p.members}, childset.Options{
+	set := instanceSet{want: want, members: p.members}
+	if err := set.approve(p); err != nil {
+		return clusterApplied{}, err
+	}
+	rec, err := childset.Apply(ctx, r.Applier, set, childset.Options{
 		Group:             types.NamespacedName{Namespace: cur.cluster.Namespace, Name: cur.cluster.Name}.String(),
 		Workers:           applyConcurrency,
 		ContinueOnRefusal: true,
@@ -71,12 +76,62 @@ func (r *TiledClusterReconciler) apply(ctx context.Context, cur *clusterState, w
 type instanceSet struct {
 	want    *desired.Instances
 	members []*tiledv1alpha1.TiledInstance
+	// approved are the instances applied with the approval of their pending render change, by index
+	// (nil: none): the object the expansion gives, with AnnotationApprovedTemplate.
+	approved map[int]approvedInstance
 }
 
-func (s instanceSet) Len() int                        { return s.want.Len() }
-func (s instanceSet) Prepared(i int) applier.Prepared { return s.want.Prepared(i) }
+// approvedInstance is a desired instance's object with its approval, and its prepared intent.
+type approvedInstance struct {
+	obj      *unstructured.Unstructured
+	prepared applier.Prepared
+}
+
+// approve adds, to each instance the plan applies with the approval of its pending render change
+// (rollout.Decision.Approve), AnnotationApprovedTemplate set to its status.pendingRollout's hash.
+// Only those carry it: the intent of every other instance is the expansion's alone.
+func (s *instanceSet) approve(p clusterPlan) error {
+	for i, d := range p.Decisions {
+		m := p.members[i]
+		if !d.Approve || d.Action != rollout.Apply || m == nil || m.Status.PendingRollout == nil {
+			continue
+		}
+		obj, err := s.want.Object(i)
+		if err != nil {
+			return err
+		}
+		obj = obj.DeepCopy()
+		ann := obj.GetAnnotations()
+		if ann == nil {
+			ann = map[string]string{}
+		}
+		ann[tiledv1alpha1.AnnotationApprovedTemplate] = m.Status.PendingRollout.TemplateHash
+		obj.SetAnnotations(ann)
+		prepared, err := applier.PrepareUnstructured(obj)
+		if err != nil {
+			return err
+		}
+		if s.approved == nil {
+			s.approved = map[int]approvedInstance{}
+		}
+		s.approved[i] = approvedInstance{obj: obj, prepared: prepared}
+	}
+	return nil
+}
+
+func (s instanceSet) Len() int { return s.want.Len() }
+
+func (s instanceSet) Prepared(i int) applier.Prepared {
+	if a, ok := s.approved[i]; ok {
+		return a.prepared
+	}
+	return s.want.Prepared(i)
+}
 
 func (s instanceSet) Build(i int) (runtime.ApplyConfiguration, error) {
+	if a, ok := s.approved[i]; ok {
+		return client.ApplyConfigurationFromUnstructured(a.obj.DeepCopy()), nil
+	}
 	obj, err := s.want.Object(i)
 	return client.ApplyConfigurationFromUnstructured(obj), err
 }

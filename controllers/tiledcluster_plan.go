@@ -42,8 +42,23 @@ func plan(cur *clusterState, want *desired.Instances) (clusterPlan, error) {
 			p.members[i] = member
 			o.UpToDate = member.Annotations[desired.AnnotationExpansionHash] == want.Hash(i)
 			o.Ready = instanceReady(member)
+			// A change of the pod template the operator renders without a change of the spec (a new
+			// operator release) rolls as a change of the spec does; with one of the spec, it goes
+			// along with it.
+			o.RenderPending = o.UpToDate && member.Status.PendingRollout != nil
 		}
 		// A hold protects an instance that exists; one that does not is created.
+		if hold[want.Instance(i)] && member != nil && o.RenderPending {
+			pr := member.Status.PendingRollout
+			fields := make([]string, len(pr.Differs))
+			for j, d := range pr.Differs {
+				fields[j] = "StatefulSet " + pr.StatefulSet + " " + d
+			}
+			o.Held = true
+			e := heldEntry(cluster.Status.Held, o.Name, fields)
+			e.FieldCount = max(e.FieldCount, pr.DifferCount)
+			p.held = append(p.held, e)
+		}
 		if hold[want.Instance(i)] && member != nil && !o.UpToDate {
 			fields, err := want.ChangedFields(member, i)
 			if err != nil {

@@ -23,11 +23,17 @@ import (
 // label (retention). Once all are applied it remembers the Secret data it applied (memories.go).
 func (r *TiledInstanceReconciler) apply(ctx context.Context, cur *instanceState, in instanceInputs, want *desired.Children) (*childset.Record, error) {
 	ti := cur.ti
+	gate, err := r.gateRender(ctx, cur, in, want)
+	if err != nil {
+		return nil, err
+	}
+	cur.gate = gate
 	rec, err := childset.Apply(ctx, r.Applier, childSet{want: want, cur: cur}, childset.Options{
 		Group:         client.ObjectKeyFromObject(ti).String(),
 		RetryConflict: true,
 		Record:        true,
 		AfterApply:    retention{c: r.Client}.unrelease,
+		Skip:          func(i int) bool { return i == gate.skip },
 	})
 	var refused *childset.RefusedError
 	if errors.As(err, &refused) {
@@ -39,6 +45,13 @@ func (r *TiledInstanceReconciler) apply(ctx context.Context, cur *instanceState,
 		return nil, renderStall(err)
 	}
 	cur.unsent = rec.Unsent
+	if gate.skip >= 0 {
+		// The StatefulSet waiting for the rollout stays as it is: kept, not pruned.
+		rec.Applied[want.Prepared(gate.skip).Key] = gate.generation
+	}
+	if gate.event != "" {
+		r.renderChangedEvent(ti, gate.event)
+	}
 	r.memories.secrets.store(types.NamespacedName{Namespace: ti.Namespace, Name: ti.Name}, instanceSecrets{uid: ti.UID, data: in.render.SecretData})
 	return rec, nil
 }

@@ -109,6 +109,7 @@ func (r *TiledInstanceReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	if err != nil {
 		return r.failed(ctx, cur, err)
 	}
+	in.restoring = restoring
 	if !restoring {
 		if in.upgrade, err = r.upgrade(ctx, cur, &in); err != nil {
 			return r.failed(ctx, cur, err)
@@ -134,7 +135,7 @@ func (r *TiledInstanceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("tiledinstance").
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.concurrency()}).
-		For(&tiledv1alpha1.TiledInstance{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		For(&tiledv1alpha1.TiledInstance{}, builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, approvalChanged))).
 		Watches(&tiledv1alpha1.TiledProfile{}, profileHandler(r.Client, false))
 	for _, obj := range ChildKinds() {
 		if err := mgr.GetFieldIndexer().IndexField(ctx, obj, childset.OwnerIndex, childset.IndexController); err != nil {

@@ -30,6 +30,8 @@ type instanceInputs struct {
 	render render.Inputs
 	// upgrade is the upgrade procedure's decision (tiledinstance_upgrade.go).
 	upgrade upgrade.Decision
+	// restoring: a restore of the instance's database runs (tiledinstance_backup.go).
+	restoring bool
 }
 
 // inputs gathers what the instance's children are rendered from, or the stall that keeps them

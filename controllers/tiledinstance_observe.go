@@ -36,6 +36,9 @@ type instanceState struct {
 	// them a moment ago (childset.Record.Unsent): the status reads them from here rather than copy
 	// them from the cache once more.
 	unsent map[applier.Key]client.Object
+	// gate is what the apply did with a change the render makes without a change of the spec
+	// (tiledinstance_rendergate.go).
+	gate renderGate
 }
 
 // observe reads the instance from the cache: nil when it is gone (what was remembered of it is
@@ -51,7 +54,7 @@ func (r *TiledInstanceReconciler) observe(ctx context.Context, req ctrl.Request)
 	if !ti.DeletionTimestamp.IsZero() {
 		return nil, nil
 	}
-	s := &instanceState{c: r.Client, api: r.APIReader, ti: ti}
+	s := &instanceState{c: r.Client, api: r.APIReader, ti: ti, gate: renderGate{skip: -1}}
 	if paused, err := s.clusterPaused(ctx); err != nil || paused {
 		return nil, err
 	}

@@ -84,6 +84,9 @@ func (r *TiledInstanceReconciler) status(ctx context.Context, cur *instanceState
 		}
 		r.Recorder.Eventf(ti, nil, typ, e.reason, "Backup", "%s", eventNote(e.message))
 	}
+	if p, was := status.PendingRollout, ti.Status.PendingRollout; p != nil && (was == nil || was.TemplateHash != p.TemplateHash) {
+		r.renderChangedEvent(ti, pendingMessage(ti, p))
+	}
 	if c, changed := transitioned(ti.Status.Conditions, status.Conditions, ConditionExternalEdits); changed {
 		r.Recorder.Eventf(ti, nil, corev1.EventTypeWarning, ReasonFieldsManaged, "Reconcile",
 			"%s; operator-owned fields are restored at the next change, other fields are left alone", c.Message)
@@ -120,6 +123,9 @@ func (r *TiledInstanceReconciler) observed(ctx context.Context, cur *instanceSta
 		}
 	}
 	obs.UpgradeStall, obs.UpgradeProgress = in.upgrade.Stall, in.upgrade.Progress
+	if p := cur.gate.pending; p != nil {
+		obs.PendingRollout, obs.PendingMessage = p, pendingMessage(ti, p)
+	}
 	obs.Tiled = cur.statefulSet(ctx, stsKey(ti.Namespace, n.Tiled))
 	if render.Autoscaled(spec) && (in.upgrade.Lifecycle == nil || !in.upgrade.Lifecycle.Stopped) {
 		// The autoscaler sets the replicas: the StatefulSet's are the ones to wait for.

@@ -27,6 +27,12 @@ const (
 // the conflict (and keep their instances as they were) until it is resolved.
 const AnnotationAllowConflicts = "tiled.blueskyproject.io/allow-conflicts"
 
+// AnnotationApprovedTemplate is set by the TiledCluster controller on a TiledInstance whose
+// status.pendingRollout the cluster's rollout lets through (within spec.rollout.maxUnavailable, not
+// held, not paused): its value is the pendingRollout's templateHash, and the instance controller
+// applies that StatefulSet once it sees it. Present only while such a change rolls.
+const AnnotationApprovedTemplate = "tiled.blueskyproject.io/approved-template"
+
 // Labels `kubectl tiled import-helm` puts on what it writes; the operator gives them no meaning.
 const (
 	// LabelProfile on a TiledProfile written by import-helm names it; the TiledCluster written

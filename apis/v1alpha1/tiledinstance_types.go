@@ -206,6 +206,47 @@ type TiledInstanceStatus struct {
 	// on the target, and the restore its database started from.
 	// +optional
 	Backup *BackupStatus `json:"backup,omitempty"`
+
+	// PendingRollout is a change of the Tiled pod template that the operator renders though the
+	// instance's spec did not change (typically a new operator release: a new default, label,
+	// annotation or probe), waiting for the instance's TiledCluster to roll it within
+	// spec.rollout.maxUnavailable, spec.instances[].hold and spec.paused, as it rolls a change of
+	// the spec. The cluster approves it by setting the annotation
+	// tiled.blueskyproject.io/approved-template to templateHash on the instance; the StatefulSet is
+	// then applied and this field goes. Absent when no such change waits (a standalone instance
+	// applies it at once, with an Event).
+	// +optional
+	PendingRollout *PendingRollout `json:"pendingRollout,omitempty"`
+}
+
+// PendingRollout is a change of a StatefulSet's pod template caused by the operator's render, not by
+// the instance's spec, that waits for the cluster's rollout.
+type PendingRollout struct {
+	// StatefulSet is the name of the StatefulSet whose pod template would change (the Tiled one).
+	// +kubebuilder:validation:MaxLength=253
+	StatefulSet string `json:"statefulSet"`
+
+	// TemplateHash identifies the StatefulSet the operator wants to apply (the hash its
+	// tiled.blueskyproject.io/intent annotation will carry); the approval names it.
+	// +kubebuilder:validation:MaxLength=64
+	TemplateHash string `json:"templateHash"`
+
+	// Differs are the paths in the StatefulSet that the change sets to another value, adds or
+	// removes (e.g. spec.template.metadata.annotations[example.org/build],
+	// spec.template.spec.containers[tiled].env[TILED_X]), sorted; at most 20 (differCount counts
+	// them all).
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=20
+	Differs []string `json:"differs,omitempty"`
+
+	// DifferCount is the number of paths that differ.
+	// +optional
+	DifferCount int32 `json:"differCount,omitempty"`
+
+	// Since is when the operator first found this change waiting.
+	// +optional
+	Since *metav1.Time `json:"since,omitempty"`
 }
 
 // BackupStatus is the state of an instance's backups.

@@ -557,6 +557,27 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: wellKnownURI
       type:
         scalar: string
+- name: com.github.bluesky.tiled-operator.apis.v1alpha1.PendingRollout
+  map:
+    fields:
+    - name: differCount
+      type:
+        scalar: numeric
+    - name: differs
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: atomic
+    - name: since
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: statefulSet
+      type:
+        scalar: string
+    - name: templateHash
+      type:
+        scalar: string
 - name: com.github.bluesky.tiled-operator.apis.v1alpha1.ReadOnlyMount
   map:
     fields:
@@ -853,6 +874,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: observedGeneration
       type:
         scalar: numeric
+    - name: pendingRollout
+      type:
+        namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.PendingRollout
     - name: readyReplicas
       type:
         scalar: numeric

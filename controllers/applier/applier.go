@@ -210,6 +210,19 @@ type Prepared struct {
 	intent [32]byte
 }
 
+// Annotation is the value AnnotationIntent carries on an object that holds p's intent: comparing it
+// with the annotation of the object as it is tells whether applying p would change it.
+func (p Prepared) Annotation() string { return encodeIntent(p.intent) }
+
+// Holds reports whether the applier itself applied p's intent to p's object, or found it applied,
+// since it started (and has not forgotten it since).
+func (a *Applier) Holds(p Prepared) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	rec := a.records[p.Key]
+	return rec != nil && rec.intent == p.intent
+}
+
 // Prepare computes ac's Prepared form.
 func Prepare(ac runtime.ApplyConfiguration) (Prepared, error) {
 	intent, m, err := intentOf(ac)

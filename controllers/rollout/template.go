@@ -141,7 +141,7 @@ func changed(d, l any, path, field string, found map[string]bool) {
 			}
 			return
 		}
-		if !(empty(dv) && empty(lv)) && !reflect.DeepEqual(dv, lv) {
+		if (!empty(dv) || !empty(lv)) && !reflect.DeepEqual(dv, lv) {
 			found[path] = true
 		}
 	default:

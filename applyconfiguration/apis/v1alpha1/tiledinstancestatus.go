@@ -45,6 +45,15 @@ type TiledInstanceStatusApplyConfiguration struct {
 	// Backup is the state of the instance's backups: the last one, the last whole one, the backups
 	// on the target, and the restore its database started from.
 	Backup *BackupStatusApplyConfiguration `json:"backup,omitempty"`
+	// PendingRollout is a change of the Tiled pod template that the operator renders though the
+	// instance's spec did not change (typically a new operator release: a new default, label,
+	// annotation or probe), waiting for the instance's TiledCluster to roll it within
+	// spec.rollout.maxUnavailable, spec.instances[].hold and spec.paused, as it rolls a change of
+	// the spec. The cluster approves it by setting the annotation
+	// tiled.blueskyproject.io/approved-template to templateHash on the instance; the StatefulSet is
+	// then applied and this field goes. Absent when no such change waits (a standalone instance
+	// applies it at once, with an Event).
+	PendingRollout *PendingRolloutApplyConfiguration `json:"pendingRollout,omitempty"`
 }
 
 // TiledInstanceStatusApplyConfiguration constructs a declarative configuration of the TiledInstanceStatus type for use with
@@ -135,5 +144,13 @@ func (b *TiledInstanceStatusApplyConfiguration) WithLastMigration(value *Migrati
 // If called multiple times, the Backup field is set to the value of the last call.
 func (b *TiledInstanceStatusApplyConfiguration) WithBackup(value *BackupStatusApplyConfiguration) *TiledInstanceStatusApplyConfiguration {
 	b.Backup = value
+	return b
+}
+
+// WithPendingRollout sets the PendingRollout field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the PendingRollout field is set to the value of the last call.
+func (b *TiledInstanceStatusApplyConfiguration) WithPendingRollout(value *PendingRolloutApplyConfiguration) *TiledInstanceStatusApplyConfiguration {
+	b.PendingRollout = value
 	return b
 }

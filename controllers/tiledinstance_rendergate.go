@@ -1,0 +1,181 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
+	"github.com/bluesky/tiled-operator/controllers/applier"
+	"github.com/bluesky/tiled-operator/controllers/desired"
+	"github.com/bluesky/tiled-operator/controllers/rollout"
+	"github.com/bluesky/tiled-operator/names"
+)
+
+// maxPendingPaths bounds status.pendingRollout.differs.
+const maxPendingPaths = 20
+
+// renderGate is what the instance controller does with a change of the Tiled StatefulSet that its
+// render makes without a change of the instance's spec (a new operator release: a new default, label,
+// annotation or probe in the pod template). An instance in a TiledCluster does not apply it at once:
+// it reports it (status.pendingRollout, the RolloutPending condition, an Event) and the cluster's
+// rollout approves it within spec.rollout.maxUnavailable, holds and pause (package rollout,
+// tiledcluster_plan.go), by setting AnnotationApprovedTemplate to its hash. A standalone instance
+// applies it at once, with the Event.
+type renderGate struct {
+	// skip is the index of the StatefulSet not to apply (-1: apply everything).
+	skip int
+	// key and generation are the skipped StatefulSet's, kept (not pruned) as it is.
+	key        types.NamespacedName
+	generation int64
+	// pending is the status.pendingRollout to report (nil: none).
+	pending *tiledv1alpha1.PendingRollout
+	// event, when not "", is the RenderChanged Event's message of a standalone instance's change,
+	// applied at once.
+	event string
+}
+
+// gateRender decides the renderGate of one reconcile. It is a render change (not a spec change)
+// when the Tiled StatefulSet's intent differs from the one the live object carries while the
+// instance's status describes its current generation, it is Ready, no upgrade or restore runs, and
+// the applier did not apply this intent itself. Only then is the live StatefulSet read whole (the
+// cache holds it trimmed), once, past the cache, to say which paths of its pod template differ; a
+// change that differs in none (nothing restarts) is applied at once.
+func (r *TiledInstanceReconciler) gateRender(ctx context.Context, cur *instanceState, in instanceInputs, want *desired.Children) (renderGate, error) {
+	g := renderGate{skip: -1}
+	ti := cur.ti
+	if ti.Generation != ti.Status.ObservedGeneration || !instanceReady(ti) || ti.Status.Upgrade != nil || in.restoring || in.upgrade.Changed {
+		return g, nil // a spec change, a start, an instance not serving anyway, or the upgrade's own change
+	}
+	if l := in.render.Lifecycle; l != nil && (l.ServingImage != "" || l.Stopped || l.Step != nil) {
+		return g, nil
+	}
+	name := names.For(ti.Namespace, in.spec.Name).Tiled
+	key := stsKey(ti.Namespace, name)
+	idx := -1
+	for i := range want.Len() {
+		if want.Prepared(i).Key == key {
+			idx = i
+		}
+	}
+	if idx < 0 {
+		return g, nil
+	}
+	p := want.Prepared(idx)
+	if r.Applier.Holds(p) {
+		return g, nil
+	}
+	live := cur.statefulSet(ctx, key)
+	if live == nil {
+		return g, nil
+	}
+	hash := p.Annotation()
+	if was := live.Annotations[applier.AnnotationIntent]; was == "" || was == hash {
+		return g, nil
+	}
+	ref := metav1.GetControllerOf(ti)
+	member := ref != nil && ref.Kind == "TiledCluster"
+	if member && ti.Annotations[tiledv1alpha1.AnnotationApprovedTemplate] == hash {
+		return g, nil // approved by the cluster's rollout
+	}
+	var differs []string
+	if prev := ti.Status.PendingRollout; prev != nil && prev.TemplateHash == hash && prev.StatefulSet == name {
+		differs = prev.Differs // found before: not read again
+	} else {
+		obj, err := want.Object(idx)
+		if err != nil {
+			return g, err
+		}
+		if differs, err = r.templateDiff(ctx, obj); err != nil {
+			return g, err
+		}
+		if len(differs) == 0 {
+			return g, nil // the pod template stays as it is: nothing restarts
+		}
+	}
+	if !member {
+		g.event = fmt.Sprintf("StatefulSet %s: the operator renders its pod template differently though the instance's spec did not change "+
+			"(a new operator release, or a changed TiledProfile); applied at once (a standalone instance has no rollout): %s",
+			name, strings.Join(differs, ", "))
+		return g, nil
+	}
+	g.skip, g.key, g.generation = idx, types.NamespacedName{Namespace: ti.Namespace, Name: name}, live.Generation
+	g.pending = &tiledv1alpha1.PendingRollout{StatefulSet: name, TemplateHash: hash, Differs: differs[:min(len(differs), maxPendingPaths)], DifferCount: int32(len(differs))}
+	if prev := ti.Status.PendingRollout; prev != nil && prev.TemplateHash == hash && prev.StatefulSet == name {
+		g.pending.Differs, g.pending.DifferCount, g.pending.Since = prev.Differs, prev.DifferCount, prev.Since
+	}
+	if g.pending.Since == nil {
+		now := metav1.Now().Rfc3339Copy()
+		g.pending.Since = &now
+	}
+	return g, nil
+}
+
+// templateDiff reads the live StatefulSet key whole, past the cache, and returns the paths of its pod
+// template that applying obj would change (rollout.TemplateDiff), with the field set the operator
+// applied to it.
+func (r *TiledInstanceReconciler) templateDiff(ctx context.Context, obj *unstructured.Unstructured) ([]string, error) {
+	k := obj.GetNamespace() + "/" + obj.GetName()
+	live := &appsv1.StatefulSet{}
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: obj.GetNamespace(), Name: obj.GetName()}, live); err != nil {
+		return nil, fmt.Errorf("reading StatefulSet %s to compare its pod template: %w", k, err)
+	}
+	content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(live)
+	if err != nil {
+		return nil, err
+	}
+	var owned []byte
+	for _, mf := range live.ManagedFields {
+		if mf.Manager == tiledv1alpha1.FieldOwner && mf.Operation == metav1.ManagedFieldsOperationApply && mf.Subresource == "" && mf.FieldsV1 != nil {
+			owned = mf.FieldsV1.GetRawBytes()
+		}
+	}
+	differs, err := rollout.TemplateDiff(obj.Object, content, owned)
+	if err != nil {
+		return nil, fmt.Errorf("comparing the pod template of StatefulSet %s: %w", k, err)
+	}
+	return differs, nil
+}
+
+// pendingMessage is the RolloutPending condition's message and the RenderChanged Event's.
+func pendingMessage(ti *tiledv1alpha1.TiledInstance, p *tiledv1alpha1.PendingRollout) string {
+	cluster := "its TiledCluster"
+	if ref := metav1.GetControllerOf(ti); ref != nil {
+		cluster = "TiledCluster " + ref.Name
+	}
+	paths := strings.Join(p.Differs, ", ")
+	if more := int(p.DifferCount) - len(p.Differs); more > 0 {
+		paths += fmt.Sprintf(" and %d more", more)
+	}
+	return fmt.Sprintf("StatefulSet %s: the operator renders its pod template differently though the instance's spec did not change "+
+		"(a new operator release): %s; the change waits for %s's rollout to let it through (spec.rollout.maxUnavailable, spec.instances[].hold, spec.paused)",
+		p.StatefulSet, paths, cluster)
+}
+
+// approvalChanged passes the updates of a TiledInstance that change AnnotationApprovedTemplate (the
+// cluster's rollout approving a render change, tiledcluster_apply.go).
+var approvalChanged = predicate.Funcs{
+	CreateFunc:  func(event.CreateEvent) bool { return false },
+	DeleteFunc:  func(event.DeleteEvent) bool { return false },
+	GenericFunc: func(event.GenericEvent) bool { return false },
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		k := tiledv1alpha1.AnnotationApprovedTemplate
+		return e.ObjectOld.GetAnnotations()[k] != e.ObjectNew.GetAnnotations()[k]
+	},
+}
+
+// renderChangedEvent sends the RenderChanged Event of a change just recorded in the status (or of a
+// standalone instance's, applied at once).
+func (r *TiledInstanceReconciler) renderChangedEvent(ti *tiledv1alpha1.TiledInstance, msg string) {
+	r.Recorder.Eventf(ti, nil, corev1.EventTypeNormal, ReasonRenderChanged, "Rollout", "%s", eventNote(msg))
+}
