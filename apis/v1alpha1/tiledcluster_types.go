@@ -168,7 +168,10 @@ type HeldInstance struct {
 
 	// Fields are the paths of the fields that releasing the hold would change, in the provenance
 	// format (e.g. spec.tiled.podAnnotations["team"]), sorted; at most 10 (fieldCount counts them
-	// all). "provenance" stands for a change in where values come from that changes no value.
+	// all). "provenance" stands for a change in where values come from that changes no value. A
+	// change the operator renders without a change of the spec (the instance's
+	// status.pendingRollout, e.g. after an operator upgrade) is listed as the StatefulSet and the
+	// path in its pod template (e.g. "StatefulSet tiled-x spec.template.metadata.annotations[k]").
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=10

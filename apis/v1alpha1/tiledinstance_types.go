@@ -163,7 +163,9 @@ type TiledInstanceStatus struct {
 
 	// Conditions: Ready, Reconciling and Stalled (read by kstatus, ArgoCD and Flux); DatabaseReady
 	// for a managed database; ExternalEdits while another writer manages fields of a child object;
-	// IngressEnabled=False while the ingress has a host but enabled is not set (no Ingress is created).
+	// IngressEnabled=False while the ingress has a host but enabled is not set (no Ingress is created);
+	// RolloutPending=True while a change of the pod template the operator renders without a change
+	// of the spec waits for the cluster's rollout (status.pendingRollout).
 	// +optional
 	// +listType=map
 	// +listMapKey=type

@@ -21,7 +21,10 @@ type HeldInstanceApplyConfiguration struct {
 	Name *string `json:"name,omitempty"`
 	// Fields are the paths of the fields that releasing the hold would change, in the provenance
 	// format (e.g. spec.tiled.podAnnotations["team"]), sorted; at most 10 (fieldCount counts them
-	// all). "provenance" stands for a change in where values come from that changes no value.
+	// all). "provenance" stands for a change in where values come from that changes no value. A
+	// change the operator renders without a change of the spec (the instance's
+	// status.pendingRollout, e.g. after an operator upgrade) is listed as the StatefulSet and the
+	// path in its pod template (e.g. "StatefulSet tiled-x spec.template.metadata.annotations[k]").
 	Fields []string `json:"fields,omitempty"`
 	// FieldCount is the number of fields that releasing the hold would change.
 	FieldCount *int32 `json:"fieldCount,omitempty"`

@@ -21,7 +21,9 @@ type TiledInstanceStatusApplyConfiguration struct {
 	ObservedGeneration *int64 `json:"observedGeneration,omitempty"`
 	// Conditions: Ready, Reconciling and Stalled (read by kstatus, ArgoCD and Flux); DatabaseReady
 	// for a managed database; ExternalEdits while another writer manages fields of a child object;
-	// IngressEnabled=False while the ingress has a host but enabled is not set (no Ingress is created).
+	// IngressEnabled=False while the ingress has a host but enabled is not set (no Ingress is created);
+	// RolloutPending=True while a change of the pod template the operator renders without a change
+	// of the spec waits for the cluster's rollout (status.pendingRollout).
 	Conditions []v1.ConditionApplyConfiguration `json:"conditions,omitempty"`
 	// URL at which Tiled is served inside the cluster.
 	URL *string `json:"url,omitempty"`
