@@ -132,6 +132,17 @@ func render(f *e2e.Figures, src string) string {
 		w("| autoscaling: load started → 2 Ready Tiled pods (the HorizontalPodAutoscaler on metrics-server) | %.1f s | |\n", f.AutoscaleUpSeconds)
 		w("| … load removed → 1 Tiled pod (30 s scale-down window) | %.1f s | |\n", f.AutoscaleDownSeconds)
 	}
+	if f.OperatorUpgradeRVStableSeconds > 0 {
+		// Only from a run that had the operator-upgrade cases.
+		w("| operator upgrades (previous release → this build → prime → this build, a leader killed mid-roll): fleet pods replaced | %d | 0 |\n", f.OperatorUpgradePodsReplaced)
+		w("| … their containers' restarts | %d | 0 |\n", f.OperatorUpgradeRestarts)
+		w("| … operator writes to the fleet's objects other than status and Events (audit log) | %d | 0 |\n", f.OperatorUpgradeChildWrites)
+		w("| … every owned object at the same resourceVersion after the new manager led (the shortest of the three windows) | %.0f s | ≥ 120 s |\n", f.OperatorUpgradeRVStableSeconds)
+		if f.OperatorRenderRolloutSeconds > 0 {
+			w("| a build rendering one more Tiled pod annotation: apply → every Tiled pod of the fleet Ready with it | %.1f s | |\n", f.OperatorRenderRolloutSeconds)
+			w("| … most Tiled pods unready at once | %d | ≤ 1 (maxUnavailable) |\n", f.OperatorRenderRolloutMaxUnready)
+		}
+	}
 	w("| operator pod peak memory (cgroup) | %.1f MiB | |\n", f.OperatorPeakMemoryMiB)
 	return b.String()
 }
