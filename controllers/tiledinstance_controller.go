@@ -27,7 +27,9 @@ import (
 // The children: read from the cache (list, watch; never a get), written with server-side apply
 // (patch, and create when the apply creates), pruned (delete). A Secret is read past the cache
 // (get) only when it is an external database's; the instance's own Secret is always rendered, so it
-// is never pruned and the operator cannot delete Secrets. test/packaging's
+// is never pruned and the operator cannot delete Secrets. A StatefulSet is listed past the cache
+// (by name) only when the render changes its pod template without a change of the spec
+// (tiledinstance_rendergate.go), to name what differs. test/packaging's
 // TestManagerUsesEveryPermission fails on a verb the manager never uses; docs/rbac.md.
 // +kubebuilder:rbac:groups=tiled.blueskyproject.io,resources=tiledinstances/status,verbs=patch
 // +kubebuilder:rbac:groups="",resources=configmaps;services;persistentvolumeclaims,verbs=list;watch;create;patch;delete
@@ -62,7 +64,9 @@ type TiledInstanceReconciler struct {
 	// Client reads from the informer cache.
 	Client client.Client
 	// APIReader reads past the cache; used only for an external database's Secret, which the
-	// operator does not label and so does not cache.
+	// operator does not label and so does not cache, and for the whole of a StatefulSet (the cache
+	// holds it trimmed) when the render changes its pod template without a change of the spec
+	// (tiledinstance_rendergate.go).
 	APIReader client.Reader
 	// Applier writes with server-side apply and skips unchanged intents.
 	Applier *applier.Applier

@@ -121,15 +121,21 @@ func (r *TiledInstanceReconciler) gateRender(ctx context.Context, cur *instanceS
 	return g, nil
 }
 
-// templateDiff reads the live StatefulSet key whole, past the cache, and returns the paths of its pod
+// templateDiff reads the live StatefulSet obj names whole, past the cache (one request), and returns the paths of its pod
 // template that applying obj would change (rollout.TemplateDiff), with the field set the operator
 // applied to it.
 func (r *TiledInstanceReconciler) templateDiff(ctx context.Context, obj *unstructured.Unstructured) ([]string, error) {
 	k := obj.GetNamespace() + "/" + obj.GetName()
-	live := &appsv1.StatefulSet{}
-	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: obj.GetNamespace(), Name: obj.GetName()}, live); err != nil {
+	// A list of the one object (field selector on its name), not a get: the operator's role lists
+	// StatefulSets and gets none, and this read is rare enough not to be worth a verb of its own.
+	var list appsv1.StatefulSetList
+	if err := r.APIReader.List(ctx, &list, client.InNamespace(obj.GetNamespace()), client.MatchingFields{"metadata.name": obj.GetName()}); err != nil {
 		return nil, fmt.Errorf("reading StatefulSet %s to compare its pod template: %w", k, err)
 	}
+	if len(list.Items) != 1 {
+		return nil, fmt.Errorf("reading StatefulSet %s to compare its pod template: found %d", k, len(list.Items))
+	}
+	live := &list.Items[0]
 	content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(live)
 	if err != nil {
 		return nil, err
