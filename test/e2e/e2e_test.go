@@ -67,6 +67,8 @@ func TestE2E(t *testing.T) {
 	run(t, "operator upgrades: the data written under the previous release read back after three upgrades", testOperatorUpgradeData)
 	run(t, "no Secret value in any container log", testNoSecretsInLogs)
 	run(t, "no forbidden in the operator's log; its peak memory", testOperatorLog)
+	// Last: every fleet of the cluster rolls its Tiled pods under the annotated build.
+	run(t, "operator upgrade 4: a build that renders one more Tiled pod annotation rolls it one beamline at a time (maxUnavailable 1), an Event per instance naming it", testOperatorUpgradeRendersMore)
 }
 
 func testInstall(t *testing.T) {
