@@ -59,15 +59,16 @@ func TestE2E(t *testing.T) {
 	run(t, "bad input: image pull, PostgreSQL never ready, config Tiled refuses -> named conditions", testBadInput)
 	run(t, "operator upgrade 2 (end): every object the operator owns at the same resourceVersion for 2 minutes", testOperatorUpgradeWindow)
 	run(t, "operator upgrade 3: prime -> this build, the leader killed mid-rolling-update: 0 pods replaced or restarted, 0 writes to the fleet", testOperatorUpgradeFailover)
-	run(t, "9 Tiled upgrade 0.2.14 -> newest: backup, migrate once, hold, 2 replicas, failure undone", testTiledUpgrade)
-	run(t, "10 backups: taken while serving, a lost database restored (claim, S3), corrupt refused, schedule and retention", testBackupRestore)
-	run(t, "11 streaming: two replicas share the cache; no update lost to a deleted replica or a cache outage; password in no log; off means no cache", testStreaming)
 	run(t, "12 autoscaling: load scales Tiled 1 -> 2+ on the node's metrics API, back to 1 after the window; off prunes the autoscaler", testAutoscaling)
 	run(t, "operator upgrade 3 (end): every object the operator owns at the same resourceVersion for 2 minutes", testOperatorUpgradeWindow)
 	run(t, "operator upgrades: the data written under the previous release read back after three upgrades", testOperatorUpgradeData)
+	run(t, "9 Tiled upgrade 0.2.14 -> newest: backup, migrate once, hold, 2 replicas, failure undone", testTiledUpgrade)
+	run(t, "10 backups: taken while serving, a lost database restored (claim, S3), corrupt refused, schedule and retention", testBackupRestore)
+	run(t, "11 streaming: two replicas share the cache; no update lost to a deleted replica or a cache outage; password in no log; off means no cache", testStreaming)
 	run(t, "no Secret value in any container log", testNoSecretsInLogs)
 	run(t, "no forbidden in the operator's log; its peak memory", testOperatorLog)
-	// Last: every fleet of the cluster rolls its Tiled pods under the annotated build.
+	// Last: every fleet left rolls its Tiled pods under the annotated build; the case watches the
+	// first fleet's.
 	run(t, "operator upgrade 4: a build that renders one more Tiled pod annotation rolls it one beamline at a time (maxUnavailable 1), an Event per instance naming it", testOperatorUpgradeRendersMore)
 }
 

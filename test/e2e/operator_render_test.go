@@ -22,24 +22,24 @@ const buildAnnotationKey, buildAnnotationValue = "e2e.tiled.blueskyproject.io/bu
 
 // testOperatorUpgradeRendersMore upgrades to the annotated build: a change of what the operator
 // renders, with no change of any spec, must roll like a change of the spec — one beamline at a time
-// (the cluster's maxUnavailable is 1), each instance naming the difference in an Event — and touch
-// nothing else (the PostgreSQL and cache pods stay).
+// (the first fleet's cluster has maxUnavailable 1), each instance naming the difference in an
+// Event — and touch nothing else (the PostgreSQL and cache pods stay).
 func testOperatorUpgradeRendersMore(t *testing.T) {
-	if !opup.installed {
-		t.Fatal("the previous release did not stamp out the upgrade fleet")
-	}
 	var tiledPods []string
-	for _, b := range opupBeamlines {
-		tiledPods = append(tiledPods, upgInstance(opupCluster, b)+"-0")
+	for _, b := range beamlines {
+		tiledPods = append(tiledPods, instanceName(b)+"-0")
 	}
-	before := fleetPods(t)
-	s := startSamplerIn(t, opupNS, tiledPods)
+	before := map[string]types.UID{}
+	for _, p := range podsIn(t, tenantNS) {
+		before[p.Name] = p.UID
+	}
+	s := startSamplerIn(t, tenantNS, tiledPods)
 	upgradeOperator(t, "this build -> annotated build", installOverlay(t, "annotated", filepath.Join(e.repo, "config/default"), "annotated"), "annotated", false)
 	eventually(t, 8*time.Minute, time.Second, "every Tiled pod of the fleet Ready with the build's annotation", func() (bool, string) {
 		done := 0
 		for _, name := range tiledPods {
 			var p corev1.Pod
-			if err := cl.Get(context.Background(), types.NamespacedName{Namespace: opupNS, Name: name}, &p); err == nil &&
+			if err := cl.Get(context.Background(), types.NamespacedName{Namespace: tenantNS, Name: name}, &p); err == nil &&
 				podReady(&p) && p.Annotations[buildAnnotationKey] == buildAnnotationValue {
 				done++
 			}
@@ -55,9 +55,9 @@ func testOperatorUpgradeRendersMore(t *testing.T) {
 	if maxUnready > 1 {
 		t.Errorf("up to %d Tiled pods unready at once; the cluster's rollout.maxUnavailable is 1 (samples %v)", maxUnready, samples)
 	}
-	for _, b := range opupBeamlines {
-		inst := upgInstance(opupCluster, b)
-		n, notes := instanceEvents(t, opupNS, inst, "RenderChanged")
+	for _, b := range beamlines {
+		inst := instanceName(b)
+		n, notes := instanceEvents(t, tenantNS, inst, "RenderChanged")
 		named := false
 		for _, note := range notes {
 			named = named || strings.Contains(note, buildAnnotationKey)
@@ -65,18 +65,14 @@ func testOperatorUpgradeRendersMore(t *testing.T) {
 		if n == 0 || !named {
 			t.Errorf("%s: %d RenderChanged Events, none naming %s: %v", inst, n, buildAnnotationKey, notes)
 		}
-		if ti := getInstanceIn(t, opupNS, inst); ti.Status.PendingRollout != nil {
+		if ti := getInstanceIn(t, tenantNS, inst); ti.Status.PendingRollout != nil {
 			t.Errorf("%s: status.pendingRollout still %+v after its pods rolled", inst, *ti.Status.PendingRollout)
 		}
 	}
 	// Only the Tiled pods were replaced.
-	now := fleetPods(t)
-	for name, was := range before {
-		if slices.Contains(tiledPods, name) {
-			continue
-		}
-		if now[name].uid != was.uid {
-			t.Errorf("pod %s/%s was replaced too; only the Tiled pods' template changed", opupNS, name)
+	for _, p := range podsIn(t, tenantNS) {
+		if was, ok := before[p.Name]; ok && !slices.Contains(tiledPods, p.Name) && was != p.UID {
+			t.Errorf("pod %s/%s was replaced too; only the Tiled pods' template changed", tenantNS, p.Name)
 		}
 	}
 }
