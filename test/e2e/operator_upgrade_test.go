@@ -23,6 +23,7 @@ import (
 
 	v1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/controllers"
+	"github.com/bluesky/tiled-operator/test/support/fleet"
 )
 
 // The operator-upgrade cases (issue 31; docs/upgrading.md, "What an operator upgrade is tested
@@ -307,7 +308,7 @@ func testOperatorUpgradeWindow(t *testing.T) {
 	}
 	now := ownedRVs(t)
 	stable := time.Since(opup.windowFrom).Seconds()
-	if changed := changedKeys(opup.windowRVs, now); len(changed) > 0 {
+	if changed := fleet.Changed(opup.windowRVs, now); len(changed) > 0 {
 		t.Errorf("%s: %d owned objects changed within %.0fs after the new manager led: %v", opup.label, len(changed), stable, changed)
 	} else {
 		figMu.Lock()
@@ -440,11 +441,11 @@ func stableOwnedRVs(t *testing.T) (map[string]string, time.Time) {
 	deadline := time.Now().Add(3 * time.Minute)
 	for agree < 4 {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: the operator's objects kept changing for 3 minutes after the new manager led; last changes: %v", opup.label, changedKeys(last, ownedRVs(t)))
+			t.Fatalf("%s: the operator's objects kept changing for 3 minutes after the new manager led; last changes: %v", opup.label, fleet.Changed(last, ownedRVs(t)))
 		}
 		at := time.Now()
 		now := ownedRVs(t)
-		if last != nil && len(changedKeys(last, now)) == 0 {
+		if last != nil && len(fleet.Changed(last, now)) == 0 {
 			agree++
 		} else {
 			agree, since = 1, at
@@ -455,20 +456,4 @@ func stableOwnedRVs(t *testing.T) (map[string]string, time.Time) {
 		}
 	}
 	return last, since
-}
-
-func changedKeys(before, after map[string]string) []string {
-	var out []string
-	for k, v := range after {
-		if before[k] != v {
-			out = append(out, k)
-		}
-	}
-	for k := range before {
-		if _, ok := after[k]; !ok {
-			out = append(out, k+" (gone)")
-		}
-	}
-	sort.Strings(out)
-	return out
 }
