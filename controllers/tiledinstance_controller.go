@@ -88,6 +88,8 @@ type TiledInstanceReconciler struct {
 	Random io.Reader
 	// Resync, when not nil, delivers instances to reconcile again (Operator.ResyncAll).
 	Resync <-chan event.GenericEvent
+	// Metrics counts the migrations that end (tiled_operator_migrations_total); nil counts nothing.
+	Metrics *Metrics
 	// Concurrency is how many instances reconcile at once; 0 means DefaultInstanceConcurrency. Each reconcile mostly waits on
 	// the API server, so a few in flight keep it busy.
 	Concurrency int

@@ -114,6 +114,10 @@ func (r *TiledInstanceReconciler) upgrade(ctx context.Context, cur *instanceStat
 	if err != nil {
 		return upgrade.Decision{}, err
 	}
+	if sent && d.Record != nil {
+		// The migration's end is recorded (status.lastMigration) by this write, once.
+		r.Metrics.migrationEnded(ti, d.Record)
+	}
 	var restored *tiledv1alpha1.RestoreRecord
 	if status.Backup != nil {
 		restored = status.Backup.Restore

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
@@ -28,6 +29,7 @@ import (
 	"github.com/bluesky/tiled-operator/controllers/applier"
 	"github.com/bluesky/tiled-operator/controllers/podstatus"
 	"github.com/bluesky/tiled-operator/expansion"
+	"github.com/bluesky/tiled-operator/operator/fleetmetrics"
 	"github.com/bluesky/tiled-operator/operator/metricsauth"
 	"github.com/bluesky/tiled-operator/operator/traffic"
 	"github.com/bluesky/tiled-operator/webhooks"
@@ -212,9 +214,10 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (*Operator, error) {
 	}
 	builtins := expansion.DefaultBuiltins()
 	recorder := mgr.GetEventRecorder(tiledv1alpha1.FieldOwner)
+	opMetrics := controllers.NewMetrics(crmetrics.Registry)
 	if err := (&controllers.TiledClusterReconciler{
 		Client: mgr.GetClient(), Applier: op.Applier, Recorder: recorder, Builtins: builtins,
-		Metrics: controllers.NewMetrics(crmetrics.Registry), Resync: op.clusterResync,
+		Metrics: opMetrics, Resync: op.clusterResync,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the TiledCluster controller: %w", err)
 	}
@@ -225,9 +228,12 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (*Operator, error) {
 	}
 	if err := (&controllers.TiledInstanceReconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Applier: op.Applier, Recorder: recorder,
-		Builtins: builtins, ServiceMonitorAvailable: serviceMonitors, Resync: op.instanceResync,
+		Builtins: builtins, ServiceMonitorAvailable: serviceMonitors, Resync: op.instanceResync, Metrics: opMetrics,
 	}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the TiledInstance controller: %w", err)
+	}
+	if err := addFleetMetrics(mgr, crmetrics.Registry); err != nil {
+		return nil, fmt.Errorf("setting up the fleet metrics: %w", err)
 	}
 	if o.Webhooks != nil {
 		if op.Webhooks, err = webhooks.Setup(mgr, *o.Webhooks); err != nil {
@@ -235,6 +241,17 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (*Operator, error) {
 		}
 	}
 	return op, nil
+}
+
+// addFleetMetrics registers the fleet's metrics (package operator/fleetmetrics) with reg: read on
+// each scrape from the manager's cache, on the leader only (a runnable that needs leader election
+// turns them on).
+func addFleetMetrics(mgr ctrl.Manager, reg prometheus.Registerer) error {
+	c := fleetmetrics.New(mgr.GetCache(), fleetmetrics.WithLogger(mgr.GetLogger().WithName("fleetmetrics")))
+	if err := mgr.Add(c.LeaderRunnable(mgr.GetCache())); err != nil {
+		return err
+	}
+	return fleetmetrics.Register(reg, c)
 }
 
 func namespaces(names []string) map[string]cache.Config {

@@ -1,0 +1,375 @@
+package fleetmetrics
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
+	"github.com/bluesky/tiled-operator/controllers"
+	"github.com/bluesky/tiled-operator/names"
+	"github.com/bluesky/tiled-operator/render"
+)
+
+// DefaultReadTimeout bounds the cache reads of one scrape.
+const DefaultReadTimeout = 10 * time.Second
+
+// Instance states of tiled_operator_cluster_instances, always all emitted.
+const (
+	StateReady          = "ready"
+	StateUnready        = "unready"
+	StateHeld           = "held"
+	StateRolloutPending = "rollout_pending"
+	StateStalled        = "stalled"
+)
+
+// States are the values of tiled_operator_cluster_instances' state label, in order.
+var States = []string{StateReady, StateUnready, StateHeld, StateRolloutPending, StateStalled}
+
+// helps are the metrics' help texts by name (the tests' expected expositions quote them).
+var helps = map[string]string{}
+
+// newDesc is the descriptor of a metric without constant labels, its help kept in helps.
+func newDesc(name, help string, labels []string) *prometheus.Desc {
+	helps[name] = help
+	return prometheus.NewDesc(name, help, labels, nil)
+}
+
+var (
+	instanceLabels = []string{"namespace", "cluster", "instance"}
+	clusterLabels  = []string{"namespace", "cluster"}
+
+	descLeader = newDesc("tiled_operator_leader",
+		"1 on the replica that leads (and reports the fleet), 0 on a standby.", nil)
+	descCollectErrors = newDesc("tiled_operator_fleet_collect_errors_total",
+		"Scrapes whose read of the TiledClusters and TiledInstances from the cache failed; their fleet series were left out.", nil)
+
+	descInstanceInfo = newDesc("tiled_operator_instance_info",
+		"1 for every TiledInstance, with the Tiled version and image it runs (status.version, status.image) and its database mode (Managed, External).",
+		append(instanceLabels, "version", "image", "database_mode"))
+	descInstanceReady = newDesc("tiled_operator_instance_ready",
+		"1 while the instance's Ready condition is True, else 0.", instanceLabels)
+	descInstanceReadyReplicas = newDesc("tiled_operator_instance_ready_replicas",
+		"Tiled pods of the instance that are ready (status.readyReplicas).", instanceLabels)
+	descInstanceStalled = newDesc("tiled_operator_instance_stalled",
+		"1 with the Stalled condition's reason while it is True (the instance needs a person), else 0 with reason=\"\": one series per instance.",
+		append(instanceLabels, "reason"))
+	descInstanceRolloutPending = newDesc("tiled_operator_instance_rollout_pending",
+		"1 while a change the operator renders without a change of the spec waits for the cluster's rollout (status.pendingRollout), else 0.", instanceLabels)
+	descInstanceHeld = newDesc("tiled_operator_instance_held",
+		"1 while the instance's TiledCluster holds it: spec.instances[].hold is set for it, or the cluster is paused; else 0 (always 0 for a standalone instance).", instanceLabels)
+	descInstanceUpgrade = newDesc("tiled_operator_instance_upgrade_in_progress",
+		"1 while status.upgrade is present and its phase is not Failed, else 0.", instanceLabels)
+	descInstanceMigrationFailed = newDesc("tiled_operator_instance_migration_failed",
+		"1 while the upgrade's migration has failed: status.upgrade.phase is Restoring or Failed (the instance is Stalled until spec.tiled.image changes), else 0.", instanceLabels)
+	descInstanceLastMigration = newDesc("tiled_operator_instance_last_migration_timestamp_seconds",
+		"Unix time the last migration of the instance's databases ended (status.lastMigration.completionTime), by its result (Succeeded, RolledBack); absent when none.",
+		append(instanceLabels, "result"))
+	descInstanceBackupLast = newDesc("tiled_operator_instance_backup_last_success_timestamp_seconds",
+		"Unix time the instance's last whole backup ended (status.backup.lastSuccessful.completionTime); absent when none.", instanceLabels)
+	descInstanceBackupInterval = newDesc("tiled_operator_instance_backup_interval_seconds",
+		"The longest time between two consecutive firings of the instance's backup schedule (spec.backup.schedule, in spec.backup.timeZone) over the next 8 days; absent when backups are not scheduled (no target, no schedule, or suspended).",
+		instanceLabels)
+
+	descClusterInstances = newDesc("tiled_operator_cluster_instances",
+		"Instances the TiledCluster lists (spec.instances), by state: ready, unready (not ready, or not yet created), held, rollout_pending, stalled. ready + unready is every listed instance; the other states overlap them.",
+		append(clusterLabels, "state"))
+	descClusterReady = newDesc("tiled_operator_cluster_ready",
+		"1 while the TiledCluster's Ready condition is True, else 0.", clusterLabels)
+	descClusterRollout = newDesc("tiled_operator_cluster_rollout_in_progress",
+		"1 while the TiledCluster rolls a change out: its Reconciling condition is True with reason RollingOut, or instances wait for the rollout budget (status.pendingInstances > 0); else 0.",
+		clusterLabels)
+	descClusterPaused = newDesc("tiled_operator_cluster_paused",
+		"1 while the TiledCluster is paused (spec.paused: the operator writes nothing for it), else 0.", clusterLabels)
+	descClusterChangesHeld = newDesc("tiled_operator_cluster_changes_held",
+		"Instances whose change spec.instances[].hold holds back (status.heldInstances).", clusterLabels)
+
+	allDescs = []*prometheus.Desc{
+		descLeader, descCollectErrors,
+		descInstanceInfo, descInstanceReady, descInstanceReadyReplicas, descInstanceStalled, descInstanceRolloutPending,
+		descInstanceHeld, descInstanceUpgrade, descInstanceMigrationFailed, descInstanceLastMigration,
+		descInstanceBackupLast, descInstanceBackupInterval,
+		descClusterInstances, descClusterReady, descClusterRollout, descClusterPaused, descClusterChangesHeld,
+	}
+)
+
+// Collector reports the fleet's TiledClusters and TiledInstances, as a cache holds them, on each
+// scrape of the leader.
+type Collector struct {
+	reader      client.Reader
+	leader      atomic.Bool
+	errors      atomic.Uint64
+	readTimeout time.Duration
+	log         logr.Logger
+	intervals   *intervalCache
+}
+
+// Option configures a Collector.
+type Option func(*Collector)
+
+// WithLogger logs the failed reads of the cache.
+func WithLogger(l logr.Logger) Option { return func(c *Collector) { c.log = l } }
+
+// WithClock sets the time the backup schedules are read from (tests).
+func WithClock(now func() time.Time) Option { return func(c *Collector) { c.intervals.now = now } }
+
+// New returns a Collector reading from reader (the manager's cache). It reports nothing but
+// tiled_operator_leader 0 until SetLeader(true).
+func New(reader client.Reader, opts ...Option) *Collector {
+	c := &Collector{reader: reader, readTimeout: DefaultReadTimeout, log: logr.Discard(), intervals: newIntervalCache(time.Now)}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// SetLeader turns the fleet's metrics on (this replica leads and its cache is synced) or off.
+func (c *Collector) SetLeader(leader bool) { c.leader.Store(leader) }
+
+// Leader reports whether the Collector reports the fleet.
+func (c *Collector) Leader() bool { return c.leader.Load() }
+
+// Describe sends every metric's descriptor.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range allDescs {
+		ch <- d
+	}
+}
+
+// Collect reads the fleet from the cache and sends its metrics; on a standby only
+// tiled_operator_leader 0.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	if !c.leader.Load() {
+		ch <- gauge(descLeader, 0)
+		return
+	}
+	ch <- gauge(descLeader, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), c.readTimeout)
+	defer cancel()
+	clusters, instances, err := c.read(ctx)
+	if err != nil {
+		c.errors.Add(1)
+		c.log.Error(err, "reading the fleet from the cache for its metrics; this scrape leaves them out")
+	}
+	ch <- prometheus.MustNewConstMetric(descCollectErrors, prometheus.CounterValue, float64(c.errors.Load()))
+	if err != nil {
+		return
+	}
+	f := newFleet(clusters, instances)
+	for i := range instances {
+		c.instance(ch, f, &instances[i])
+	}
+	for i := range clusters {
+		c.cluster(ch, f, &clusters[i])
+	}
+}
+
+// read lists the TiledClusters and TiledInstances; the cache's own objects, read only.
+func (c *Collector) read(ctx context.Context) ([]tiledv1alpha1.TiledCluster, []tiledv1alpha1.TiledInstance, error) {
+	var clusters tiledv1alpha1.TiledClusterList
+	if err := c.reader.List(ctx, &clusters, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, nil, err
+	}
+	var instances tiledv1alpha1.TiledInstanceList
+	if err := c.reader.List(ctx, &instances, client.UnsafeDisableDeepCopy); err != nil {
+		return nil, nil, err
+	}
+	return clusters.Items, instances.Items, nil
+}
+
+// fleet indexes what one scrape read.
+type fleet struct {
+	// clusters by namespace/name.
+	clusters map[string]*tiledv1alpha1.TiledCluster
+	// instances by namespace/name.
+	instances map[string]*tiledv1alpha1.TiledInstance
+	// holds are, per cluster (namespace/name), spec.instances[].hold by TiledInstance name.
+	holds map[string]map[string]bool
+}
+
+func key(namespace, name string) string { return namespace + "/" + name }
+
+func newFleet(clusters []tiledv1alpha1.TiledCluster, instances []tiledv1alpha1.TiledInstance) *fleet {
+	f := &fleet{
+		clusters:  make(map[string]*tiledv1alpha1.TiledCluster, len(clusters)),
+		instances: make(map[string]*tiledv1alpha1.TiledInstance, len(instances)),
+		holds:     make(map[string]map[string]bool, len(clusters)),
+	}
+	for i := range clusters {
+		tc := &clusters[i]
+		k := key(tc.Namespace, tc.Name)
+		f.clusters[k] = tc
+		h := make(map[string]bool, len(tc.Spec.Instances))
+		for _, ci := range tc.Spec.Instances {
+			h[names.Instance(tc.Name, ci.Name)] = ci.Hold
+		}
+		f.holds[k] = h
+	}
+	for i := range instances {
+		f.instances[key(instances[i].Namespace, instances[i].Name)] = &instances[i]
+	}
+	return f
+}
+
+// held reports whether the cluster named cluster holds the instance: spec.instances[].hold is set
+// for it, or the cluster is paused. A hold keeps the instance's spec as it is while its beamline is
+// in user operation (the cluster controller then lists any change it holds back in status.held); a
+// paused cluster writes nothing at all. Either way, a change of the cluster's profiles or template
+// does not reach the instance until a person releases it.
+func (f *fleet) held(ti *tiledv1alpha1.TiledInstance, cluster string) bool {
+	if cluster == "" {
+		return false
+	}
+	k := key(ti.Namespace, cluster)
+	tc := f.clusters[k]
+	if tc == nil {
+		return false
+	}
+	return tc.Spec.Paused || f.holds[k][ti.Name]
+}
+
+func (c *Collector) instance(ch chan<- prometheus.Metric, f *fleet, ti *tiledv1alpha1.TiledInstance) {
+	cluster := controllers.ClusterOf(ti)
+	lv := []string{ti.Namespace, cluster, ti.Name}
+	st := &ti.Status
+	mode := ""
+	if st.Database != nil {
+		mode = st.Database.Mode
+	}
+	ch <- gauge(descInstanceInfo, 1, append(lv, st.Version, st.Image, mode)...)
+	ch <- gauge(descInstanceReady, b2f(isTrue(st.Conditions, controllers.ConditionReady)), lv...)
+	ch <- gauge(descInstanceReadyReplicas, float64(st.ReadyReplicas), lv...)
+	reason, stalled := "", 0.0
+	if s := meta.FindStatusCondition(st.Conditions, controllers.ConditionStalled); s != nil && s.Status == metav1.ConditionTrue {
+		reason, stalled = s.Reason, 1
+	}
+	ch <- gauge(descInstanceStalled, stalled, append(lv, reason)...)
+	ch <- gauge(descInstanceRolloutPending, b2f(st.PendingRollout != nil), lv...)
+	ch <- gauge(descInstanceHeld, b2f(f.held(ti, cluster)), lv...)
+	u := st.Upgrade
+	ch <- gauge(descInstanceUpgrade, b2f(u != nil && u.Phase != tiledv1alpha1.UpgradeFailed), lv...)
+	ch <- gauge(descInstanceMigrationFailed, b2f(migrationFailed(u)), lv...)
+	if m := st.LastMigration; m != nil && !m.CompletionTime.IsZero() {
+		ch <- gauge(descInstanceLastMigration, unix(m.CompletionTime.Time), append(lv, m.Result)...)
+	}
+	if b := st.Backup; b != nil && b.LastSuccessful != nil && !b.LastSuccessful.CompletionTime.IsZero() {
+		ch <- gauge(descInstanceBackupLast, unix(b.LastSuccessful.CompletionTime.Time), lv...)
+	}
+	if schedule, zone, ok := backupSchedule(ti); ok {
+		if d, ok := c.intervals.get(schedule, zone); ok {
+			ch <- gauge(descInstanceBackupInterval, d.Seconds(), lv...)
+		}
+	}
+}
+
+// migrationFailed: the upgrade's migration failed, and its backup is being restored (Restoring) or
+// was (Failed: the old version serves again, and the instance is Stalled until spec.tiled.image
+// changes). A new image starts a new upgrade, and the image set back drops it: either ends it.
+func migrationFailed(u *tiledv1alpha1.UpgradeStatus) bool {
+	return u != nil && (u.Phase == tiledv1alpha1.UpgradeFailed || u.Phase == tiledv1alpha1.UpgradeRestoring)
+}
+
+// backupSchedule is the instance's backup schedule and its time zone, when backups are scheduled:
+// a target is set, a schedule is, and backups are not suspended.
+func backupSchedule(ti *tiledv1alpha1.TiledInstance) (schedule, zone string, ok bool) {
+	b := ti.Spec.Backup
+	if !render.HasBackupTarget(ti) || b.Schedule == "" || (b.Suspend != nil && *b.Suspend) {
+		return "", "", false
+	}
+	return b.Schedule, b.TimeZone, true
+}
+
+func (c *Collector) cluster(ch chan<- prometheus.Metric, f *fleet, tc *tiledv1alpha1.TiledCluster) {
+	lv := []string{tc.Namespace, tc.Name}
+	counts := map[string]int{}
+	for _, ci := range tc.Spec.Instances {
+		name := names.Instance(tc.Name, ci.Name)
+		if ci.Hold || tc.Spec.Paused {
+			counts[StateHeld]++
+		}
+		ti := f.instances[key(tc.Namespace, name)]
+		if ti == nil || controllers.ClusterOf(ti) != tc.Name {
+			counts[StateUnready]++ // not created yet, or another owner's
+			continue
+		}
+		st := &ti.Status
+		if isTrue(st.Conditions, controllers.ConditionReady) {
+			counts[StateReady]++
+		} else {
+			counts[StateUnready]++
+		}
+		if st.PendingRollout != nil {
+			counts[StateRolloutPending]++
+		}
+		if isTrue(st.Conditions, controllers.ConditionStalled) {
+			counts[StateStalled]++
+		}
+	}
+	for _, s := range States {
+		ch <- gauge(descClusterInstances, float64(counts[s]), append(lv, s)...)
+	}
+	st := &tc.Status
+	ch <- gauge(descClusterReady, b2f(isTrue(st.Conditions, controllers.ConditionReady)), lv...)
+	rolling := st.PendingInstances > 0
+	if r := meta.FindStatusCondition(st.Conditions, controllers.ConditionReconciling); r != nil &&
+		r.Status == metav1.ConditionTrue && r.Reason == controllers.ReasonRollingOut {
+		rolling = true
+	}
+	ch <- gauge(descClusterRollout, b2f(rolling), lv...)
+	ch <- gauge(descClusterPaused, b2f(tc.Spec.Paused), lv...)
+	ch <- gauge(descClusterChangesHeld, float64(st.HeldInstances), lv...)
+}
+
+func isTrue(conds []metav1.Condition, typ string) bool {
+	return meta.IsStatusConditionTrue(conds, typ)
+}
+
+func gauge(d *prometheus.Desc, v float64, labels ...string) prometheus.Metric {
+	return prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func unix(t time.Time) float64 { return float64(t.UnixNano()) / 1e9 }
+
+var (
+	registeredMu sync.Mutex
+	registered   = map[prometheus.Registerer]*Collector{}
+)
+
+// Register registers c with reg in place of a Collector registered there before (a previous
+// manager of the same process: tests and benchmarks build several, one after another, on
+// controller-runtime's global registry).
+func Register(reg prometheus.Registerer, c *Collector) error {
+	registeredMu.Lock()
+	defer registeredMu.Unlock()
+	if old := registered[reg]; old != nil {
+		reg.Unregister(old)
+	}
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if !errors.As(err, &are) {
+			return err
+		}
+		// Registered by other means: replace it.
+		reg.Unregister(are.ExistingCollector)
+		if err := reg.Register(c); err != nil {
+			return err
+		}
+	}
+	registered[reg] = c
+	return nil
+}
