@@ -143,8 +143,8 @@ func TestCollector(t *testing.T) {
 				member("nsls2", "bmm", func(ti *tiledv1alpha1.TiledInstance) { ti.Status.ReadyReplicas = 2 }),
 			},
 			metrics: map[string][]string{
-				"tiled_operator_instance_info": {`{cluster="nsls2",database_mode="Managed",image="ghcr.io/bluesky/tiled:0.1.0",instance="nsls2-bmm",namespace="nsls2",version="0.1.0"} 1`},
-				"tiled_operator_instance_ready": {`{cluster="nsls2",instance="nsls2-bmm",namespace="nsls2"} 1`},
+				"tiled_operator_instance_info":           {`{cluster="nsls2",database_mode="Managed",image="ghcr.io/bluesky/tiled:0.1.0",instance="nsls2-bmm",namespace="nsls2",version="0.1.0"} 1`},
+				"tiled_operator_instance_ready":          {`{cluster="nsls2",instance="nsls2-bmm",namespace="nsls2"} 1`},
 				"tiled_operator_instance_ready_replicas": {`{cluster="nsls2",instance="nsls2-bmm",namespace="nsls2"} 2`},
 				"tiled_operator_instance_stalled":        {`{cluster="nsls2",instance="nsls2-bmm",namespace="nsls2",reason=""} 0`},
 				"tiled_operator_leader":                  {` 1`},
@@ -297,8 +297,8 @@ func TestCollector(t *testing.T) {
 				standalone("lab-tiled", func(ti *tiledv1alpha1.TiledInstance) { ti.Status.Database.Mode = "External" }),
 			},
 			metrics: map[string][]string{
-				"tiled_operator_instance_info": {`{cluster="",database_mode="External",image="ghcr.io/bluesky/tiled:0.1.0",instance="lab-tiled",namespace="nsls2",version="0.1.0"} 1`},
-				"tiled_operator_instance_held": {`{cluster="",instance="lab-tiled",namespace="nsls2"} 0`},
+				"tiled_operator_instance_info":     {`{cluster="",database_mode="External",image="ghcr.io/bluesky/tiled:0.1.0",instance="lab-tiled",namespace="nsls2",version="0.1.0"} 1`},
+				"tiled_operator_instance_held":     {`{cluster="",instance="lab-tiled",namespace="nsls2"} 0`},
 				"tiled_operator_cluster_instances": nil,
 			},
 		},
