@@ -80,7 +80,7 @@ var (
 		instanceLabels)
 
 	descClusterInstances = newDesc("tiled_operator_cluster_instances",
-		"Instances the TiledCluster lists (spec.instances), by state: ready, unready (not ready, or not yet created), held, rollout_pending, stalled. ready + unready is every listed instance; the other states overlap them.",
+		"Instances the TiledCluster lists (spec.instances), by state: ready, unready (not ready, or not yet created), held, rollout_pending, stalled (the last three count only instances that exist). ready + unready is every listed instance; the other states overlap them.",
 		append(clusterLabels, "state"))
 	descClusterReady = newDesc("tiled_operator_cluster_ready",
 		"1 while the TiledCluster's Ready condition is True, else 0.", clusterLabels)
@@ -291,14 +291,13 @@ func (c *Collector) cluster(ch chan<- prometheus.Metric, f *fleet, tc *tiledv1al
 	lv := []string{tc.Namespace, tc.Name}
 	counts := map[string]int{}
 	for _, ci := range tc.Spec.Instances {
-		name := names.Instance(tc.Name, ci.Name)
+		ti := f.instances[key(tc.Namespace, names.Instance(tc.Name, ci.Name))]
+		if ti == nil || controllers.ClusterOf(ti) != tc.Name {
+			counts[StateUnready]++ // not created yet (a hold does not keep it from being created), or another owner's
+			continue
+		}
 		if ci.Hold || tc.Spec.Paused {
 			counts[StateHeld]++
-		}
-		ti := f.instances[key(tc.Namespace, name)]
-		if ti == nil || controllers.ClusterOf(ti) != tc.Name {
-			counts[StateUnready]++ // not created yet, or another owner's
-			continue
 		}
 		st := &ti.Status
 		if isTrue(st.Conditions, controllers.ConditionReady) {

@@ -306,7 +306,10 @@ func TestCollector(t *testing.T) {
 			name:   "a cluster's instances by state, all five always, a missing instance unready",
 			leader: true,
 			objs: []client.Object{
-				cluster("nsls2", func(tc *tiledv1alpha1.TiledCluster) { tc.Spec.Instances[1].Hold = true }, "amx", "bmm", "chx", "new"),
+				cluster("nsls2", func(tc *tiledv1alpha1.TiledCluster) {
+					tc.Spec.Instances[1].Hold = true
+					tc.Spec.Instances[3].Hold = true // not created yet: nothing is held
+				}, "amx", "bmm", "chx", "new"),
 				member("nsls2", "amx", nil),
 				member("nsls2", "bmm", func(ti *tiledv1alpha1.TiledInstance) {
 					ti.Status.PendingRollout = &tiledv1alpha1.PendingRollout{StatefulSet: "nsls2-bmm", TemplateHash: "abc"}
