@@ -386,6 +386,7 @@ func TestUpgradeMigratesWithBackup(t *testing.T) {
 		g.Expect(f.jobs(g, step)).To(BeEmpty(), "Jobs of step %s", step)
 	}
 	g.Expect(f.events(g, upgrade.ReasonMigrationFailed)).To(BeEmpty())
+	expectMigrationCounted(t, g, f.ns, f.name, "succeeded")
 	t.Logf("upgrade %s -> %s took %v: %s", upgradeFrom, upgradeTo, time.Since(start).Round(time.Millisecond), note)
 }
 
@@ -444,6 +445,7 @@ func TestUpgradeFailedMigrationIsRolledBack(t *testing.T) {
 		g.Expect(f.jobs(g, step)).To(BeEmpty(), "Jobs of step %s", step)
 	}
 	g.Expect(exists(t, &corev1.PersistentVolumeClaim{}, f.ns, f.n.BackupClaim)).To(BeTrue(), "the backup claim is kept")
+	expectMigrationCounted(t, g, f.ns, f.name, "failed")
 	t.Logf("failed upgrade rolled back in %v: %s", time.Since(start).Round(time.Millisecond), note)
 }
 
