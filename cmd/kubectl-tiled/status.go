@@ -343,6 +343,8 @@ func (r *statusReader) read(ctx context.Context, arg string) (*StatusDocument, e
 		case err == nil:
 			r.doc.Scope = ScopeCluster
 			return r.doc, r.readCluster(ctx, tc)
+		case kind == "" && apierrors.IsForbidden(err):
+			// A user who may not read clusters may still read the instance of that name.
 		case !apierrors.IsNotFound(err):
 			return nil, fmt.Errorf("reading TiledCluster %s/%s: %w", r.ns, name, err)
 		case kind == ScopeCluster:

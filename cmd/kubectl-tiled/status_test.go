@@ -422,3 +422,21 @@ func TestStatusCompletion(t *testing.T) {
 	g.Expect(code).To(Equal(0))
 	g.Expect(out).To(HavePrefix("nsls2\nnsls2-chx\nnsls2-csx\nnsls2-iss\n:4\n"))
 }
+
+// A user who may not read TiledClusters still gets an instance by its bare name; a cluster named
+// so is an error that says why.
+func TestStatusWithoutTheRightToReadClusters(t *testing.T) {
+	g := NewWithT(t)
+	useClient(t, statusClient(t, &interceptor.Funcs{Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+		if _, ok := obj.(*v1alpha1.TiledCluster); ok {
+			return apierrors.NewForbidden(schema.GroupResource{Group: v1alpha1.GroupVersion.Group, Resource: "tiledclusters"}, key.Name, nil)
+		}
+		return c.Get(ctx, key, obj, opts...)
+	}}, healthyFleet()...))
+	code, out, errOut := runCmd("", "status", "-n", backupNS, "nsls2-chx")
+	g.Expect(code).To(Equal(0), errOut)
+	g.Expect(out).To(HavePrefix("Instance:         nsls2-chx (namespace nsls2, cluster nsls2)\n"))
+	code, _, errOut = runCmd("", "status", "-n", backupNS, "tc/nsls2")
+	g.Expect(code).To(Equal(1))
+	g.Expect(errOut).To(HavePrefix(`error: reading TiledCluster nsls2/nsls2: tiledclusters.tiled.blueskyproject.io "nsls2" is forbidden`))
+}
