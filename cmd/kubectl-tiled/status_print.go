@@ -393,7 +393,7 @@ func (p *statusPrinter) printEvents(doc *StatusDocument) {
 		if e.Count > 1 {
 			age += fmt.Sprintf(" (x%d)", e.Count)
 		}
-		rows = append(rows, []cell{plain(age), plain(e.Object), cell{e.Reason, colorYellow}, plain(firstLine(e.Message))})
+		rows = append(rows, []cell{plain(age), plain(e.Object), {e.Reason, colorYellow}, plain(firstLine(e.Message))})
 	}
 	p.table(rows)
 }
