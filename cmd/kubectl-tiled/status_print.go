@@ -475,12 +475,15 @@ func (p *statusPrinter) printInstance(doc *StatusDocument) {
 		n := max(int(r.DifferCount), len(r.Differs))
 		text += fmt.Sprintf(", %d path(s) differ", n)
 		if len(r.Differs) > 0 {
-			text += ": " + strings.Join(r.Differs, ", ")
-			if more := n - len(r.Differs); more > 0 {
-				text += fmt.Sprintf(" (+%d more)", more)
-			}
+			text += ":"
 		}
 		p.line("Pending rollout", cell{"waiting for the cluster's rollout:", colorYellow}, plain(text))
+		for _, d := range r.Differs {
+			p.line("", plain("  "+d))
+		}
+		if more := n - len(r.Differs); more > 0 && len(r.Differs) > 0 {
+			p.line("", plain(fmt.Sprintf("  (+%d more)", more)))
+		}
 	} else {
 		p.line("Pending rollout", plain("none"))
 	}

@@ -209,7 +209,7 @@ func instanceFleet() []client.Object {
 		pod("postgres-nsls2-iss-0", "database", false, 4, "CrashLoopBackOff", "2026-12-03T09:05:00Z"),
 		other,
 		warning("Pod", "postgres-nsls2-iss-0", "BackOff", "Back-off restarting failed container postgres", "2026-12-03T09:29:00Z", 12),
-		warning("Pod", "tiled-nsls2-chx-0", "Unhealthy", "not this instance's", "2026-12-03T09:29:30Z", 1),
+		warning("Pod", "tiled-nsls2-chx-0", "Unhealthy", "Readiness probe failed: HTTP probe failed with statuscode: 503", "2026-12-03T09:29:30Z", 1),
 	)
 }
 
@@ -244,6 +244,7 @@ var statusCases = []struct {
 	{name: "degraded-cluster-color", objs: degradedFleet(), args: []string{"nsls2", "--color=always"}},
 	{name: "instance", objs: instanceFleet(), args: []string{"nsls2-iss"}},
 	{name: "instance-stalled", objs: instanceFleet(), args: []string{"instance/csx"}},
+	{name: "instance-pending-rollout", objs: instanceFleet(), args: []string{"nsls2-chx", "--events=3"}},
 	{name: "instance-forbidden", objs: instanceFleet(), funcs: forbid("pods", "events"), args: []string{"ti/nsls2-iss"}},
 	{name: "cluster-events-forbidden", objs: degradedFleet(), funcs: forbid("events"), args: []string{"nsls2"}},
 	{name: "namespace", objs: append(degradedFleet(), statusCluster("empty"), statusInstance(nil, "demo")), args: nil},
