@@ -353,6 +353,8 @@ func (r *statusReader) read(ctx context.Context, arg string) (*StatusDocument, e
 	}
 	ti, err := liveInstance(ctx, r.c, r.ns, name)
 	if err != nil {
+		// liveInstance's not-found error (the one that begins so); others (ambiguous, forbidden)
+		// are told as they are.
 		if kind == "" && strings.HasPrefix(err.Error(), "TiledInstance ") {
 			return nil, fmt.Errorf("no TiledCluster or TiledInstance named %q in namespace %q", name, r.ns)
 		}
