@@ -37,6 +37,17 @@
 //	    SIZE), under its target, schedule, last backup and restore; -o json or yaml prints
 //	    status.backup.
 //
+//	kubectl tiled status [CLUSTER | INSTANCE | tiledcluster/NAME | tiledinstance/NAME] -n nsls2
+//	    One screen of a live cluster's state: its Ready, Stalled and Reconciling conditions, the
+//	    rollout (updated of total, pending, held, maxUnavailable, paused), a table of its
+//	    instances (ready replicas, version, database, revision, last backup, upgrade, pending
+//	    rollout, Ready reason) and its recent Warning events; of an instance, its versions,
+//	    database, backups, migration, upgrade, pending rollout, conditions, pods and events;
+//	    without an argument, one line per cluster and standalone instance of the namespace. A bare
+//	    NAME is a TiledCluster first, then a TiledInstance. Pods and events the user may not list
+//	    are left out with a note. -o json|yaml prints a StatusDocument; --color=auto|always|never
+//	    (NO_COLOR turns it off).
+//
 //	kubectl tiled completion bash|zsh|fish|powershell, kubectl tiled version
 //
 // Input is read as kubectl reads it (k8s.io/cli-runtime's resource.Builder): -f takes files,

@@ -247,6 +247,35 @@ func Start(opts Options) (*Env, error) {
 	return e, nil
 }
 
+// UserKubeconfig writes a kubeconfig that authenticates to the control plane as the user name, in
+// the given groups (a client certificate the apiserver trusts), and returns its path. The user has
+// no rights but those RBAC grants it: bind roles to name (or to one of groups) to test what a
+// user who is not an administrator sees. The file goes when the control plane stops.
+func (e *Env) UserKubeconfig(name string, groups ...string) (string, error) {
+	if name == "" {
+		return "", errors.New("UserKubeconfig: a user name is required")
+	}
+	user, err := e.env.AddUser(envtest.User{Name: name, Groups: groups}, nil)
+	if err != nil {
+		return "", fmt.Errorf("adding user %s: %w", name, err)
+	}
+	kubeconfig, err := user.KubeConfig()
+	if err != nil {
+		return "", err
+	}
+	file := strings.Map(func(r rune) rune {
+		if r == '/' || r == ':' || r == os.PathSeparator {
+			return '_'
+		}
+		return r
+	}, name)
+	path := filepath.Join(e.dir, "kubeconfig-user-"+file)
+	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
+		return "", err
+	}
+	return path, nil
+}
+
 // startControllerManager runs kube-controller-manager with the controllers the tests rely on.
 func (e *Env) startControllerManager(dir string, controllers []string) error {
 	if len(controllers) == 0 {
