@@ -52,6 +52,10 @@ lint: $(GOLANGCI_LINT) vet ## Run golangci-lint and go vet.
 controlplane: ## Build kube-apiserver, etcd and kube-controller-manager into the cache (once per version).
 	@hack/controlplane.sh
 
+.PHONY: promtool
+promtool: ## Build promtool into the cache (once per version) for the tests of the alerts and the dashboard.
+	@hack/prometheus/promtool.sh
+
 .PHONY: test
 test: ## Run unit and integration tests on the real control plane (built if needed).
 	hack/test.sh

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test.sh is `make test`: unit and integration tests, the latter on a real kube-apiserver, etcd and
 # kube-controller-manager built by hack/controlplane.sh (once per version, cached outside the
-# checkout). A missing control plane or kubectl is a failure, never a skip.
+# checkout), and promtool built by hack/prometheus/promtool.sh likewise. A missing control plane,
+# promtool or kubectl is a failure, never a skip.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -13,5 +14,13 @@ if [ -z "${KUBEBUILDER_ASSETS:-}" ]; then
 fi
 export KUBEBUILDER_ASSETS
 echo "test.sh: control plane binaries from $KUBEBUILDER_ASSETS"
+
+# promtool checks and unit-tests the alerts and the dashboard of config/components/prometheus
+# (test/packaging); built once per version into the same cache. A missing one fails those tests.
+if [ -z "${PROMTOOL:-}" ]; then
+  PROMTOOL=$(hack/prometheus/promtool.sh)
+fi
+export PROMTOOL
+echo "test.sh: promtool $PROMTOOL"
 
 go test -count=1 -timeout "${TEST_TIMEOUT:-30m}" "${@:-./...}"

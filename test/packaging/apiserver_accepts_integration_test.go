@@ -16,7 +16,7 @@ import (
 )
 
 // standInCRDs are minimal CustomResourceDefinitions for the third-party kinds config/default may
-// render (prometheus-operator's ServiceMonitor; cert-manager's Certificate and Issuer when
+// render (prometheus-operator's ServiceMonitor and PrometheusRule; cert-manager's Certificate and Issuer when
 // config/certmanager is composed in). They accept any spec: the dry run proves that the apiserver
 // knows the kind, that names, namespaces and metadata are valid and that nothing collides, not that
 // the spec matches the third party's schema, which only its own CRD can check. Installing the real
@@ -24,6 +24,7 @@ import (
 var standInCRDs = map[string][3]string{ // kind -> group, plural, singular
 	"ServiceMonitor": {"monitoring.coreos.com", "servicemonitors", "servicemonitor"},
 	"PodMonitor":     {"monitoring.coreos.com", "podmonitors", "podmonitor"},
+	"PrometheusRule": {"monitoring.coreos.com", "prometheusrules", "prometheusrule"},
 	"Certificate":    {"cert-manager.io", "certificates", "certificate"},
 	"Issuer":         {"cert-manager.io", "issuers", "issuer"},
 }
@@ -90,7 +91,7 @@ func TestDefaultAcceptedByAPIServer(t *testing.T) {
 }
 
 // The opt-in overlays build on config/default and are accepted too: config/prometheus adds a
-// ServiceMonitor; config/certmanager swaps the manager's own CA for cert-manager's Certificate (the
+// ServiceMonitor, the PrometheusRule of the alerts and the Grafana dashboard's ConfigMap; config/certmanager swaps the manager's own CA for cert-manager's Certificate (the
 // CA-injector annotations, the manager's flag and mounted Secret, and none of the RBAC of the
 // manager's own CA); config/olm is what the bundle is made from. Each keeps the manager's other
 // arguments and passes the restricted Pod Security Standard.
@@ -103,7 +104,7 @@ func TestOverlaysAccepted(t *testing.T) {
 		notArgs    []string
 		annotation string // on both webhook configurations
 	}{
-		{dir: "config/prometheus", adds: []string{"ServiceMonitor"}, args: []string{"--cert-management=self"}},
+		{dir: "config/prometheus", adds: []string{"ServiceMonitor", "PrometheusRule", "ConfigMap"}, args: []string{"--cert-management=self"}},
 		{
 			dir: "config/certmanager", adds: []string{"Certificate", "Issuer"},
 			removes: []string{"ClusterRole/tiled-operator-webhook-certs-role", "ClusterRoleBinding/tiled-operator-webhook-certs-rolebinding",

@@ -1,0 +1,24 @@
+-- Health of a TiledCluster from its kstatus conditions (Ready, Reconciling, Stalled).
+if obj.spec ~= nil and obj.spec.paused == true then
+  return {status = "Suspended", message = "Paused (spec.paused): the operator makes no change to this cluster or its instances"}
+end
+local st = obj.status
+if st == nil or st.observedGeneration == nil or st.observedGeneration ~= obj.metadata.generation then
+  return {status = "Progressing", message = "Waiting for the operator to observe generation " .. tostring(obj.metadata.generation)}
+end
+local ready, reconciling
+for _, c in ipairs(st.conditions or {}) do
+  if c.type == "Stalled" and c.status == "True" then
+    return {status = "Degraded", message = (c.reason or "Stalled") .. ": " .. (c.message or "")}
+  end
+  if c.type == "Ready" then ready = c end
+  if c.type == "Reconciling" and c.status == "True" then reconciling = c end
+end
+if ready ~= nil and ready.status == "True" then
+  return {status = "Healthy", message = ready.message or ""}
+end
+local c = reconciling or ready
+if c ~= nil then
+  return {status = "Progressing", message = (c.reason or c.type) .. ": " .. (c.message or "")}
+end
+return {status = "Progressing", message = "Waiting for the operator to report Ready"}
