@@ -3,7 +3,7 @@
 // last migration and its backups; for every TiledCluster how many of its instances are in each
 // state, whether it is ready and whether a rollout is under way. A fleet admin's questions (which
 // beamlines are not ready, what is stalled and why, how old each last backup is, is a rollout in
-// progress) are PromQL over them; docs/observability-metrics.md lists each metric.
+// progress) are PromQL over them; docs/observability.md (Fleet metrics) lists each metric.
 //
 // # Design
 //

@@ -196,7 +196,7 @@ func TestPrometheusRules(t *testing.T) {
 				t.Errorf("%s: runbook_url %q, want %q", r.Alert, u, runbookPrefix+anchor)
 			}
 			if !regexp.MustCompile(`(?m)^#+ ` + r.Alert + `\s*$`).MatchString(docs) {
-				t.Errorf("%s: no heading %q (anchor #%s) in docs/observability.md or docs/observability-alerts.md", r.Alert, r.Alert, anchor)
+				t.Errorf("%s: no heading %q (anchor #%s) in docs/observability.md", r.Alert, r.Alert, anchor)
 			}
 			if !fired[r.Alert] || !quiet[r.Alert] {
 				t.Errorf("%s: the promtool unit tests must both expect it (fired %v) and expect it not to fire (%v)", r.Alert, fired[r.Alert], quiet[r.Alert])
@@ -208,23 +208,14 @@ func TestPrometheusRules(t *testing.T) {
 	}
 }
 
-// observabilityDocs returns the documents the runbook anchors point into: docs/observability.md
-// and, until it is folded in there, docs/observability-alerts.md.
+// observabilityDocs returns docs/observability.md, the page the runbook anchors point into.
 func observabilityDocs(t *testing.T) string {
 	t.Helper()
-	var b strings.Builder
-	for _, f := range []string{"docs/observability.md", "docs/observability-alerts.md"} {
-		raw, err := os.ReadFile(filepath.Join(root, f))
-		if os.IsNotExist(err) {
-			continue
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		b.Write(raw)
-		b.WriteString("\n")
+	raw, err := os.ReadFile(filepath.Join(root, "docs/observability.md"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	return b.String()
+	return string(raw)
 }
 
 // dashboardValues are the values the test gives the dashboard's template variables: the synthetic
