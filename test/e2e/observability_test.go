@@ -29,39 +29,25 @@ const metricsNS = "e2e-metrics"
 // (HTTPS, a ServiceAccount token checked by TokenReview and SubjectAccessReview), from every manager
 // pod: the leader reports the fleet, the standby only that it is not the leader.
 func testObservability(t *testing.T) {
-	// kubectl tiled status CLUSTER -o json: every beamline Ready, with its version and database.
-	var doc statusDoc
-	statusJSON(t, &doc, "-n", tenantNS, "status", "tiledcluster/"+clusterName, "-o", "json")
-	if doc.Cluster == nil {
-		t.Fatalf("kubectl tiled status %s -o json has no cluster: %+v", clusterName, doc)
-	}
-	if doc.Cluster.Instances != int32(len(beamlines)) || doc.Cluster.ReadyInstances != int32(len(beamlines)) || doc.Cluster.Ready != "True" {
-		t.Errorf("status of cluster %s: %d instances, %d ready, Ready=%s; want %d, %d, True",
-			clusterName, doc.Cluster.Instances, doc.Cluster.ReadyInstances, doc.Cluster.Ready, len(beamlines), len(beamlines))
-	}
-	seen := map[string]bool{}
-	for _, in := range doc.Instances {
-		seen[in.Name] = true
-		if in.Ready != "True" || in.Version == "" || in.Database == nil || !in.Database.Ready {
-			t.Errorf("status of cluster %s, instance %s: Ready=%s version=%q database=%+v", clusterName, in.Name, in.Ready, in.Version, in.Database)
-		}
-	}
-	for _, b := range beamlines {
-		if !seen[instanceName(b)] {
-			t.Errorf("kubectl tiled status %s lists no instance %s: %v", clusterName, instanceName(b), sortedKeys(seen))
-		}
-	}
+	// kubectl tiled status CLUSTER -o json: every beamline Ready, with its version and database. The
+	// case before deleted amx's pods: the status may still catch up with their return.
+	eventually(t, 2*time.Minute, 2*time.Second, "kubectl tiled status "+clusterName+": every instance Ready", func() (bool, string) {
+		var doc statusDoc
+		statusJSON(t, &doc, "-n", tenantNS, "status", "tiledcluster/"+clusterName, "-o", "json")
+		return clusterStatusOK(doc)
+	})
 
-	// kubectl tiled status INSTANCE -o json: its pods, all Ready, none restarted.
-	amx := instanceName("amx")
+	// kubectl tiled status INSTANCE -o json: its pods, all Ready, none restarted (bmm: the case
+	// before restarted amx's).
+	bmm := instanceName("bmm")
 	var one statusDoc
-	statusJSON(t, &one, "-n", tenantNS, "status", "tiledinstance/"+amx, "-o", "json")
+	statusJSON(t, &one, "-n", tenantNS, "status", "tiledinstance/"+bmm, "-o", "json")
 	if len(one.Pods) != podsPerBeamline {
-		t.Errorf("kubectl tiled status %s lists %d pods, want %d: %+v", amx, len(one.Pods), podsPerBeamline, one.Pods)
+		t.Errorf("kubectl tiled status %s lists %d pods, want %d: %+v", bmm, len(one.Pods), podsPerBeamline, one.Pods)
 	}
 	for _, p := range one.Pods {
 		if p.Restarts != 0 || p.Status != string(corev1.PodRunning) {
-			t.Errorf("kubectl tiled status %s: pod %s %s with %d restarts", amx, p.Name, p.Status, p.Restarts)
+			t.Errorf("kubectl tiled status %s: pod %s %s with %d restarts", bmm, p.Name, p.Status, p.Restarts)
 		}
 	}
 
@@ -77,7 +63,53 @@ func testObservability(t *testing.T) {
 	}
 	t.Logf("kubectl tiled status %s:\n%s", clusterName, out)
 
-	scrapes := scrapeManagers(t)
+	// The leader's fleet series follow the statuses above; scraped again until they agree (each
+	// scrape is a new pod, as a Prometheus scrape is a new request).
+	defer func() {
+		_, _ = kubectl(nil, "delete", "namespace", metricsNS, "--wait=false")
+		_, _ = kubectl(nil, "delete", "clusterrolebinding", "e2e-metrics-scraper", "--ignore-not-found")
+	}()
+	var problems []string
+	for attempt := 0; attempt < 6; attempt++ {
+		if problems = checkScrapes(scrapeManagers(t)); len(problems) == 0 {
+			return
+		}
+		time.Sleep(5 * time.Second)
+	}
+	for _, p := range problems {
+		t.Error(p)
+	}
+}
+
+// clusterStatusOK says whether a `kubectl tiled status CLUSTER -o json` document shows the cluster
+// and every beamline Ready, each with its Tiled version and its database ready.
+func clusterStatusOK(doc statusDoc) (bool, string) {
+	if doc.Cluster == nil {
+		return false, "no cluster in the document"
+	}
+	if doc.Cluster.Instances != int32(len(beamlines)) || doc.Cluster.ReadyInstances != int32(len(beamlines)) || doc.Cluster.Ready != "True" {
+		return false, fmt.Sprintf("%d instances, %d ready, Ready=%s; want %d, %d, True",
+			doc.Cluster.Instances, doc.Cluster.ReadyInstances, doc.Cluster.Ready, len(beamlines), len(beamlines))
+	}
+	seen := map[string]bool{}
+	for _, in := range doc.Instances {
+		seen[in.Name] = true
+		if in.Ready != "True" || in.Version == "" || in.Database == nil || !in.Database.Ready {
+			return false, fmt.Sprintf("instance %s: Ready=%s version=%q database=%+v", in.Name, in.Ready, in.Version, in.Database)
+		}
+	}
+	for _, b := range beamlines {
+		if !seen[instanceName(b)] {
+			return false, fmt.Sprintf("no instance %s listed: %v", instanceName(b), sortedKeys(seen))
+		}
+	}
+	return true, ""
+}
+
+// checkScrapes returns what is wrong with the managers' tiled_operator_ series: exactly one leader,
+// which reports every beamline ready and the cluster's ready count; a standby reporting no fleet.
+func checkScrapes(scrapes map[string]string) []string {
+	var problems []string
 	leaders := 0
 	for pod, text := range scrapes {
 		switch {
@@ -86,24 +118,25 @@ func testObservability(t *testing.T) {
 			for _, b := range beamlines {
 				want := fmt.Sprintf(`tiled_operator_instance_ready{cluster=%q,instance=%q,namespace=%q} 1`, clusterName, instanceName(b), tenantNS)
 				if !strings.Contains(text, want) {
-					t.Errorf("the leader %s does not report %s", pod, want)
+					problems = append(problems, fmt.Sprintf("the leader %s does not report %s", pod, want))
 				}
 			}
 			want := fmt.Sprintf(`tiled_operator_cluster_instances{cluster=%q,namespace=%q,state="ready"} %d`, clusterName, tenantNS, len(beamlines))
 			if !strings.Contains(text, want) {
-				t.Errorf("the leader %s does not report %s", pod, want)
+				problems = append(problems, fmt.Sprintf("the leader %s does not report %s", pod, want))
 			}
 		case strings.Contains(text, "\ntiled_operator_leader 0"):
 			if strings.Contains(text, "tiled_operator_instance_ready{") {
-				t.Errorf("the standby %s reports the fleet", pod)
+				problems = append(problems, fmt.Sprintf("the standby %s reports the fleet", pod))
 			}
 		default:
-			t.Errorf("manager pod %s reports no tiled_operator_leader", pod)
+			problems = append(problems, fmt.Sprintf("manager pod %s reports no tiled_operator_leader", pod))
 		}
 	}
 	if leaders != 1 {
-		t.Errorf("%d manager pods report tiled_operator_leader 1, want 1", leaders)
+		problems = append(problems, fmt.Sprintf("%d manager pods report tiled_operator_leader 1, want 1", leaders))
 	}
+	return problems
 }
 
 // statusDoc is the part of `kubectl tiled status -o json` the case reads; the plugin's own type
@@ -249,7 +282,5 @@ spec:
 			t.Errorf("no tiled_operator_ metric scraped from %s (%s)", pod, ip)
 		}
 	}
-	_, _ = kubectl(nil, "delete", "namespace", metricsNS, "--wait=false")
-	_, _ = kubectl(nil, "delete", "clusterrolebinding", "e2e-metrics-scraper", "--ignore-not-found")
 	return out
 }
