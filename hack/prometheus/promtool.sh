@@ -20,7 +20,7 @@ patch=${minor#*.}
 minor=${minor%%.*}
 version="3.$((10#$minor - 300)).$patch"
 
-cache_root=${TILED_OPERATOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tiled-operator}
+cache_root=${TILED_OPERATOR_CACHE:-${XDG_CACHE_HOME:-${HOME:?promtool.sh: set HOME, XDG_CACHE_HOME or TILED_OPERATOR_CACHE}/.cache}/tiled-operator}
 dest="$cache_root/prometheus/$version"
 bin="$dest/promtool"
 
@@ -46,6 +46,8 @@ if [ -x "$bin" ]; then
   exit 0
 fi
 
+# Builds a killed caller left behind (the lock is ours: none is running).
+rm -rf "$cache_root/prometheus"/.build-*
 tmp=$(mktemp -d "$cache_root/prometheus/.build-$version.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 echo "promtool.sh: building promtool (github.com/prometheus/prometheus $module_version, Prometheus $version) into $dest" >&2
@@ -54,15 +56,18 @@ fail() {
   echo "  Check that the Go module proxy is reachable (GOPROXY=$(go env GOPROXY)), then run hack/prometheus/promtool.sh again." >&2
   exit 1
 }
-(
-  cd "$tmp"
-  export GOFLAGS=-mod=mod GOWORK=off CGO_ENABLED=0
-  go mod init promtool-build >/dev/null 2>&1
-  go get "github.com/prometheus/prometheus@$module_version"
-  go build -trimpath -tags remove_all_sd \
-    -ldflags "-s -w -X github.com/prometheus/common/version.Version=$version -X github.com/prometheus/common/version.Branch=HEAD -X github.com/prometheus/common/version.Revision=$module_version" \
-    -o "$tmp/promtool" github.com/prometheus/prometheus/cmd/promtool
-) || fail
+# Each step must succeed (a `( ... ) || fail` subshell would run on past a failed step), and the go
+# commands do not inherit the lock's descriptor: a go process orphaned by a killed caller must not
+# hold the lock.
+build() {
+  cd "$tmp" &&
+    go mod init promtool-build >/dev/null 2>&1 &&
+    go get "github.com/prometheus/prometheus@$module_version" &&
+    go build -trimpath -tags remove_all_sd \
+      -ldflags "-s -w -X github.com/prometheus/common/version.Version=$version -X github.com/prometheus/common/version.Branch=HEAD -X github.com/prometheus/common/version.Revision=$module_version" \
+      -o "$tmp/promtool" github.com/prometheus/prometheus/cmd/promtool
+}
+(export GOFLAGS=-mod=mod GOWORK=off CGO_ENABLED=0; build) 9>&- || fail
 mkdir -p "$dest"
 mv "$tmp/promtool" "$bin"
 echo "$bin"

@@ -19,8 +19,9 @@ import (
 	"github.com/bluesky/tiled-operator/render"
 )
 
-// DefaultReadTimeout bounds the cache reads of one scrape.
-const DefaultReadTimeout = 10 * time.Second
+// DefaultReadTimeout bounds the cache reads of one scrape: well under Prometheus's default scrape
+// timeout (10s), so that a slow read loses the fleet's series of that scrape, not the whole scrape.
+const DefaultReadTimeout = 3 * time.Second
 
 // Instance states of tiled_operator_cluster_instances, always all emitted.
 const (

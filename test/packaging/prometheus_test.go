@@ -106,7 +106,7 @@ func writeRulesFile(t *testing.T, dir string, rule *unstructured.Unstructured) r
 
 // The alerts the runbooks of docs/observability.md describe.
 var wantAlerts = []string{
-	"TiledInstanceNotReady", "TiledInstanceStalled", "TiledMigrationFailed", "TiledBackupOverdue",
+	"TiledInstanceNotReady", "TiledUpgradeStuck", "TiledInstanceStalled", "TiledMigrationFailed", "TiledBackupOverdue",
 	"TiledHigh5xxRate", "TiledOperatorDown", "TiledOperatorReconcileErrors",
 }
 
