@@ -50,6 +50,7 @@ func TestE2E(t *testing.T) {
 	run(t, "2 Tiled serves an array and a table through Service DNS; catalog in PostgreSQL", testTiledServes)
 	run(t, "3 data survives deleting the Tiled and PostgreSQL pods", testDataSurvives)
 	run(t, "13 observability: kubectl tiled status shows the fleet Ready (text, -o json); the leader's /metrics reports it, the standby's does not", testObservability)
+	run(t, "14 prometheus: a real Prometheus scrapes the operator and each Tiled through the shipped ServiceMonitors; every dashboard query and alert series has data; a stopped database fires TiledInstanceNotReady", testPrometheus)
 	run(t, "operator upgrade 1 (end): every object the operator owns at the same resourceVersion for 2 minutes after the new manager led", testOperatorUpgradeWindow)
 	run(t, "operator upgrade 2: this build -> a prime build of itself: 0 pods replaced or restarted, 0 writes to the fleet", testOperatorUpgradePrime)
 	run(t, "7 mutating webhook on the real path; a bad profile refused at admission", testMutatingWebhook)

@@ -119,6 +119,11 @@ func TestTranslateRefuses(t *testing.T) {
 			_ = unstructured.SetNestedSlice(u.Object, eps, "spec", "endpoints")
 		}, Options{}, "both"},
 	}
+	t.Run("twice", func(t *testing.T) {
+		g := NewWithT(t)
+		_, err := Translate([]*unstructured.Unstructured{base(), base()}, Options{})
+		g.Expect(err).To(MatchError(ContainSubstring("two ServiceMonitors")))
+	})
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			g := NewWithT(t)

@@ -174,6 +174,10 @@ func Translate(monitors []*unstructured.Unstructured, opts Options) (ScrapeConfi
 				return out, fmt.Errorf("ServiceMonitor %s/%s endpoint %d has no port name (targetPort is not translated)", ns, sm.Metadata.Name, i)
 			}
 			job := fmt.Sprintf("serviceMonitor/%s/%s/%d", ns, sm.Metadata.Name, i)
+			if seen["job:"+job] {
+				return out, fmt.Errorf("two ServiceMonitors %s/%s (Prometheus refuses two scrape configs named %s)", ns, sm.Metadata.Name, job)
+			}
+			seen["job:"+job] = true
 			sc := map[string]any{
 				"job_name":              job,
 				"honor_labels":          ep.HonorLabels,
