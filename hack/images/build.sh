@@ -17,6 +17,7 @@
 #     redis.tar           docker.io/local/redis:7.0             Debian bookworm + redis-server, redis-tools (the streaming cache)
 #     versitygw.tar       docker.io/local/versitygw:1.8.0       versitygw (S3 gateway) from the Go module proxy, static base
 #     metrics-server.tar  docker.io/local/metrics-server:v0.8.0 metrics-server from the Go module proxy, static base
+#     prometheus.tar      docker.io/local/prometheus:3.16.0     the Prometheus server from the Go module proxy, static base
 #
 # TiledVersion is read from expansion/builtins.go and Oldest from tiledversion/versions.go (e.g.
 # tiled-0.2.14.tar, docker.io/local/tiled:0.2.14, for the upgrade tests).
@@ -29,7 +30,8 @@
 # manager is rebuilt on every run (Go's build cache makes that a few seconds). The CoreDNS, versitygw
 # and metrics-server binaries are cached by version in images/bin/ (versitygw's version and build are
 # those of hack/s3/versitygw.sh, which host-side tests use too; metrics-server's those of
-# hack/node/metrics-server.sh, which hack/node/cluster.sh reads the tag from). The Debian base
+# hack/node/metrics-server.sh, which hack/node/cluster.sh reads the tag from); Prometheus's in
+# prometheus/<version>/ beside promtool (hack/prometheus/prometheus.sh). The Debian base
 # (debootstrap --variant=minbase) is built once and shared by the two Tiled images, PostgreSQL and
 # Redis.
 # Archives are written by hack/images/mkimage (one layer per image, see docs/images.md).
@@ -60,6 +62,9 @@ source hack/s3/versitygw.sh
 # METRICS_SERVER_VERSION and metrics_server_build, shared with hack/node (the node deploys the image).
 # shellcheck source=hack/node/metrics-server.sh
 source hack/node/metrics-server.sh
+# PROMETHEUS_VERSION and prometheus_build, shared with nothing else yet (the e2e case 14 deploys the image).
+# shellcheck source=hack/prometheus/prometheus.sh
+source hack/prometheus/prometheus.sh
 # Set from expansion.TiledVersion and tiledversion.Oldest below, never written here.
 TILED_VERSION=
 TILED_OLDEST=
@@ -500,6 +505,23 @@ build_metrics_server() {
 		>>"$d/log"
 }
 
+# Prometheus, the server the e2e case 14 checks config/components/prometheus against: the static
+# binary of hack/prometheus/prometheus.sh (Kubernetes service discovery only, no web UI assets: the
+# HTTP API serves) on the nonroot base, as 65532, at /bin/prometheus as upstream's image, with
+# /prometheus (owned by 65532) for the TSDB. The pod gives every argument (--config.file ...).
+build_prometheus() {
+	local d=$1 r=$1/rootfs bin
+	bin=$(prometheus_build 2>>"$d/log")
+	nonroot_files "$r"
+	install -D -m 0755 "$bin" "$r/bin/prometheus"
+	install -d -o 65532 -g 65532 -m 0755 "$r/prometheus"
+	"$TMP/mkimage" -rootfs "$r" -tag "docker.io/local/prometheus:$PROMETHEUS_VERSION" -o "$d/image.tar" \
+		-user 65532:65532 -entrypoint '["/bin/prometheus"]' -workdir /prometheus -expose 9090/tcp \
+		-env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+		-label "org.opencontainers.image.description=Prometheus $PROMETHEUS_VERSION (github.com/prometheus/prometheus $PROMETHEUS_MODULE_VERSION, Apache-2.0), static, nonroot, kubernetes_sd only, no UI assets (tiled-operator hack/images)" \
+		>>"$d/log"
+}
+
 # The project's Dockerfile final stage (distroless static:nonroot) rebuilt from scratch: the manager
 # on the nonroot files; numeric USER so that the kubelet can check runAsNonRoot.
 # manager_image DIR BINARY TAG DESCRIPTION.
@@ -560,6 +582,8 @@ KEYS[coredns]=coredns-$(key "$GO_VERSION" "$COREDNS_VERSION" "$(declare -f build
 KEYS[versitygw]=versitygw-$(key "$VERSITYGW_VERSION" "$(declare -f build_versitygw nonroot_files)")
 # Likewise images/bin/metrics-server-<version>.
 KEYS[metrics-server]=metrics-server-$(key "$METRICS_SERVER_VERSION" "$(declare -f build_metrics_server nonroot_files)")
+# Likewise prometheus/<version>/prometheus (its build flags are prometheus.sh's, pinned with the version).
+KEYS[prometheus]=prometheus-$(key "$PROMETHEUS_MODULE_VERSION" "$(declare -f build_prometheus nonroot_files)")
 KEY_FILES=("${MKIMAGE_SRC[@]}" hack/images/postgres/docker-entrypoint.sh)
 KEYS[postgres]=postgres-$(key "$DEB_COMMON" "$PG_MAJOR" "$(declare -f build_postgres)")
 KEY_FILES=("${MKIMAGE_SRC[@]}")
@@ -616,6 +640,9 @@ versitygw_pid=$!
 # metrics-server: likewise one go install on a cold cache (the Kubernetes 1.33 libraries).
 build metrics-server build_metrics_server &
 metrics_server_pid=$!
+# Prometheus: likewise one go build on a cold cache (a few minutes, shares promtool's module cache).
+build prometheus build_prometheus &
+prometheus_pid=$!
 # The previous release's manager: a full build of another tree on a cold cache, once per commit.
 extract_previous
 build tiled-operator-previous build_tiled_operator_previous &
@@ -677,6 +704,7 @@ done
 finish tiled-operator-previous "$previous_pid"
 finish versitygw "$versitygw_pid"
 finish metrics-server "$metrics_server_pid"
+finish prometheus "$prometheus_pid"
 finish postgres "$pg_pid"
 finish redis "$redis_pid"
 finish tiled "$tiled_pid"
@@ -696,7 +724,7 @@ done
 # --- checks -----------------------------------------------------------------------------------------
 say "checking the archives (go test -tags images ./hack/images/)"
 TILED_IMAGES_DIR=$OUT TILED_VERSION=$TILED_VERSION TILED_OLDEST_VERSION=$TILED_OLDEST VERSITYGW_VERSION=$VERSITYGW_VERSION \
-	METRICS_SERVER_VERSION=$METRICS_SERVER_VERSION \
+	METRICS_SERVER_VERSION=$METRICS_SERVER_VERSION PROMETHEUS_VERSION=$PROMETHEUS_VERSION \
 	go test -tags images -count=1 ./hack/images/ >"$TMP/check.log" 2>&1 ||
 	{ cat "$TMP/check.log" >&2; die "the archives in $OUT failed their checks"; }
 smoke=()

@@ -319,6 +319,24 @@ func metricsServerVersion(t *testing.T) string {
 	return string(m[1])
 }
 
+// prometheusVersion is the tag of the Prometheus image (prometheus.tar): PROMETHEUS_VERSION as
+// build.sh passes it, or else the line of hack/prometheus/prometheus.sh that pins it (no "v", as
+// upstream tags its images).
+func prometheusVersion(t *testing.T) string {
+	if v := os.Getenv("PROMETHEUS_VERSION"); v != "" {
+		return v
+	}
+	src, err := os.ReadFile(filepath.Join("..", "prometheus", "prometheus.sh"))
+	if err != nil {
+		t.Fatalf("PROMETHEUS_VERSION is not set and hack/prometheus/prometheus.sh cannot be read: %v", err)
+	}
+	m := regexp.MustCompile(`(?m)^PROMETHEUS_VERSION=([0-9][^\s]*)$`).FindSubmatch(src)
+	if m == nil {
+		t.Fatal("PROMETHEUS_VERSION is not set and hack/prometheus/prometheus.sh has no line PROMETHEUS_VERSION=X.Y.Z")
+	}
+	return string(m[1])
+}
+
 func TestImages(t *testing.T) {
 	dir := os.Getenv("TILED_IMAGES_DIR")
 	if dir == "" {
@@ -335,6 +353,7 @@ func TestImages(t *testing.T) {
 	oldest := oldestTiled(t)
 	vgw := versitygwVersion(t)
 	ms := metricsServerVersion(t)
+	prom := prometheusVersion(t)
 	pgPath := "/usr/lib/postgresql/15/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	for _, tc := range []imageCase{{
 		file: "pause.tar", tag: "docker.io/local/pause:3.10",
@@ -425,6 +444,14 @@ func TestImages(t *testing.T) {
 		user: "65532:65532", entrypoint: []string{"/metrics-server"}, account: "nonroot",
 		env:   map[string]string{"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
 		owned: []owned{{path: "/metrics-server"}, {path: "/home/nonroot", uid: 65532, gid: 65532, dir: true}, {path: "/tmp", dir: true}},
+	}, {
+		// The Prometheus of the e2e case 14 (the pod gives every argument; /prometheus its TSDB).
+		file: "prometheus.tar", tag: "docker.io/local/prometheus:" + prom,
+		user: "65532:65532", entrypoint: []string{"/bin/prometheus"}, account: "nonroot",
+		env:      map[string]string{"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
+		commands: map[string]string{"prometheus": "/bin/prometheus"},
+		owned: []owned{{path: "/bin/prometheus"}, {path: "/prometheus", uid: 65532, gid: 65532, dir: true},
+			{path: "/home/nonroot", uid: 65532, gid: 65532, dir: true}, {path: "/tmp", dir: true}},
 	}, tiledCase("tiled.tar", expansion.TiledVersion), tiledCase("tiled-"+oldest+".tar", oldest),
 	} {
 		t.Run(tc.file, func(t *testing.T) {
