@@ -1,8 +1,6 @@
 package packaging
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,6 +12,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
+
+	"github.com/bluesky/tiled-operator/test/support/promcheck"
 )
 
 // The alerts and the dashboard of config/components/prometheus are checked with the real promtool,
@@ -69,37 +69,20 @@ func prometheusRule(t *testing.T) *unstructured.Unstructured {
 	return rules[0]
 }
 
-type ruleGroups struct {
-	Groups []struct {
-		Name  string `json:"name"`
-		Rules []struct {
-			Alert       string            `json:"alert"`
-			Record      string            `json:"record"`
-			Expr        string            `json:"expr"`
-			For         string            `json:"for"`
-			Labels      map[string]string `json:"labels"`
-			Annotations map[string]string `json:"annotations"`
-		} `json:"rules"`
-	} `json:"groups"`
-}
-
-// writeRulesFile writes the PrometheusRule's spec, which is a Prometheus rule file, into dir.
-func writeRulesFile(t *testing.T, dir string, rule *unstructured.Unstructured) ruleGroups {
+// writeRulesFile writes the PrometheusRule's spec, which is a Prometheus rule file, into dir
+// (promcheck.RuleFile, which the e2e case 14 loads into a real Prometheus too).
+func writeRulesFile(t *testing.T, dir string, rule *unstructured.Unstructured) promcheck.RuleGroups {
 	t.Helper()
-	spec, ok := rule.Object["spec"]
-	if !ok {
-		t.Fatal("the PrometheusRule has no spec")
+	g, err := promcheck.RuleFile(rule)
+	if err != nil {
+		t.Fatal(err)
 	}
-	raw, err := yaml.Marshal(spec)
+	raw, err := g.Marshal()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, rulesFileName), raw, 0o644); err != nil {
 		t.Fatal(err)
-	}
-	var g ruleGroups
-	if err := yaml.UnmarshalStrict(raw, &g); err != nil {
-		t.Fatalf("the PrometheusRule's spec is not a rule file this test reads: %v", err)
 	}
 	return g
 }
@@ -225,20 +208,6 @@ var dashboardValues = map[string]string{
 	"__rate_interval": "5m", "__interval": "1m", "__range": "1h",
 }
 
-var dashboardVar = regexp.MustCompile(`\$\{(\w+)(?::\w+)?\}|\$(\w+)`)
-
-func substitute(t *testing.T, expr string) string {
-	t.Helper()
-	return dashboardVar.ReplaceAllStringFunc(expr, func(m string) string {
-		sub := dashboardVar.FindStringSubmatch(m)
-		name := sub[1] + sub[2]
-		v, ok := dashboardValues[name]
-		if !ok {
-			t.Errorf("expression %q uses $%s, which the test does not know", expr, name)
-		}
-		return v
-	})
-}
 
 // dashboardSeries are synthetic series for every metric the dashboard reads, with the labels
 // Prometheus stores them with (the operator's through its ServiceMonitor with honorLabels, Tiled's
@@ -277,34 +246,9 @@ func TestGrafanaDashboard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	type target struct {
-		RefID      string         `json:"refId"`
-		Expr       string         `json:"expr"`
-		Datasource map[string]any `json:"datasource"`
-	}
-	type panel struct {
-		ID         int            `json:"id"`
-		Type       string         `json:"type"`
-		Title      string         `json:"title"`
-		Datasource map[string]any `json:"datasource"`
-		Targets    []target       `json:"targets"`
-		Panels     []panel        `json:"panels"`
-	}
-	var dash struct {
-		UID        string  `json:"uid"`
-		Title      string  `json:"title"`
-		Panels     []panel `json:"panels"`
-		Templating struct {
-			List []struct {
-				Name  string `json:"name"`
-				Type  string `json:"type"`
-				Query any    `json:"query"`
-			} `json:"list"`
-		} `json:"templating"`
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	if err := dec.Decode(&dash); err != nil {
-		t.Fatalf("%s is not valid JSON: %v", dashboardFile, err)
+	dash, err := promcheck.ParseDashboard(raw)
+	if err != nil {
+		t.Fatalf("%s: %v", dashboardFile, err)
 	}
 	if dash.UID == "" || dash.Title == "" {
 		t.Errorf("the dashboard needs a uid and a title")
@@ -344,11 +288,9 @@ func TestGrafanaDashboard(t *testing.T) {
 	}
 	usesVar := func(ds map[string]any) bool { return ds != nil && ds["uid"] == "${datasource}" }
 
-	type expr struct{ where, expr string }
-	var exprs []expr
 	ids := map[int]string{}
-	var walk func(ps []panel)
-	walk = func(ps []panel) {
+	var walk func(ps []promcheck.Panel)
+	walk = func(ps []promcheck.Panel) {
 		for _, p := range ps {
 			if prev, ok := ids[p.ID]; ok || p.ID == 0 {
 				t.Errorf("panel %q has id %d, already %q's (or 0)", p.Title, p.ID, prev)
@@ -368,42 +310,29 @@ func TestGrafanaDashboard(t *testing.T) {
 				if !usesVar(tg.Datasource) {
 					t.Errorf("panel %d %q target %s: datasource %v, want ${datasource}", p.ID, p.Title, tg.RefID, tg.Datasource)
 				}
-				exprs = append(exprs, expr{fmt.Sprintf("panel %d %q target %s", p.ID, p.Title, tg.RefID), substitute(t, tg.Expr)})
 			}
 		}
 	}
 	walk(dash.Panels)
-	labelValues := regexp.MustCompile(`^label_values\((.+),\s*(\w+)\)$`)
-	for _, v := range dash.Templating.List {
-		if v.Type != "query" {
-			continue
-		}
-		q, _ := v.Query.(map[string]any)
-		s, _ := q["query"].(string)
-		m := labelValues.FindStringSubmatch(s)
-		if m == nil {
-			t.Errorf("variable $%s: query %q is not label_values(selector, label)", v.Name, s)
-			continue
-		}
-		exprs = append(exprs, expr{"variable $" + v.Name, fmt.Sprintf("count by (%s) (%s)", m[2], substitute(t, m[1]))})
+	// Every target's expression and every query variable's, the variables substituted
+	// (promcheck, which the e2e case 14 loads into a real Prometheus too).
+	exprs, err := dash.Exprs(dashboardValues)
+	if err != nil {
+		t.Error(err)
 	}
 
 	// One recording rule per expression, and an alert on its absence.
-	var rules []map[string]any
+	group := promcheck.ExprRules("dashboard", exprs)
 	var where []string
 	for i, e := range exprs {
-		rec := fmt.Sprintf("tiled_dashboard:expr_%d", i)
-		rules = append(rules,
-			map[string]any{"record": rec, "expr": e.expr},
-			map[string]any{"alert": "DashboardExpressionEmpty", "expr": "absent(" + rec + ")", "labels": map[string]any{"expression": fmt.Sprint(i)}})
-		where = append(where, fmt.Sprintf("  %d: %s: %s", i, e.where, e.expr))
+		where = append(where, fmt.Sprintf("  %d: %s: %s", i, e.Where, e.Expr))
 	}
 	// A control: an expression returning nothing must make the alert fire, or the check proves nothing.
-	rules = append(rules,
-		map[string]any{"record": "tiled_dashboard:control", "expr": `tiled_operator_instance_ready{instance="no-such-instance"}`},
-		map[string]any{"alert": "DashboardControlEmpty", "expr": "absent(tiled_dashboard:control)"})
+	group.Rules = append(group.Rules,
+		promcheck.Rule{Record: "tiled_dashboard:control", Expr: `tiled_operator_instance_ready{instance="no-such-instance"}`},
+		promcheck.Rule{Alert: "DashboardControlEmpty", Expr: "absent(tiled_dashboard:control)"})
 	dir := t.TempDir()
-	writeYAML(t, filepath.Join(dir, "dashboard.rules.yaml"), map[string]any{"groups": []any{map[string]any{"name": "dashboard", "rules": rules}}})
+	writeYAML(t, filepath.Join(dir, "dashboard.rules.yaml"), promcheck.RuleGroups{Groups: []promcheck.RuleGroup{group}})
 	runPromtool(t, dir, "check", "rules", "dashboard.rules.yaml")
 
 	var series []any
