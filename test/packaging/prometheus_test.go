@@ -208,7 +208,6 @@ var dashboardValues = map[string]string{
 	"__rate_interval": "5m", "__interval": "1m", "__range": "1h",
 }
 
-
 // dashboardSeries are synthetic series for every metric the dashboard reads, with the labels
 // Prometheus stores them with (the operator's through its ServiceMonitor with honorLabels, Tiled's
 // through the instance's ServiceMonitor), as promtool input_series at 1m intervals.
