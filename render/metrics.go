@@ -5,7 +5,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 
 	v1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
@@ -68,7 +67,8 @@ func metricsResources() *corev1ac.ResourceRequirementsApplyConfiguration {
 
 // MetricsSidecar returns the sidecar container: on the Tiled image (which holds Python and
 // prometheus_client), running metrics.py from the ConfigMap, with the metrics directory read-only and
-// the token from the metrics Secret.
+// the token from the metrics Secret. It has no readiness probe on purpose: a container's readiness
+// is the pod's, and a metrics endpoint that is slow must not take Tiled out of its Service.
 func MetricsSidecar(n names.Objects, image string, pull corev1.PullPolicy) *corev1ac.ContainerApplyConfiguration {
 	return corev1ac.Container().
 		WithName(MetricsContainerName).
@@ -88,11 +88,6 @@ func MetricsSidecar(n names.Objects, image string, pull corev1.PullPolicy) *core
 		).
 		WithResources(metricsResources()).
 		WithTerminationMessagePolicy(corev1.TerminationMessageFallbackToLogsOnError).
-		WithReadinessProbe(corev1ac.Probe().
-			WithTCPSocket(corev1ac.TCPSocketAction().WithPort(intstr.FromString(MetricsPortName))).
-			WithPeriodSeconds(10).
-			WithTimeoutSeconds(2).
-			WithFailureThreshold(3)).
 		WithSecurityContext(restrictedContainerSecurityContext())
 }
 
