@@ -97,10 +97,12 @@ func (w writtenUpgrade) apply(ti *tiledv1alpha1.TiledInstance) {
 	}
 }
 
-// instanceSecrets is the Secret data last applied for the instance with this UID.
+// instanceSecrets is the data of the Secret and of the metrics Secret last applied for the instance
+// with this UID.
 type instanceSecrets struct {
-	uid  types.UID
-	data map[string][]byte
+	uid     types.UID
+	data    map[string][]byte
+	metrics map[string][]byte
 }
 
 // forget drops what the controller and the applier remember of an instance that is gone: its

@@ -52,7 +52,7 @@ func (r *TiledInstanceReconciler) apply(ctx context.Context, cur *instanceState,
 	if gate.event != "" {
 		r.renderChangedEvent(ti, gate.event)
 	}
-	r.memories.secrets.store(types.NamespacedName{Namespace: ti.Namespace, Name: ti.Name}, instanceSecrets{uid: ti.UID, data: in.render.SecretData})
+	r.memories.secrets.store(types.NamespacedName{Namespace: ti.Namespace, Name: ti.Name}, instanceSecrets{uid: ti.UID, data: in.render.SecretData, metrics: in.render.MetricsSecretData})
 	return rec, nil
 }
 

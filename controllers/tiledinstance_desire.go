@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -69,6 +70,9 @@ func (r *TiledInstanceReconciler) inputs(ctx context.Context, cur *instanceState
 	if in.render.SecretData, err = r.secretData(ctx, cur, spec); err != nil {
 		return instanceInputs{}, err
 	}
+	if in.render.MetricsSecretData, err = r.metricsSecretData(ctx, cur, spec); err != nil {
+		return instanceInputs{}, err
+	}
 	return in, nil
 }
 
@@ -90,8 +94,53 @@ func (r *TiledInstanceReconciler) expanded(ctx context.Context, cur *instanceSta
 // secretData returns the complete data of the instance's Secret: what exists (in the cache, or last
 // applied when the cache has not caught up) plus newly generated values for missing keys only.
 func (r *TiledInstanceReconciler) secretData(ctx context.Context, cur *instanceState, spec *tiledv1alpha1.TiledInstance) (map[string][]byte, error) {
+	existing, err := r.existingSecretData(ctx, cur, spec, names.For(spec.Namespace, spec.Name).Secret,
+		func(s instanceSecrets) map[string][]byte { return s.data })
+	if err != nil {
+		return nil, err
+	}
+	gen, err := render.GenerateSecretData(spec, existing, r.random())
+	if err != nil {
+		return nil, fmt.Errorf("generating the secrets of %s/%s: %w", spec.Namespace, spec.Name, err)
+	}
+	for k, v := range gen {
+		existing[k] = v
+	}
+	return existing, nil
+}
+
+// metricsSecretData returns the complete data of the instance's metrics Secret, as secretData does
+// for its Secret: the existing token, or a new one when a ServiceMonitor is asked for and none exists.
+// Without a ServiceMonitor it is the existing data, nil when there is none: a metrics Secret once
+// made stays rendered, as the operator has no permission to delete (prune) Secrets (render.MetricsSecret).
+func (r *TiledInstanceReconciler) metricsSecretData(ctx context.Context, cur *instanceState, spec *tiledv1alpha1.TiledInstance) (map[string][]byte, error) {
+	existing, err := r.existingSecretData(ctx, cur, spec, names.For(spec.Namespace, spec.Name).MetricsSecret,
+		func(s instanceSecrets) map[string][]byte { return s.metrics })
+	if err != nil {
+		return nil, err
+	}
+	if !render.Monitored(spec) {
+		if len(existing) == 0 {
+			return nil, nil
+		}
+		return existing, nil
+	}
+	gen, err := render.GenerateMetricsSecretData(spec, existing, r.random())
+	if err != nil {
+		return nil, fmt.Errorf("generating the metrics token of %s/%s: %w", spec.Namespace, spec.Name, err)
+	}
+	for k, v := range gen {
+		existing[k] = v
+	}
+	return existing, nil
+}
+
+// existingSecretData is the data of the instance's Secret name as the cache holds it, or, when the
+// cache has not yet seen it, as last applied for this instance (remembered picks it from memory).
+func (r *TiledInstanceReconciler) existingSecretData(ctx context.Context, cur *instanceState, spec *tiledv1alpha1.TiledInstance,
+	name string, remembered func(instanceSecrets) map[string][]byte) (map[string][]byte, error) {
 	existing := map[string][]byte{}
-	data, err := cur.secret(ctx, names.For(spec.Namespace, spec.Name).Secret)
+	data, err := cur.secret(ctx, name)
 	switch {
 	case err == nil:
 		for k, v := range data {
@@ -100,25 +149,21 @@ func (r *TiledInstanceReconciler) secretData(ctx context.Context, cur *instanceS
 	case apierrors.IsNotFound(err):
 		key := types.NamespacedName{Namespace: spec.Namespace, Name: spec.Name}
 		if prev, ok := r.memories.secrets.load(key); ok && prev.uid == spec.UID {
-			for k, v := range prev.data {
+			for k, v := range remembered(prev) {
 				existing[k] = v
 			}
 		}
 	default:
 		return nil, err
 	}
-	random := r.Random
-	if random == nil {
-		random = rand.Reader
-	}
-	gen, err := render.GenerateSecretData(spec, existing, random)
-	if err != nil {
-		return nil, fmt.Errorf("generating the secrets of %s/%s: %w", spec.Namespace, spec.Name, err)
-	}
-	for k, v := range gen {
-		existing[k] = v
-	}
 	return existing, nil
+}
+
+func (r *TiledInstanceReconciler) random() io.Reader {
+	if r.Random != nil {
+		return r.Random
+	}
+	return rand.Reader
 }
 
 // desire returns the children the instance wants (package desired, which keeps the prepared form

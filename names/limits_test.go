@@ -22,6 +22,9 @@ func TestLimits(t *testing.T) {
 	g.Expect(o.Postgres).To(MatchRegexp(`^x+-postgres-[0-9a-f]{8}$`))
 	g.Expect(o.Secret).To(HaveLen(MaxObjectNameLength))
 	g.Expect(o.Secret).To(MatchRegexp(`^x+-secret-[0-9a-f]{8}$`))
+	g.Expect(o.MetricsSecret).To(HaveLen(MaxObjectNameLength))
+	g.Expect(o.MetricsSecret).To(MatchRegexp(`^x+-metrics-[0-9a-f]{8}$`))
+	g.Expect(For("nsls2", "csx").MetricsSecret).To(Equal("csx-metrics"))
 	g.Expect(For("nsls2", "csx").ConfigMap).To(Equal("csx-config"))
 	for _, lim := range []int{0, 1, 8, 9} {
 		g.Expect(Join(lim, long)).To(HaveLen(min(lim, hashLength)), "limit %d", lim)
@@ -56,7 +59,7 @@ func TestChildNamesAreDNSLabels(t *testing.T) {
 	g := NewWithT(t)
 	for _, instance := range []string{"nsls2-csx", "nsls2-" + strings.Repeat("x", 70)} {
 		n := For("beamlines", instance)
-		for _, s := range []string{n.Tiled, n.HeadlessService, n.ConfigMap, n.Secret, n.DataClaim, n.DataVolume, n.Postgres, n.PostgresInit, n.ReadOnlyClaimName("proposals"), n.ReadOnlyVolumeName("ns", "proposals")} {
+		for _, s := range []string{n.Tiled, n.HeadlessService, n.ConfigMap, n.Secret, n.MetricsSecret, n.DataClaim, n.DataVolume, n.Postgres, n.PostgresInit, n.ReadOnlyClaimName("proposals"), n.ReadOnlyVolumeName("ns", "proposals")} {
 			g.Expect(len(s)).To(BeNumerically("<=", 63), s)
 			g.Expect(s).To(MatchRegexp(dnsLabel.String()), s)
 		}

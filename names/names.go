@@ -107,6 +107,9 @@ type Objects struct {
 	ConfigMap string
 	// Secret holding the generated API key, signing keys and database password.
 	Secret string
+	// MetricsSecret holds the token Prometheus presents to the metrics sidecar of the Tiled pods
+	// (spec.monitoring.serviceMonitor), apart from Secret so that Prometheus never reads the API key.
+	MetricsSecret string
 	// DataClaim is the claim of the data volume: the operator's own claim, on a storage class or
 	// bound to its NFS PersistentVolume.
 	DataClaim string
@@ -146,6 +149,7 @@ func For(namespace, name string) Objects {
 		HeadlessService: Object(b, "headless", MaxObjectNameLength),
 		ConfigMap:       Object(b, "config", MaxObjectNameLength),
 		Secret:          Object(b, "secret", MaxObjectNameLength),
+		MetricsSecret:   Object(b, "metrics", MaxObjectNameLength),
 		DataClaim:       Object(b, "data", MaxObjectNameLength),
 		DataVolume:      Object(namespace+"-"+b, "data", MaxObjectNameLength),
 		Postgres:        Object(b, "postgres", MaxStatefulSetNameLength),

@@ -24,6 +24,9 @@ const (
 	// EntrypointKey is the key of the ConfigMap holding the entrypoint of the Tiled containers
 	// (entrypoint.py, see Entrypoint). Tiled reads only *.yml and *.yaml files of its config directory.
 	EntrypointKey = "entrypoint.py"
+	// MetricsScriptKey is the key of the ConfigMap holding metrics.py, the program of the metrics
+	// sidecar (see MetricsSidecar); present only when the instance asks for a ServiceMonitor.
+	MetricsScriptKey = "metrics.py"
 	// ConfigDir is where the ConfigMap is mounted; TILED_CONFIG points at it.
 	ConfigDir = "/deploy/config"
 	// DataPath is where the writable data volume is mounted. Read-only mounts default to
@@ -96,6 +99,11 @@ type Inputs struct {
 	// SecretData is the complete data of the instance's Secret: the existing keys plus those
 	// GenerateSecretData returned. It is written only into the Secret, never into other objects.
 	SecretData map[string][]byte
+	// MetricsSecretData is the complete data of the metrics Secret (MetricsSecret): the existing
+	// token, else the one GenerateMetricsSecretData returned; the existing data also when the
+	// instance no longer asks for a ServiceMonitor (the Secret is kept). Written only into that
+	// Secret.
+	MetricsSecretData map[string][]byte
 	// Lifecycle is what the upgrade procedure asks of this render: the image that serves while the
 	// databases are not yet migrated, Tiled stopped, the Job of the current step, the backup claim.
 	// Nil serves spec.tiled.image.
@@ -331,17 +339,33 @@ var entrypoint string
 // docstring says why each is needed with Tiled 0.2.20.
 func Entrypoint() string { return entrypoint }
 
-// ConfigMap returns the ConfigMap holding config.yml and entrypoint.py, and the hash of its content.
+//go:embed metrics.py
+var metricsScript string
+
+// MetricsScript returns metrics.py, the program of the metrics sidecar and the wrapper that empties
+// the metrics directory when the Tiled container starts (MetricsSidecar).
+func MetricsScript() string { return metricsScript }
+
+// ConfigMap returns the ConfigMap holding config.yml and entrypoint.py (and metrics.py when the
+// instance asks for a ServiceMonitor), and the hash of its content.
 func ConfigMap(ti *v1alpha1.TiledInstance, in Inputs) (*corev1ac.ConfigMapApplyConfiguration, string, error) {
 	b, err := ConfigYAML(ti, in)
 	if err != nil {
 		return nil, "", err
 	}
 	n := in.names(ti)
+	data := map[string]string{ConfigKey: string(b), EntrypointKey: entrypoint}
+	hash := Hash(b, []byte(entrypoint))
+	if Monitored(ti) {
+		// Only then, so that the ConfigMap and the hash of an instance without monitoring stay as
+		// they were before the metrics sidecar existed.
+		data[MetricsScriptKey] = metricsScript
+		hash = Hash(b, []byte(entrypoint), []byte(metricsScript))
+	}
 	cm := corev1ac.ConfigMap(n.ConfigMap, ti.Namespace).
 		WithLabels(Labels(ti, ComponentServer)).
-		WithData(map[string]string{ConfigKey: string(b), EntrypointKey: entrypoint})
-	return cm, Hash(b, []byte(entrypoint)), nil
+		WithData(data)
+	return cm, hash, nil
 }
 
 // knownConfigKeys mirrors the pydantic models of tiled.config (Config and the models of its

@@ -4,7 +4,7 @@
 // # Contract
 //
 // render is pure: it holds no client, reads no clock, draws no randomness except from the io.Reader a
-// caller passes to GenerateSecretData, and iterates no map into its output, so the same inputs give
+// caller passes to GenerateSecretData (and GenerateMetricsSecretData), and iterates no map into its output, so the same inputs give
 // byte-identical objects. It trusts that the TiledInstance has every field populated by the expansion
 // engine (package expansion); where a field is still empty it falls back to the small defaults
 // documented on each function rather than failing, except for choices it cannot make (no database at
@@ -22,7 +22,8 @@
 // For each instance, Render returns:
 //
 //   - the ConfigMap holding config.yml for `tiled serve config` and entrypoint.py, the program the Tiled
-//     containers run (see Entrypoint): the catalog on PostgreSQL, writable
+//     containers run (see Entrypoint), and metrics.py when a ServiceMonitor is asked for (see
+//     MetricsSidecar): the catalog on PostgreSQL, writable
 //     storage (the data volume and, for appendable tables, the PostgreSQL storage database), readable
 //     storage (the read-only detector mounts), authentication, the auth database for OIDC, metrics,
 //     uvicorn host and port and the pool sizes at the top level, with the spec's free-form config
@@ -32,16 +33,21 @@
 //     variables come from Secrets;
 //   - the Secret with TILED_SINGLE_USER_API_KEY, TILED_SECRET_KEYS and DATABASE_PASSWORD (see
 //     GenerateSecretData: values are generated once, only for missing keys);
+//   - when a ServiceMonitor is asked for (Monitored), the metrics Secret with the token Prometheus
+//     presents to the metrics sidecar (GenerateMetricsSecretData, generated once likewise);
 //   - the Tiled StatefulSet (restricted Pod Security Standard, an init container running the database
 //     migrations of MigrateCommand, probes on /healthz, a hash of the ConfigMap's content on the pod
-//     template, FallbackToLogsOnError termination messages);
-//   - a ClusterIP Service (port 8000, named http) and a headless Service for the StatefulSet;
+//     template, FallbackToLogsOnError termination messages), with the metrics sidecar when a
+//     ServiceMonitor is asked for;
+//   - a ClusterIP Service (port 8000, named http; and 9090, named metrics, with the sidecar) and a
+//     headless Service for the StatefulSet;
 //   - an Ingress when enabled, a PodDisruptionBudget when replicas > 1;
 //   - a PersistentVolume and claim for every NFS volume (inline nfs volumes are forbidden by the
 //     restricted Pod Security Standard);
 //   - for a managed database, a PostgreSQL StatefulSet, its Service and an init ConfigMap creating the
 //     catalog, storage and auth databases;
-//   - a prometheus-operator ServiceMonitor (unstructured) when asked for and its CRD exists.
+//   - a prometheus-operator ServiceMonitor (unstructured) when asked for and its CRD exists, scraping
+//     the metrics sidecar with the metrics Secret's bearer token (never a Tiled key).
 //
 // Every object carries app.kubernetes.io/{name,instance,component,managed-by} and the
 // tiled.blueskyproject.io/{cluster,instance} labels (Labels; the keys are constants of package

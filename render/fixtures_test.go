@@ -174,12 +174,15 @@ var secretData = map[string][]byte{
 	SecretKeyStreamingCachePassword: []byte("golden0cache0password"),
 }
 
+// metricsSecretData is the metrics Secret's data, of the fixtures with a ServiceMonitor.
+var metricsSecretData = map[string][]byte{SecretKeyMetricsToken: []byte("golden0metrics0token")}
+
 func fixtures() []fixture {
 	return []fixture{
 		{"single-user-managed", singleUserManaged, Inputs{SecretData: secretData}},
 		{"oidc-external", oidcExternal, Inputs{SecretData: secretData, ExternalSecretKeys: []string{"uri", ExternalKeyStorageURI, ExternalKeyAuthURI}}},
-		{"nfs-scaled", nfsScaled, Inputs{SecretData: secretData, ServiceMonitorAvailable: true}},
-		{"existing-claim", existingClaim, Inputs{SecretData: secretData}}, // ServiceMonitor CRD absent
+		{"nfs-scaled", nfsScaled, Inputs{SecretData: secretData, MetricsSecretData: metricsSecretData, ServiceMonitorAvailable: true}},
+		{"existing-claim", existingClaim, Inputs{SecretData: secretData, MetricsSecretData: metricsSecretData}}, // ServiceMonitor CRD absent
 	}
 }
 

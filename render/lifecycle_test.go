@@ -181,10 +181,12 @@ func TestLifecycleNoStepNoJob(t *testing.T) {
 	g.Expect(err).To(MatchError(ContainSubstring("spec.database")))
 }
 
-// tiledContainer is the tiled container of the rendered StatefulSet, and its migrate init container.
+// tiledContainer is the tiled container of the rendered StatefulSet (the first; the metrics sidecar,
+// when there is one, follows it), and its migrate init container.
 func tiledContainers(g Gomega, o *Objects) (server, migrate corev1.Container) {
 	p := podTemplates(g, o)["tiled"]
-	g.Expect(p.Spec.Containers).To(HaveLen(1))
+	g.Expect(len(p.Spec.Containers)).To(BeNumerically(">=", 1))
+	g.Expect(p.Spec.Containers[0].Name).To(Equal("tiled"))
 	g.Expect(p.Spec.InitContainers).To(HaveLen(1))
 	return p.Spec.Containers[0], p.Spec.InitContainers[0]
 }
@@ -215,6 +217,10 @@ func TestLifecycleStatefulSet(t *testing.T) {
 			server, migrate := tiledContainers(g, o)
 			g.Expect(server.Image).To(Equal(tc.image))
 			g.Expect(migrate.Image).To(Equal(tc.image))
+			// The metrics sidecar (nfsScaled asks for a ServiceMonitor) runs the serving image too.
+			sidecar := podTemplates(g, o)["tiled"].Spec.Containers[1]
+			g.Expect(sidecar.Name).To(Equal(MetricsContainerName))
+			g.Expect(sidecar.Image).To(Equal(tc.image))
 			g.Expect(*o.StatefulSet.Spec.Replicas).To(Equal(tc.replicas))
 		})
 	}

@@ -13,8 +13,9 @@ import (
 	v1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 )
 
-// MetricsPath is where Tiled serves Prometheus metrics; it requires authentication
-// (`Authorization: Apikey <key>`).
+// MetricsPath is where Tiled serves Prometheus metrics, to a key with the `metrics` scope
+// (`Authorization: Apikey <key>`). The ServiceMonitor does not scrape it: it scrapes the metrics
+// sidecar (MetricsSidecar), which needs no Tiled key.
 const MetricsPath = "/api/v1/metrics"
 
 func httpPort() *corev1ac.ServicePortApplyConfiguration {
@@ -23,7 +24,8 @@ func httpPort() *corev1ac.ServicePortApplyConfiguration {
 }
 
 // Service returns the Service in front of Tiled: port 8000 named http, type from spec.expose.service
-// (ClusterIP by default).
+// (ClusterIP by default), and the metrics sidecar's port MetricsPort named MetricsPortName when the
+// instance asks for a ServiceMonitor.
 func Service(ti *v1alpha1.TiledInstance, in Inputs) *corev1ac.ServiceApplyConfiguration {
 	n := in.names(ti)
 	typ := corev1.ServiceTypeClusterIP
@@ -40,6 +42,10 @@ func Service(ti *v1alpha1.TiledInstance, in Inputs) *corev1ac.ServiceApplyConfig
 			WithType(typ).
 			WithSelector(SelectorLabels(ti, ComponentServer)).
 			WithPorts(httpPort()))
+	if Monitored(ti) {
+		s.Spec.WithPorts(corev1ac.ServicePort().WithName(MetricsPortName).WithPort(MetricsPort).
+			WithTargetPort(intstr.FromString(MetricsPortName)).WithProtocol(corev1.ProtocolTCP))
+	}
 	if len(ann) > 0 {
 		s.WithAnnotations(ann)
 	}
@@ -106,28 +112,24 @@ func PodDisruptionBudget(ti *v1alpha1.TiledInstance, in Inputs) *policyv1ac.PodD
 			WithSelector(metav1ac.LabelSelector().WithMatchLabels(SelectorLabels(ti, ComponentServer))))
 }
 
-// ServiceMonitor returns a prometheus-operator ServiceMonitor (monitoring.coreos.com/v1) scraping
-// MetricsPath with the single-user API key in an `Authorization: Apikey` header, or nil when not asked
-// for, when the CRD is absent (in.ServiceMonitorAvailable), or under OIDC, where no key exists that
-// the operator could hand to Prometheus.
+// ServiceMonitor returns a prometheus-operator ServiceMonitor (monitoring.coreos.com/v1) scraping the
+// metrics sidecar (MetricsSidecar: port MetricsPortName, MetricsSidecarPath) with the token of the
+// metrics Secret as `Authorization: Bearer`, or nil when not asked for or when the CRD is absent
+// (in.ServiceMonitorAvailable). It names no Tiled key, so it works alike in single-user mode and
+// under OIDC.
 func ServiceMonitor(ti *v1alpha1.TiledInstance, in Inputs) *unstructured.Unstructured {
-	m := ti.Spec.Monitoring
-	if m == nil || m.ServiceMonitor == nil || !*m.ServiceMonitor || !in.ServiceMonitorAvailable || modeOf(ti) != authSingleUser {
+	if !Monitored(ti) || !in.ServiceMonitorAvailable {
 		return nil
 	}
+	m := ti.Spec.Monitoring
 	n := in.names(ti)
-	secret, key := n.Secret, SecretKeyAPIKey
-	if apiKeyFromRef(ti) {
-		r := ti.Spec.Auth.SingleUserAPIKey.SecretRef
-		secret, key = r.Name, keyOr(r.Key, SecretKeyAPIKey)
-	}
 	endpoint := map[string]any{
-		"port":   PortName,
-		"path":   MetricsPath,
+		"port":   MetricsPortName,
+		"path":   MetricsSidecarPath,
 		"scheme": "http",
 		"authorization": map[string]any{
-			"type":        "Apikey",
-			"credentials": map[string]any{"name": secret, "key": key},
+			"type":        "Bearer",
+			"credentials": map[string]any{"name": n.MetricsSecret, "key": SecretKeyMetricsToken},
 		},
 	}
 	if m.Interval != "" {

@@ -60,21 +60,8 @@ func TestOptionalObjects(t *testing.T) {
 	g.Expect(o.ServiceMonitor).To(BeNil())
 
 	o, _ = Render(oidcExternal(), Inputs{ExternalSecretKeys: []string{ExternalKeyAuthURI}, ServiceMonitorAvailable: true})
+	g.Expect(o.ServiceMonitor).To(BeNil()) // not asked for
+	g.Expect(o.MetricsSecret).To(BeNil())
 	g.Expect(o.Postgres).To(BeNil())
 	g.Expect(o.Ingress).NotTo(BeNil())
-}
-
-func TestServiceMonitorUsesTiledAPIKeyScheme(t *testing.T) {
-	g := NewWithT(t)
-	o, _ := Render(existingClaim(), Inputs{ServiceMonitorAvailable: true})
-	g.Expect(o.ServiceMonitor).NotTo(BeNil())
-	eps := o.ServiceMonitor.Object["spec"].(map[string]any)["endpoints"].([]any)
-	ep := eps[0].(map[string]any)
-	g.Expect(ep["path"]).To(Equal(MetricsPath))
-	g.Expect(ep["authorization"]).To(Equal(map[string]any{
-		"type":        "Apikey", // Tiled reads `Authorization: Apikey <key>`
-		"credentials": map[string]any{"name": "iss-api-key", "key": "key"},
-	}))
-	o, _ = Render(oidcExternal(), Inputs{ServiceMonitorAvailable: true, ExternalSecretKeys: []string{ExternalKeyAuthURI}})
-	g.Expect(o.ServiceMonitor).To(BeNil())
 }

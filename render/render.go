@@ -23,6 +23,7 @@ type Objects struct {
 
 	ConfigMap       *corev1ac.ConfigMapApplyConfiguration
 	Secret          *corev1ac.SecretApplyConfiguration
+	MetricsSecret   *corev1ac.SecretApplyConfiguration // nil unless a ServiceMonitor is asked for
 	StatefulSet     *appsv1ac.StatefulSetApplyConfiguration
 	Service         *corev1ac.ServiceApplyConfiguration
 	HeadlessService *corev1ac.ServiceApplyConfiguration
@@ -60,6 +61,7 @@ func Render(ti *v1alpha1.TiledInstance, in Inputs) (*Objects, error) {
 		ConfigHash:      hash,
 		ConfigMap:       cm,
 		Secret:          Secret(ti, in),
+		MetricsSecret:   MetricsSecret(ti, in),
 		StatefulSet:     sts,
 		Service:         Service(ti, in),
 		HeadlessService: HeadlessService(ti, in),
@@ -92,6 +94,7 @@ func (o *Objects) All() []any {
 		}
 	}
 	add(o.Secret, o.Secret == nil)
+	add(o.MetricsSecret, o.MetricsSecret == nil)
 	add(o.ConfigMap, o.ConfigMap == nil)
 	for _, c := range o.Claims {
 		add(c, c == nil)

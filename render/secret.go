@@ -124,3 +124,45 @@ func Secret(ti *v1alpha1.TiledInstance, in Inputs) *corev1ac.SecretApplyConfigur
 		WithType("Opaque").
 		WithData(data)
 }
+
+// SecretKeyMetricsToken is the key of the metrics Secret (names.Objects.MetricsSecret) holding the
+// bearer token Prometheus presents to the metrics sidecar (see MetricsSidecar).
+const SecretKeyMetricsToken = "token"
+
+// GenerateMetricsSecretData returns a new token for the metrics Secret when the instance asks for a
+// ServiceMonitor (Monitored) and existing lacks one, and nothing otherwise: like GenerateSecretData,
+// an existing token is never regenerated. The caller merges the result into existing and passes the
+// whole map as Inputs.MetricsSecretData.
+func GenerateMetricsSecretData(ti *v1alpha1.TiledInstance, existing map[string][]byte, random io.Reader) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	if !Monitored(ti) || len(existing[SecretKeyMetricsToken]) > 0 {
+		return out, nil
+	}
+	v, err := randomString(random, apiKeyLength)
+	if err != nil {
+		return nil, fmt.Errorf("generating the metrics token: %w", err)
+	}
+	out[SecretKeyMetricsToken] = []byte(v)
+	return out, nil
+}
+
+// MetricsSecret returns the Secret holding the metrics sidecar's bearer token (in.MetricsSecretData,
+// the complete data, as for Secret): when the instance asks for a ServiceMonitor, and also after it
+// stopped asking while the Secret exists (in.MetricsSecretData not empty), since the operator may not
+// delete Secrets (no delete verb: it would prune it otherwise); the garbage collector removes it with
+// the instance, and a ServiceMonitor asked for again gets the same token. Nil otherwise. It holds
+// nothing else, so that Prometheus, which reads it, never reads the instance's API key.
+func MetricsSecret(ti *v1alpha1.TiledInstance, in Inputs) *corev1ac.SecretApplyConfiguration {
+	if !Monitored(ti) && len(in.MetricsSecretData) == 0 {
+		return nil
+	}
+	n := in.names(ti)
+	data := make(map[string][]byte, len(in.MetricsSecretData))
+	for k, v := range in.MetricsSecretData {
+		data[k] = v
+	}
+	return corev1ac.Secret(n.MetricsSecret, ti.Namespace).
+		WithLabels(Labels(ti, ComponentServer)).
+		WithType("Opaque").
+		WithData(data)
+}

@@ -379,6 +379,15 @@ func StatefulSet(ti *v1alpha1.TiledInstance, in Inputs, configHash string) (*app
 		}
 	}
 
+	serverCommand, serverEnv, serverMounts := ServeCommand(), env, mounts
+	if Monitored(ti) {
+		vol, mount := metricsVolumeAndMount()
+		volumes = append(volumes, vol)
+		serverCommand = MetricsServeCommand()
+		serverEnv = withMetricsDir(env)
+		serverMounts = append(append([]*corev1ac.VolumeMountApplyConfiguration{}, mounts...), mount)
+	}
+
 	initC := corev1ac.Container().
 		WithName("migrate").
 		WithImage(image).
@@ -395,10 +404,10 @@ func StatefulSet(ti *v1alpha1.TiledInstance, in Inputs, configHash string) (*app
 		WithName("tiled").
 		WithImage(image).
 		WithImagePullPolicy(pull).
-		WithCommand(ServeCommand()...).
+		WithCommand(serverCommand...).
 		WithPorts(corev1ac.ContainerPort().WithName(PortName).WithContainerPort(Port).WithProtocol(corev1.ProtocolTCP)).
-		WithEnv(env...).
-		WithVolumeMounts(mounts...).
+		WithEnv(serverEnv...).
+		WithVolumeMounts(serverMounts...).
 		WithResources(resources(t.Resources)).
 		WithTerminationMessagePolicy(corev1.TerminationMessageFallbackToLogsOnError).
 		// Ready within two seconds of answering; up to five minutes to start.
@@ -430,6 +439,9 @@ func StatefulSet(ti *v1alpha1.TiledInstance, in Inputs, configHash string) (*app
 		WithInitContainers(initC).
 		WithContainers(server).
 		WithVolumes(volumes...)
+	if Monitored(ti) {
+		podSpec.WithContainers(MetricsSidecar(n, image, pull))
+	}
 	if err := placement(podSpec, t); err != nil {
 		return nil, err
 	}

@@ -183,22 +183,29 @@ func deploy(t *testing.T, e suiteEnv, ti *v1alpha1.TiledInstance, in render.Inpu
 	g.Expect(os.MkdirAll(filepath.Join(dir, "data"), 0o755)).To(Succeed())
 	g.Expect(os.MkdirAll(filepath.Join(dir, "config"), 0o755)).To(Succeed())
 	g.Expect(os.MkdirAll(filepath.Join(dir, "tmp"), 0o755)).To(Succeed())
+	g.Expect(os.MkdirAll(filepath.Join(dir, "metrics"), 0o755)).To(Succeed()) // the metrics emptyDir
 
 	gen, err := render.GenerateSecretData(ti, nil, rand.Reader)
 	g.Expect(err).NotTo(HaveOccurred())
 	in.SecretData = gen
+	metrics, err := render.GenerateMetricsSecretData(ti, nil, rand.Reader)
+	g.Expect(err).NotTo(HaveOccurred())
+	in.MetricsSecretData = metrics
 	in.DataPath = filepath.Join(dir, "data")
 	if in.DatabaseAddress == "" {
 		in.DatabaseAddress = e.pg
 	}
 	objs, err := render.Render(ti, in)
 	g.Expect(err).NotTo(HaveOccurred())
-	for k, v := range objs.ConfigMap.Data { // config.yml and entrypoint.py, as the ConfigMap mount holds them
+	for k, v := range objs.ConfigMap.Data { // config.yml, entrypoint.py (metrics.py), as the ConfigMap mount holds them
 		g.Expect(os.WriteFile(filepath.Join(dir, "config", k), []byte(v), 0o644)).To(Succeed())
 	}
 	t.Logf("rendered %s:\n%s", render.ConfigKey, objs.ConfigMap.Data[render.ConfigKey])
 
 	secrets := map[string]map[string][]byte{objs.Names.Secret: gen}
+	if objs.MetricsSecret != nil {
+		secrets[objs.Names.MetricsSecret] = metrics
+	}
 	for k, v := range other {
 		secrets[k] = v
 	}
@@ -291,6 +298,10 @@ func (d *deployment) env(c *corev1ac.ContainerApplyConfiguration) []string {
 			val = filepath.Join(d.dir, "config")
 		case "HOME":
 			val = filepath.Join(d.dir, "tmp")
+		case render.EnvMetricsDir, "METRICS_DIR": // the Tiled container's and the metrics sidecar's
+			g := NewWithT(d.t)
+			g.Expect(val).To(Equal(render.MetricsDir))
+			val = filepath.Join(d.dir, "metrics")
 		}
 		out = append(out, name+"="+val)
 	}

@@ -11,9 +11,12 @@ package v1alpha1
 // MonitoringSpecApplyConfiguration represents a declarative configuration of the MonitoringSpec type for use
 // with apply.
 //
-// MonitoringSpec configures Prometheus scraping of Tiled's metrics at /api/v1/metrics.
+// MonitoringSpec configures Prometheus scraping of Tiled's metrics.
 type MonitoringSpecApplyConfiguration struct {
-	// ServiceMonitor creates a prometheus-operator ServiceMonitor when that CRD exists in the cluster.
+	// ServiceMonitor adds a metrics sidecar to the Tiled pods, serving Tiled's metrics on port
+	// metrics (9090) to the bearer token of the Secret <instance>-metrics, and creates a
+	// prometheus-operator ServiceMonitor scraping it with that token (never a Tiled API key) when
+	// that CRD exists in the cluster. Works in single-user mode and under OIDC.
 	ServiceMonitor *bool `json:"serviceMonitor,omitempty"`
 	// Interval between scrapes, e.g. 30s.
 	Interval *string `json:"interval,omitempty"`

@@ -162,7 +162,9 @@ func TestStreamingCacheOutage(t *testing.T) {
 	setStatefulSetReady(t, g, ns, n.Postgres, 1)
 	setStatefulSetReady(t, g, ns, n.Tiled, 1)
 	ti = condition(t, g, ns, ti.Name, controllers.ConditionStreamingCacheReady, metav1.ConditionFalse, controllers.ReasonWaitingForStreamingCache, time.Minute, n.Cache+"-0")
-	g.Expect(meta.FindStatusCondition(ti.Status.Conditions, controllers.ConditionReady).Reason).To(Equal(controllers.ReasonWaitingForStreamingCache))
+	// Ready names the cache once the status has caught up with the database's and Tiled's readiness
+	// too (the status that first says the cache is not ready may still wait for the database).
+	condition(t, g, ns, ti.Name, controllers.ConditionReady, metav1.ConditionFalse, controllers.ReasonWaitingForStreamingCache, time.Minute)
 	g.Expect(exists(t, &corev1.Service{}, ns, n.Cache)).To(BeTrue())
 	secret := &corev1.Secret{}
 	g.Expect(env.Client.Get(ctxT(t), client.ObjectKey{Namespace: ns, Name: n.Secret}, secret)).To(Succeed())
