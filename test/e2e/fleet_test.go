@@ -114,6 +114,9 @@ spec:
       resources:
         requests: {cpu: 10m, memory: 16Mi}
         limits: {memory: 128Mi}
+  # Tiled's metrics through the sidecar, with a token of their own (case 14 scrapes them).
+  monitoring:
+    serviceMonitor: true
 `, tenantNS, tiledImg(), rolloutVar, roll, storageClass, postgresImg, storageClass, cacheImg)
 }
 

@@ -21,7 +21,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -90,9 +89,10 @@ func testPrometheus(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The ServiceMonitor the operator renders for each instance of the first fleet when
-	// spec.monitoring.serviceMonitor is true (on a copy: the fleet itself is not changed), with the
-	// Inputs the instance controller gives render (ServiceMonitorAvailable: the CRD exists).
+	// The ServiceMonitor the operator renders for each instance of the first fleet, whose profile
+	// sets spec.monitoring.serviceMonitor (so its pods run the metrics sidecar and the operator keeps
+	// each instance's metrics Secret), with the Inputs the instance controller gives render
+	// (ServiceMonitorAvailable: as if the CRD existed; this node has no prometheus-operator).
 	var tis v1alpha1.TiledInstanceList
 	if err := cl.List(ctx, &tis, client.InNamespace(tenantNS), client.MatchingLabels{v1alpha1.LabelCluster: clusterName}); err != nil {
 		t.Fatal(err)
@@ -103,14 +103,13 @@ func testPrometheus(t *testing.T) {
 	monitors := []*unstructured.Unstructured{operatorMonitor}
 	var urls []string
 	for i := range tis.Items {
-		ti := tis.Items[i].DeepCopy()
-		if ti.Spec.Monitoring == nil {
-			ti.Spec.Monitoring = &v1alpha1.MonitoringSpec{}
+		ti := &tis.Items[i]
+		if !render.Monitored(ti) {
+			t.Fatalf("TiledInstance %s/%s: spec.monitoring.serviceMonitor is not true; the first fleet's profile sets it", ti.Namespace, ti.Name)
 		}
-		ti.Spec.Monitoring.ServiceMonitor = ptr.To(true)
 		sm := render.ServiceMonitor(ti, render.Inputs{ServiceMonitorAvailable: true, ToolsImage: expansion.PostgresImage})
 		if sm == nil {
-			t.Fatalf("render.ServiceMonitor returns nothing for %s (not single-user?)", ti.Name)
+			t.Fatalf("render.ServiceMonitor returns nothing for %s", ti.Name)
 		}
 		monitors = append(monitors, sm)
 		urls = append(urls, fmt.Sprintf("http://%s.%s.svc:%d/api/v1/", fleet.NamesOf(ti).Tiled, ti.Namespace, render.Port))
