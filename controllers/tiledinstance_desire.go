@@ -94,51 +94,30 @@ func (r *TiledInstanceReconciler) expanded(ctx context.Context, cur *instanceSta
 // secretData returns the complete data of the instance's Secret: what exists (in the cache, or last
 // applied when the cache has not caught up) plus newly generated values for missing keys only.
 func (r *TiledInstanceReconciler) secretData(ctx context.Context, cur *instanceState, spec *tiledv1alpha1.TiledInstance) (map[string][]byte, error) {
-	existing, err := r.existingSecretData(ctx, cur, spec, names.For(spec.Namespace, spec.Name).Secret,
-		func(s instanceSecrets) map[string][]byte { return s.data })
-	if err != nil {
-		return nil, err
-	}
-	gen, err := render.GenerateSecretData(spec, existing, r.random())
-	if err != nil {
-		return nil, fmt.Errorf("generating the secrets of %s/%s: %w", spec.Namespace, spec.Name, err)
-	}
-	for k, v := range gen {
-		existing[k] = v
-	}
-	return existing, nil
+	return r.completeSecretData(ctx, cur, spec, names.For(spec.Namespace, spec.Name).Secret,
+		func(s instanceSecrets) map[string][]byte { return s.data }, render.GenerateSecretData)
 }
 
 // metricsSecretData returns the complete data of the instance's metrics Secret, as secretData does
-// for its Secret: the existing token, or a new one when a ServiceMonitor is asked for and none exists.
-// Without a ServiceMonitor it is the existing data, nil when there is none: a metrics Secret once
-// made stays rendered, as the operator has no permission to delete (prune) Secrets (render.MetricsSecret).
+// for its Secret: the existing token, or a new one when a ServiceMonitor is asked for and none exists
+// (render.GenerateMetricsSecretData). Without a ServiceMonitor it is the existing data, nil when there
+// is none: a metrics Secret once made stays rendered, as the operator has no permission to delete
+// (prune) Secrets (render.MetricsSecret).
 func (r *TiledInstanceReconciler) metricsSecretData(ctx context.Context, cur *instanceState, spec *tiledv1alpha1.TiledInstance) (map[string][]byte, error) {
-	existing, err := r.existingSecretData(ctx, cur, spec, names.For(spec.Namespace, spec.Name).MetricsSecret,
-		func(s instanceSecrets) map[string][]byte { return s.metrics })
-	if err != nil {
+	data, err := r.completeSecretData(ctx, cur, spec, names.For(spec.Namespace, spec.Name).MetricsSecret,
+		func(s instanceSecrets) map[string][]byte { return s.metrics }, render.GenerateMetricsSecretData)
+	if err != nil || len(data) == 0 {
 		return nil, err
 	}
-	if !render.Monitored(spec) {
-		if len(existing) == 0 {
-			return nil, nil
-		}
-		return existing, nil
-	}
-	gen, err := render.GenerateMetricsSecretData(spec, existing, r.random())
-	if err != nil {
-		return nil, fmt.Errorf("generating the metrics token of %s/%s: %w", spec.Namespace, spec.Name, err)
-	}
-	for k, v := range gen {
-		existing[k] = v
-	}
-	return existing, nil
+	return data, nil
 }
 
-// existingSecretData is the data of the instance's Secret name as the cache holds it, or, when the
-// cache has not yet seen it, as last applied for this instance (remembered picks it from memory).
-func (r *TiledInstanceReconciler) existingSecretData(ctx context.Context, cur *instanceState, spec *tiledv1alpha1.TiledInstance,
-	name string, remembered func(instanceSecrets) map[string][]byte) (map[string][]byte, error) {
+// completeSecretData is the data of the instance's Secret name as the cache holds it, or, when the
+// cache has not yet seen it, as last applied for this instance (remembered picks it from memory),
+// with what generate returns for the keys missing from it: existing values are never regenerated.
+func (r *TiledInstanceReconciler) completeSecretData(ctx context.Context, cur *instanceState, spec *tiledv1alpha1.TiledInstance,
+	name string, remembered func(instanceSecrets) map[string][]byte,
+	generate func(*tiledv1alpha1.TiledInstance, map[string][]byte, io.Reader) (map[string][]byte, error)) (map[string][]byte, error) {
 	existing := map[string][]byte{}
 	data, err := cur.secret(ctx, name)
 	switch {
@@ -155,6 +134,13 @@ func (r *TiledInstanceReconciler) existingSecretData(ctx context.Context, cur *i
 		}
 	default:
 		return nil, err
+	}
+	gen, err := generate(spec, existing, r.random())
+	if err != nil {
+		return nil, fmt.Errorf("generating the Secret %s of %s/%s: %w", name, spec.Namespace, spec.Name, err)
+	}
+	for k, v := range gen {
+		existing[k] = v
 	}
 	return existing, nil
 }

@@ -114,12 +114,13 @@ func randomString(r io.Reader, n int) (string, error) {
 // Secret returns the instance's Secret with data, which must be the complete data (existing keys
 // plus generated ones): server-side apply removes keys the operator owned and no longer sends.
 func Secret(ti *v1alpha1.TiledInstance, in Inputs) *corev1ac.SecretApplyConfiguration {
-	n := in.names(ti)
-	data := make(map[string][]byte, len(in.SecretData))
-	for k, v := range in.SecretData {
-		data[k] = v
-	}
-	return corev1ac.Secret(n.Secret, ti.Namespace).
+	return opaqueSecret(ti, in.names(ti).Secret, in.SecretData)
+}
+
+// opaqueSecret is an Opaque Secret of the instance with data (WithData copies it), the complete data:
+// server-side apply removes the keys the operator owned and no longer sends.
+func opaqueSecret(ti *v1alpha1.TiledInstance, name string, data map[string][]byte) *corev1ac.SecretApplyConfiguration {
+	return corev1ac.Secret(name, ti.Namespace).
 		WithLabels(Labels(ti, ComponentServer)).
 		WithType("Opaque").
 		WithData(data)
@@ -156,13 +157,5 @@ func MetricsSecret(ti *v1alpha1.TiledInstance, in Inputs) *corev1ac.SecretApplyC
 	if !Monitored(ti) && len(in.MetricsSecretData) == 0 {
 		return nil
 	}
-	n := in.names(ti)
-	data := make(map[string][]byte, len(in.MetricsSecretData))
-	for k, v := range in.MetricsSecretData {
-		data[k] = v
-	}
-	return corev1ac.Secret(n.MetricsSecret, ti.Namespace).
-		WithLabels(Labels(ti, ComponentServer)).
-		WithType("Opaque").
-		WithData(data)
+	return opaqueSecret(ti, in.names(ti).MetricsSecret, in.MetricsSecretData)
 }

@@ -25,7 +25,6 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	"github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/names"
@@ -518,20 +517,7 @@ func (o *backupsOptions) run(ctx context.Context, instance string) error {
 	if st == nil {
 		st = &v1alpha1.BackupStatus{}
 	}
-	switch o.output {
-	case "json":
-		b, err := json.MarshalIndent(st, "", "    ")
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(o.streams.Out, "%s\n", b)
-		return err
-	case "yaml":
-		b, err := yaml.Marshal(st)
-		if err != nil {
-			return err
-		}
-		_, err = o.streams.Out.Write(b)
+	if printed, err := printDocument(o.streams.Out, o.output, st); printed {
 		return err
 	}
 	printBackups(o.streams.Out, ti, clock())

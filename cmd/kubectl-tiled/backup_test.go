@@ -221,15 +221,7 @@ func TestBackupErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
 			useClient(t, fakeClient(t, nil, tc.objs...))
-			code, out, errOut := runCmd("", append([]string{"backup", "-n", backupNS}, tc.args...)...)
-			g.Expect(code).To(Equal(1))
-			g.Expect(out).To(BeEmpty())
-			g.Expect(errOut).To(HavePrefix(tc.stderr))
-			if tc.usage {
-				g.Expect(errOut).To(HaveSuffix("See 'kubectl tiled backup -h' for help and examples.\n"))
-			} else {
-				g.Expect(errOut).To(Equal(tc.stderr), "the whole message")
-			}
+			expectRefused(g, "backup", tc.args, tc.stderr, tc.usage)
 		})
 	}
 }
@@ -495,15 +487,7 @@ func TestBackupsErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
 			useClient(t, fakeClient(t, nil, instance("chx", nil, nil)))
-			code, out, errOut := runCmd("", append([]string{"backups", "-n", backupNS}, tc.args...)...)
-			g.Expect(code).To(Equal(1))
-			g.Expect(out).To(BeEmpty())
-			g.Expect(errOut).To(HavePrefix(tc.stderr))
-			if tc.usage {
-				g.Expect(errOut).To(HaveSuffix("See 'kubectl tiled backups -h' for help and examples.\n"))
-			} else {
-				g.Expect(errOut).To(Equal(tc.stderr))
-			}
+			expectRefused(g, "backups", tc.args, tc.stderr, tc.usage)
 		})
 	}
 }

@@ -190,3 +190,18 @@ func TestOfflineCommandsContactNoCluster(t *testing.T) {
 		})
 	}
 }
+
+// expectRefused runs `kubectl tiled COMMAND -n backupNS ARGS` and requires a refusal: exit status 1,
+// nothing on stdout, stderr starting with want; a usage error ends with the hint to run -h, any
+// other error is want whole.
+func expectRefused(g Gomega, command string, args []string, want string, usage bool) {
+	code, out, errOut := runCmd("", append([]string{command, "-n", backupNS}, args...)...)
+	g.Expect(code).To(Equal(1))
+	g.Expect(out).To(BeEmpty())
+	g.Expect(errOut).To(HavePrefix(want))
+	if usage {
+		g.Expect(errOut).To(HaveSuffix("See 'kubectl tiled " + command + " -h' for help and examples.\n"))
+	} else {
+		g.Expect(errOut).To(Equal(want), "the whole message")
+	}
+}

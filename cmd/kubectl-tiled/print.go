@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"io"
 
 	"github.com/spf13/cobra"
@@ -58,4 +59,26 @@ func printInstances(w io.Writer, printer printers.ResourcePrinter, format string
 		}
 	}
 	return nil
+}
+
+// printDocument prints v as JSON (indented, a final newline) or YAML when output is "json" or
+// "yaml", and says whether it did: any other output is the command's own text.
+func printDocument(w io.Writer, output string, v any) (bool, error) {
+	var b []byte
+	var err error
+	switch output {
+	case "json":
+		if b, err = json.MarshalIndent(v, "", "    "); err == nil {
+			b = append(b, '\n')
+		}
+	case "yaml":
+		b, err = yaml.Marshal(v)
+	default:
+		return false, nil
+	}
+	if err != nil {
+		return true, err
+	}
+	_, err = w.Write(b)
+	return true, err
 }

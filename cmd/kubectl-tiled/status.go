@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -18,7 +17,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	"github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/names"
@@ -257,20 +255,7 @@ func (o *statusOptions) run(ctx context.Context, arg string) error {
 	if err != nil {
 		return err
 	}
-	switch o.output {
-	case "json":
-		b, err := json.MarshalIndent(doc, "", "    ")
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(o.streams.Out, "%s\n", b)
-		return err
-	case "yaml":
-		b, err := yaml.Marshal(doc)
-		if err != nil {
-			return err
-		}
-		_, err = o.streams.Out.Write(b)
+	if printed, err := printDocument(o.streams.Out, o.output, doc); printed {
 		return err
 	}
 	p := &statusPrinter{w: o.streams.Out, now: clock(), color: useColor(o.color, o.streams.Out)}

@@ -403,15 +403,7 @@ func TestStatusErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
 			useClient(t, statusClient(t, nil, append(healthyFleet(), twin)...))
-			code, out, errOut := runCmd("", append([]string{"status", "-n", backupNS}, tc.args...)...)
-			g.Expect(code).To(Equal(1))
-			g.Expect(out).To(BeEmpty())
-			g.Expect(errOut).To(HavePrefix(tc.stderr))
-			if tc.usage {
-				g.Expect(errOut).To(HaveSuffix("See 'kubectl tiled status -h' for help and examples.\n"))
-			} else {
-				g.Expect(errOut).To(Equal(tc.stderr))
-			}
+			expectRefused(g, "status", tc.args, tc.stderr, tc.usage)
 		})
 	}
 }

@@ -3,8 +3,14 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/bluesky/tiled-operator/expansion"
 )
@@ -185,12 +191,34 @@ print("E2E-OK", sorted(c))
 // pythonClientPodYAML is a restricted pod in namespace that runs script with the Tiled Python client
 // of image, against url with the instance's API key (from its Secret), the args after the script.
 func pythonClientPodYAML(name, namespace, image, script, url, secret string, args ...string) string {
+	return pythonPodYAML(pythonPod{name: name, namespace: namespace, image: image, script: script, args: args,
+		env: fmt.Sprintf(`    env:
+    - {name: TILED_URL, value: %q}
+    - {name: HOME, value: /tmp}
+    - name: TILED_API_KEY
+      valueFrom: {secretKeyRef: {name: %s, key: TILED_SINGLE_USER_API_KEY}}
+`, url, secret)})
+}
+
+// pythonPod is a restricted pod (the restricted Pod Security Standard) whose one container runs a
+// Python script with python -c, the args after it.
+type pythonPod struct {
+	name, namespace, image, script string
+	args                           []string
+	// specExtra is YAML added under spec (e.g. serviceAccountName), indented two spaces.
+	specExtra string
+	// env is the container's env block, indented four spaces; empty: none.
+	env string
+}
+
+// pythonPodYAML is the pod p as YAML.
+func pythonPodYAML(p pythonPod) string {
 	var ind strings.Builder
-	for _, l := range strings.Split(strings.TrimSpace(script), "\n") {
+	for _, l := range strings.Split(strings.TrimSpace(p.script), "\n") {
 		ind.WriteString("      " + l + "\n")
 	}
 	var argv strings.Builder
-	for _, a := range args {
+	for _, a := range p.args {
 		fmt.Fprintf(&argv, "    - %q\n", a)
 	}
 	return fmt.Sprintf(`apiVersion: v1
@@ -200,7 +228,7 @@ metadata:
   namespace: %s
 spec:
   restartPolicy: Never
-  securityContext:
+%s  securityContext:
     runAsNonRoot: true
     runAsUser: 999
     runAsGroup: 999
@@ -212,13 +240,30 @@ spec:
     command: [python, -c]
     args:
     - |
-%s%s    env:
-    - {name: TILED_URL, value: %q}
-    - {name: HOME, value: /tmp}
-    - name: TILED_API_KEY
-      valueFrom: {secretKeyRef: {name: %s, key: TILED_SINGLE_USER_API_KEY}}
-    securityContext:
+%s%s%s    securityContext:
       allowPrivilegeEscalation: false
       capabilities: {drop: [ALL]}
-`, name, namespace, image, ind.String(), argv.String(), url, secret)
+`, p.name, p.namespace, p.specExtra, p.image, ind.String(), argv.String(), p.env)
+}
+
+// runPythonPod runs the pod p (replacing one of its name) to its end within timeout and returns its
+// log; the pod must succeed and print E2E-OK.
+func runPythonPod(t *testing.T, p pythonPod, timeout time.Duration) string {
+	t.Helper()
+	_, _ = kubectl(nil, "-n", p.namespace, "delete", "pod", p.name, "--ignore-not-found", "--wait=true")
+	mustKubectl(t, []byte(pythonPodYAML(p)), "apply", "--server-side", "-f", "-")
+	var phase corev1.PodPhase
+	eventually(t, timeout, time.Second, "pod "+p.namespace+"/"+p.name+" finished", func() (bool, string) {
+		var pod corev1.Pod
+		if err := cl.Get(context.Background(), types.NamespacedName{Namespace: p.namespace, Name: p.name}, &pod); err != nil {
+			return false, err.Error()
+		}
+		phase = pod.Status.Phase
+		return phase == corev1.PodSucceeded || phase == corev1.PodFailed, string(phase)
+	})
+	logs, _ := kubectl(nil, "-n", p.namespace, "logs", p.name)
+	if phase != corev1.PodSucceeded || !strings.Contains(logs, "E2E-OK") {
+		t.Fatalf("pod %s/%s: phase %s\n%s", p.namespace, p.name, phase, logs)
+	}
+	return logs
 }

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -206,13 +205,13 @@ func scrapeManagers(t *testing.T) map[string]string {
 		t.Fatal(err)
 	}
 	byIP := map[string]string{}
-	var args strings.Builder
+	var ips []string
 	for _, p := range pods.Items {
 		if p.Status.PodIP == "" || p.DeletionTimestamp != nil {
 			continue
 		}
 		byIP[p.Status.PodIP] = p.Name
-		fmt.Fprintf(&args, "    - %q\n", p.Status.PodIP)
+		ips = append(ips, p.Status.PodIP)
 	}
 	if len(byIP) < 2 {
 		t.Fatalf("%d manager pods with an IP, want 2 (leader and standby)", len(byIP))
@@ -229,47 +228,8 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: tiled-op
 subjects:
 - {kind: ServiceAccount, name: scraper, namespace: %[1]s}
 `, metricsNS)), "apply", "--server-side", "-f", "-")
-	var script strings.Builder
-	for _, l := range strings.Split(strings.TrimSpace(scrapeScript), "\n") {
-		script.WriteString("      " + l + "\n")
-	}
-	const name = "scraper"
-	_, _ = kubectl(nil, "-n", metricsNS, "delete", "pod", name, "--ignore-not-found", "--wait=true")
-	mustKubectl(t, []byte(fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata: {name: %s, namespace: %s}
-spec:
-  restartPolicy: Never
-  serviceAccountName: scraper
-  securityContext:
-    runAsNonRoot: true
-    runAsUser: 999
-    runAsGroup: 999
-    seccompProfile: {type: RuntimeDefault}
-  containers:
-  - name: scraper
-    image: %s
-    imagePullPolicy: IfNotPresent
-    command: [python, -c]
-    args:
-    - |
-%s%s    securityContext:
-      allowPrivilegeEscalation: false
-      capabilities: {drop: [ALL]}
-`, name, metricsNS, tiledImg(), script.String(), args.String())), "apply", "--server-side", "-f", "-")
-	var phase corev1.PodPhase
-	eventually(t, 3*time.Minute, time.Second, "scraper pod finished", func() (bool, string) {
-		var p corev1.Pod
-		if err := cl.Get(context.Background(), types.NamespacedName{Namespace: metricsNS, Name: name}, &p); err != nil {
-			return false, err.Error()
-		}
-		phase = p.Status.Phase
-		return phase == corev1.PodSucceeded || phase == corev1.PodFailed, string(phase)
-	})
-	logs, _ := kubectl(nil, "-n", metricsNS, "logs", name)
-	if phase != corev1.PodSucceeded || !strings.Contains(logs, "E2E-OK") {
-		t.Fatalf("scraper pod: phase %s\n%s", phase, logs)
-	}
+	logs := runPythonPod(t, pythonPod{name: "scraper", namespace: metricsNS, image: tiledImg(),
+		script: scrapeScript, args: ips, specExtra: "  serviceAccountName: scraper\n"}, 3*time.Minute)
 	line := regexp.MustCompile(`^E2E-METRIC (\S+) (.*)$`)
 	out := map[string]string{}
 	for _, l := range strings.Split(logs, "\n") {

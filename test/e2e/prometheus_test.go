@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/url"
@@ -321,48 +320,8 @@ print("E2E-OK")
 // trafficPod makes a few requests to each Tiled from a pod of promNS and waits for it to end.
 func trafficPod(t *testing.T, urls []string) {
 	t.Helper()
-	const name = "traffic"
-	var script, args strings.Builder
-	for _, l := range strings.Split(strings.TrimSpace(trafficScript), "\n") {
-		script.WriteString("      " + l + "\n")
-	}
-	for _, u := range urls {
-		fmt.Fprintf(&args, "    - %q\n", u)
-	}
-	mustKubectl(t, []byte(fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata: {name: %s, namespace: %s}
-spec:
-  restartPolicy: Never
-  automountServiceAccountToken: false
-  securityContext:
-    runAsNonRoot: true
-    runAsUser: 999
-    runAsGroup: 999
-    seccompProfile: {type: RuntimeDefault}
-  containers:
-  - name: traffic
-    image: %s
-    imagePullPolicy: IfNotPresent
-    command: [python, -c]
-    args:
-    - |
-%s%s    securityContext:
-      allowPrivilegeEscalation: false
-      capabilities: {drop: [ALL]}
-`, name, promNS, tiledImg(), script.String(), args.String())), "apply", "--server-side", "-f", "-")
-	var phase corev1.PodPhase
-	eventually(t, 2*time.Minute, time.Second, "traffic pod finished", func() (bool, string) {
-		var p corev1.Pod
-		if err := cl.Get(context.Background(), types.NamespacedName{Namespace: promNS, Name: name}, &p); err != nil {
-			return false, err.Error()
-		}
-		phase = p.Status.Phase
-		return phase == corev1.PodSucceeded || phase == corev1.PodFailed, string(phase)
-	})
-	if logs, _ := kubectl(nil, "-n", promNS, "logs", name); phase != corev1.PodSucceeded || !strings.Contains(logs, "E2E-OK") {
-		t.Fatalf("traffic pod: phase %s\n%s", phase, logs)
-	}
+	runPythonPod(t, pythonPod{name: "traffic", namespace: promNS, image: tiledImg(), script: trafficScript,
+		args: urls, specExtra: "  automountServiceAccountToken: false\n"}, 2*time.Minute)
 }
 
 // promGet GETs a path of Prometheus's HTTP API through the API server's service proxy and decodes
@@ -748,13 +707,9 @@ spec:
 // readYAMLObject reads a file holding one Kubernetes object.
 func readYAMLObject(t *testing.T, file string) *unstructured.Unstructured {
 	t.Helper()
-	raw, err := os.ReadFile(file)
+	obj, err := promcheck.ReadObject(file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var obj map[string]any
-	if err := yaml.Unmarshal(raw, &obj); err != nil {
-		t.Fatalf("%s: %v", file, err)
-	}
-	return &unstructured.Unstructured{Object: obj}
+	return obj
 }

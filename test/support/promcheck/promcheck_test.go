@@ -19,15 +19,11 @@ const component = "../../../config/components/prometheus"
 
 func readObject(t *testing.T, file string) *unstructured.Unstructured {
 	t.Helper()
-	raw, err := os.ReadFile(file)
+	obj, err := ReadObject(file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var obj map[string]any
-	if err := yaml.Unmarshal(raw, &obj); err != nil {
-		t.Fatalf("%s: %v", file, err)
-	}
-	return &unstructured.Unstructured{Object: obj}
+	return obj
 }
 
 // golden compares got with testdata/name, or writes it there under -update.
