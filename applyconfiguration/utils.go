@@ -78,6 +78,10 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apisv1alpha1.MigrationRecordApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("MonitoringSpec"):
 		return &apisv1alpha1.MonitoringSpecApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("NetworkEgressSpec"):
+		return &apisv1alpha1.NetworkEgressSpecApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("NetworkPolicySpec"):
+		return &apisv1alpha1.NetworkPolicySpecApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("NFSVolumeSource"):
 		return &apisv1alpha1.NFSVolumeSourceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("OIDCAuth"):

@@ -25,8 +25,8 @@ func ServiceMonitorKind() *unstructured.Unstructured {
 
 // ChildKinds are the namespaced kinds the instance controller owns, watches (through a cache
 // restricted to objects labelled as managed by the operator) and prunes. The kinds whose content the
-// operator never reads — ConfigMaps, Services, claims, Ingresses, PodDisruptionBudgets,
-// HorizontalPodAutoscalers: it needs
+// operator never reads — ConfigMaps, Services, claims, Ingresses, NetworkPolicies,
+// PodDisruptionBudgets, HorizontalPodAutoscalers: it needs
 // their existence, owner, labels, intent annotation and managers — are watched and cached as
 // metadata only (metav1.PartialObjectMetadata); the StatefulSet (its status) and the
 // Secret (its generated keys) whole.
@@ -37,6 +37,7 @@ func ChildKinds() []client.Object {
 		metadataOnly(corev1.SchemeGroupVersion.WithKind("PersistentVolumeClaim")),
 		&appsv1.StatefulSet{},
 		metadataOnly(networkingv1.SchemeGroupVersion.WithKind("Ingress")),
+		metadataOnly(networkingv1.SchemeGroupVersion.WithKind("NetworkPolicy")),
 		metadataOnly(policyv1.SchemeGroupVersion.WithKind("PodDisruptionBudget")),
 		metadataOnly(autoscalingv2.SchemeGroupVersion.WithKind("HorizontalPodAutoscaler")),
 		// The upgrade procedure's Jobs: their conditions say how a step ended.

@@ -196,6 +196,61 @@ streaming: {external: {sentinel: {addresses: ["s0:26379"], serviceName: tiled}}}
 			},
 		},
 		{
+			name:     "a NetworkPolicy peer with nothing in it",
+			cluster:  C("", I("x", T(t, "networkPolicy: {tiledFrom: [{namespaceSelector: {}}, {}]}"))),
+			profiles: []v1alpha1.TiledProfile{ok},
+			check: func(g Gomega, err error) {
+				var ie *InvalidFieldError
+				g.Expect(errors.As(err, &ie)).To(BeTrue(), "%v", err)
+				g.Expect(ie.Layer).To(Equal("instance/x/overrides"))
+				g.Expect(ie.Field).To(Equal("spec.networkPolicy.tiledFrom[1]"))
+				g.Expect(ie.Reason).To(ContainSubstring("sets podSelector, namespaceSelector or ipBlock"))
+			},
+		},
+		{
+			name:     "an ipBlock beside a selector",
+			cluster:  C("networkPolicy: {tiledFrom: [{ipBlock: {cidr: 10.0.0.0/8}, podSelector: {}}]}", I("x", nil)),
+			profiles: []v1alpha1.TiledProfile{ok},
+			check: func(g Gomega, err error) {
+				var ie *InvalidFieldError
+				g.Expect(errors.As(err, &ie)).To(BeTrue(), "%v", err)
+				g.Expect(ie.Field).To(Equal("spec.networkPolicy.tiledFrom[0].ipBlock"))
+				g.Expect(ie.Reason).To(ContainSubstring("may not be combined"))
+			},
+		},
+		{
+			name:     "an egress exception outside its CIDR",
+			cluster:  C("", I("x", T(t, "networkPolicy: {egress: {restricted: true, allow: [{to: [{ipBlock: {cidr: 10.1.0.0/16, except: [10.2.0.0/24]}}]}]}}"))),
+			profiles: []v1alpha1.TiledProfile{ok},
+			check: func(g Gomega, err error) {
+				var ie *InvalidFieldError
+				g.Expect(errors.As(err, &ie)).To(BeTrue(), "%v", err)
+				g.Expect(ie.Field).To(Equal("spec.networkPolicy.egress.allow[0].to[0].ipBlock.except[0]"))
+				g.Expect(ie.Reason).To(ContainSubstring("within the cidr 10.1.0.0/16"))
+			},
+		},
+		{
+			name:     "an egress port range below its port",
+			cluster:  C("", I("x", T(t, "networkPolicy: {egress: {restricted: true, allow: [{ports: [{port: 5432, endPort: 80}]}]}}"))),
+			profiles: []v1alpha1.TiledProfile{ok},
+			check: func(g Gomega, err error) {
+				var ie *InvalidFieldError
+				g.Expect(errors.As(err, &ie)).To(BeTrue(), "%v", err)
+				g.Expect(ie.Field).To(Equal("spec.networkPolicy.egress.allow[0].ports[0].endPort"))
+				g.Expect(ie.Reason).To(ContainSubstring("must not be below port 5432"))
+			},
+		},
+		{
+			name:     "a bad namespace selector",
+			cluster:  C("", I("x", T(t, "networkPolicy: {tiledFrom: [{namespaceSelector: {matchLabels: {'bad key!': x}}}]}"))),
+			profiles: []v1alpha1.TiledProfile{ok},
+			check: func(g Gomega, err error) {
+				var ie *InvalidFieldError
+				g.Expect(errors.As(err, &ie)).To(BeTrue(), "%v", err)
+				g.Expect(ie.Field).To(ContainSubstring("spec.networkPolicy.tiledFrom[0].namespaceSelector.matchLabels"))
+			},
+		},
+		{
 			name:     "duplicate instance names",
 			cluster:  C("", I("x", nil), I("x", nil)),
 			profiles: []v1alpha1.TiledProfile{ok},

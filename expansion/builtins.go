@@ -22,13 +22,22 @@ const PostgresImage = "postgres:16"
 // continuation of Redis, whose images also provide the redis-server and redis-cli the cache runs.
 const CacheImage = "valkey/valkey:8.1"
 
+// DefaultIngressControllerNamespace is the namespace whose pods may reach Tiled's port besides the
+// instance's own namespace, unless a layer sets spec.networkPolicy.ingressControllerNamespace: where
+// the ingress-nginx project's manifests and chart install the controller.
+const DefaultIngressControllerNamespace = "ingress-nginx"
+
+// DefaultMetricsNamespace is the namespace whose pods may reach the Tiled pods' metrics sidecar unless
+// a layer sets spec.networkPolicy.metricsNamespace: where kube-prometheus installs Prometheus.
+const DefaultMetricsNamespace = "monitoring"
+
 // DefaultUID is the uid, gid and fsGroup the Tiled pods run as unless a layer sets
 // spec.tiled.runAsUser, runAsGroup or fsGroup (the managed PostgreSQL always runs as it).
 const DefaultUID int64 = 999
 
 // BuiltinsVersion names the set of built-in defaults below. It changes whenever a default changes,
 // so that a cluster's expansion can say which defaults it used.
-const BuiltinsVersion = "2026.12.1"
+const BuiltinsVersion = "2026.12.2"
 
 // Builtins is the lowest layer of every expansion: the operator's own defaults, versioned.
 type Builtins struct {
@@ -41,7 +50,8 @@ type Builtins struct {
 // DefaultBuiltins returns the operator's built-in defaults at BuiltinsVersion: a small, secure
 // Tiled (one replica running as uid and gid 999, single-user API key, no anonymous access) on a
 // 10Gi ReadWriteOnce volume of the cluster's default storage class, with a managed PostgreSQL
-// database, a managed streaming cache, and a ClusterIP Service. Each call returns a fresh copy.
+// database, a managed streaming cache, a ClusterIP Service, and NetworkPolicies that admit only the
+// instance's own pods to its database and cache. Each call returns a fresh copy.
 func DefaultBuiltins() Builtins {
 	q := resource.MustParse
 	return Builtins{
@@ -93,6 +103,12 @@ func DefaultBuiltins() Builtins {
 			Monitoring: &v1alpha1.MonitoringSpec{
 				ServiceMonitor: ptr.To(false),
 				Interval:       "30s",
+			},
+			NetworkPolicy: &v1alpha1.NetworkPolicySpec{
+				Enabled:                    ptr.To(true),
+				IngressControllerNamespace: ptr.To(DefaultIngressControllerNamespace),
+				MetricsNamespace:           ptr.To(DefaultMetricsNamespace),
+				Egress:                     &v1alpha1.NetworkEgressSpec{Restricted: ptr.To(false)},
 			},
 			Streaming: &v1alpha1.StreamingSpec{
 				Enabled: ptr.To(true),

@@ -108,6 +108,9 @@ func validateTemplate(root *field.Path, t *v1alpha1.InstanceTemplate, complete b
 	if t.Streaming != nil {
 		v.streaming(root.Child("streaming"), t)
 	}
+	if t.NetworkPolicy != nil {
+		v.networkPolicy(root.Child("networkPolicy"), t.NetworkPolicy)
+	}
 	if complete {
 		v.replicas(root, t)
 	}

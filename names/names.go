@@ -99,7 +99,8 @@ func Object(base, suffix string, limit int) string {
 type Objects struct {
 	// Base is the name the others derive from: the TiledInstance's own name.
 	Base string
-	// Tiled names the StatefulSet, Service, Ingress, PodDisruptionBudget and ServiceMonitor of Tiled.
+	// Tiled names the StatefulSet, Service, Ingress, PodDisruptionBudget, ServiceMonitor and
+	// NetworkPolicy of Tiled.
 	Tiled string
 	// HeadlessService governs the Tiled StatefulSet.
 	HeadlessService string
@@ -129,6 +130,10 @@ type Objects struct {
 	// BackupCronJob takes the scheduled backups; its Jobs (and the on-demand ones `kubectl tiled
 	// backup` creates from it) are named after it.
 	BackupCronJob string
+	// EgressPolicy is the NetworkPolicy that restricts the connections of the instance's pods
+	// (spec.networkPolicy.egress.restricted). The other NetworkPolicies are named like the workloads
+	// whose pods they select: Tiled, Postgres and Cache.
+	EgressPolicy string
 }
 
 // Job names the Job of one step of the upgrade procedure (check, backup, migrate, restore); key
@@ -158,6 +163,7 @@ func For(namespace, name string) Objects {
 		BackupClaim:     Object(b, "backups", MaxObjectNameLength),
 		BackupCronJob:   Object(b, "backup", MaxCronJobNameLength),
 		Cache:           Object(b, "cache", MaxStatefulSetNameLength),
+		EgressPolicy:    Object(b, "egress", MaxObjectNameLength),
 	}
 }
 

@@ -6,10 +6,12 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
@@ -55,6 +57,12 @@ func baseInstance(name string) *v1alpha1.TiledInstance {
 				}},
 				DataTTLSeconds: ptr.To[int32](3600), SequenceTTLSeconds: ptr.To[int32](2592000),
 			},
+			NetworkPolicy: &v1alpha1.NetworkPolicySpec{
+				Enabled:                    ptr.To(true),
+				IngressControllerNamespace: ptr.To("ingress-nginx"),
+				MetricsNamespace:           ptr.To("monitoring"),
+				Egress:                     &v1alpha1.NetworkEgressSpec{Restricted: ptr.To(false)},
+			},
 		}},
 	}
 }
@@ -98,6 +106,22 @@ func oidcExternal() *v1alpha1.TiledInstance {
 			TLS:               ptr.To(true),
 		}},
 		DataTTLSeconds: ptr.To[int32](600),
+	}
+	// Only the facility's notebooks and the ingress controller reach Tiled; its pods connect out only
+	// to DNS, the external database, the Sentinels and the OIDC providers (the facility's proxy).
+	ti.Spec.NetworkPolicy.IngressControllerNamespace = ptr.To("")
+	ti.Spec.NetworkPolicy.TiledFrom = []networkingv1.NetworkPolicyPeer{
+		{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"facility.example.org/notebooks": "true"}}},
+		{IPBlock: &networkingv1.IPBlock{CIDR: "10.20.0.0/16", Except: []string{"10.20.99.0/24"}}},
+	}
+	tcp := corev1.ProtocolTCP
+	ti.Spec.NetworkPolicy.Egress = &v1alpha1.NetworkEgressSpec{
+		Restricted: ptr.To(true),
+		Allow: []networkingv1.NetworkPolicyEgressRule{
+			{Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: ptr.To(intstr.FromInt32(5432))}}, To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "10.30.1.5/32"}}}},
+			{Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: ptr.To(intstr.FromInt32(26379)), EndPort: ptr.To[int32](26381)}}, To: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "redis"}}, PodSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "app", Operator: metav1.LabelSelectorOpIn, Values: []string{"sentinel", "redis"}}}}}}},
+			{Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: ptr.To(intstr.FromInt32(3128))}}, To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "10.0.0.8/32"}}}},
+		},
 	}
 	return ti
 }

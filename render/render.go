@@ -40,6 +40,7 @@ type Objects struct {
 	CacheService    *corev1ac.ServiceApplyConfiguration                        // nil without a managed streaming cache
 	Cache           *appsv1ac.StatefulSetApplyConfiguration                    // nil without a managed streaming cache
 	HPA             *autoscalingv2ac.HorizontalPodAutoscalerApplyConfiguration // nil unless autoscaling
+	NetworkPolicies NetworkPolicies                                            // all nil unless spec.networkPolicy.enabled
 }
 
 // Render renders every object of the instance. The Secret holds in.SecretData as given: callers
@@ -74,6 +75,7 @@ func Render(ti *v1alpha1.TiledInstance, in Inputs) (*Objects, error) {
 	o.PostgresInit, o.PostgresService, o.Postgres = Postgres(ti, in)
 	o.CacheService, o.Cache = StreamingCache(ti, in)
 	o.HPA = HorizontalPodAutoscaler(ti, in)
+	o.NetworkPolicies = RenderNetworkPolicies(ti, in)
 	if o.Job, err = LifecycleJob(ti, in); err != nil {
 		return nil, err
 	}
@@ -83,8 +85,9 @@ func Render(ti *v1alpha1.TiledInstance, in Inputs) (*Objects, error) {
 	return o, nil
 }
 
-// All returns every rendered object, nil ones left out, in the order they are applied: what a pod
-// needs (Secret, ConfigMap, claims, volumes) before the workloads that mount it. Each is a typed apply
+// All returns every rendered object, nil ones left out, in the order they are applied: the
+// NetworkPolicies first (no database or cache pod is ever up without the policy that guards it), then
+// what a pod needs (Secret, ConfigMap, claims, volumes) before the workloads that mount it. Each is a typed apply
 // configuration, or *unstructured.Unstructured for the ServiceMonitor.
 func (o *Objects) All() []any {
 	var out []any
@@ -92,6 +95,9 @@ func (o *Objects) All() []any {
 		if !isNil {
 			out = append(out, v)
 		}
+	}
+	for _, p := range o.NetworkPolicies.All() {
+		add(p, false)
 	}
 	add(o.Secret, o.Secret == nil)
 	add(o.MetricsSecret, o.MetricsSecret == nil)

@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 )
 
@@ -52,6 +53,13 @@ type InstanceTemplate struct {
 	// profile may name an external one instead, or turn streaming off.
 	// +optional
 	Streaming *StreamingSpec `json:"streaming,omitempty"`
+
+	// NetworkPolicy configures the NetworkPolicies the operator renders for the instance (on by
+	// default): its database and streaming cache accept connections only from the instance's own
+	// pods, Tiled's port only from the sources named here, and, when egress is restricted, the
+	// instance's pods connect only to DNS, their database and cache and the destinations allowed.
+	// +optional
+	NetworkPolicy *NetworkPolicySpec `json:"networkPolicy,omitempty"`
 
 	// Config is a free-form fragment of Tiled's own configuration file, merged over the configuration
 	// the operator renders (maps merge, other values replace). Tiled rejects unknown keys, so only keys
@@ -828,4 +836,66 @@ type BackupS3Target struct {
 	// certificate is checked against (absent: the system's).
 	// +optional
 	CACertificateSecret *LocalObjectReference `json:"caCertificateSecret,omitempty"`
+}
+
+// NetworkPolicySpec configures the networking.k8s.io/v1 NetworkPolicies of an instance. They take
+// effect only where the cluster's network plugin enforces NetworkPolicy (Calico, Cilium, kube-router,
+// Antrea, OVN-Kubernetes...); elsewhere they are inert. They select pods by the labels the operator
+// sets (app.kubernetes.io/instance, app.kubernetes.io/component), which anyone allowed to create pods
+// in the namespace can also set: the policies keep other tenants' and other namespaces' pods out,
+// not someone who may create pods beside the instance.
+type NetworkPolicySpec struct {
+	// Enabled renders the instance's NetworkPolicies (built-in default true): <instance> for the
+	// Tiled pods, <instance>-postgres for a managed database, <instance>-cache for a managed
+	// streaming cache and, with egress.restricted, <instance>-egress. False removes them.
+	// +optional
+	Enabled *bool `json:"enabled,omitempty"`
+
+	// IngressControllerNamespace is the namespace of the ingress controller whose pods may open
+	// connections to Tiled's port (8000), besides every pod of the instance's own namespace (built-in
+	// default ingress-nginx). Set "" where no ingress controller fronts Tiled.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$`
+	IngressControllerNamespace *string `json:"ingressControllerNamespace,omitempty"`
+
+	// TiledFrom are more sources allowed to open connections to Tiled's port: NetworkPolicy peers
+	// (podSelector, namespaceSelector, ipBlock), e.g. the namespace of the facility's analysis
+	// notebooks or a load balancer's address range. The list is replaced whole across layers.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=atomic
+	TiledFrom []networkingv1.NetworkPolicyPeer `json:"tiledFrom,omitempty"`
+
+	// MetricsNamespace is the namespace of the Prometheus that scrapes the Tiled pods' metrics sidecar
+	// (port 9090, with spec.monitoring.serviceMonitor): its pods may connect to that port (built-in
+	// default monitoring). Set "" to allow none.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$`
+	MetricsNamespace *string `json:"metricsNamespace,omitempty"`
+
+	// Egress restricts the connections the instance's pods open (open by default).
+	// +optional
+	Egress *NetworkEgressSpec `json:"egress,omitempty"`
+}
+
+// NetworkEgressSpec restricts the connections an instance's pods (Tiled, its database and cache, and
+// the upgrade and backup Jobs) open.
+type NetworkEgressSpec struct {
+	// Restricted adds the NetworkPolicy <instance>-egress (built-in default false): the instance's
+	// pods may then open connections only to DNS (port 53, UDP and TCP, anywhere), the instance's
+	// managed database (5432) and managed streaming cache (6379), and the destinations of allow. An
+	// external database, an external streaming cache, OIDC providers and S3 backup targets must then
+	// be listed in allow.
+	// +optional
+	Restricted *bool `json:"restricted,omitempty"`
+
+	// Allow are more egress rules of <instance>-egress: each a list of ports and of destinations
+	// (podSelector, namespaceSelector, ipBlock), as in a NetworkPolicy. The list is replaced whole
+	// across layers. Only used when restricted.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +listType=atomic
+	Allow []networkingv1.NetworkPolicyEgressRule `json:"allow,omitempty"`
 }

@@ -394,6 +394,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: monitoring
       type:
         namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.MonitoringSpec
+    - name: networkPolicy
+      type:
+        namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.NetworkPolicySpec
     - name: storage
       type:
         namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.StorageSpec
@@ -525,6 +528,39 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: server
       type:
         scalar: string
+- name: com.github.bluesky.tiled-operator.apis.v1alpha1.NetworkEgressSpec
+  map:
+    fields:
+    - name: allow
+      type:
+        list:
+          elementType:
+            namedType: io.k8s.api.networking.v1.NetworkPolicyEgressRule
+          elementRelationship: atomic
+    - name: restricted
+      type:
+        scalar: boolean
+- name: com.github.bluesky.tiled-operator.apis.v1alpha1.NetworkPolicySpec
+  map:
+    fields:
+    - name: egress
+      type:
+        namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.NetworkEgressSpec
+    - name: enabled
+      type:
+        scalar: boolean
+    - name: ingressControllerNamespace
+      type:
+        scalar: string
+    - name: metricsNamespace
+      type:
+        scalar: string
+    - name: tiledFrom
+      type:
+        list:
+          elementType:
+            namedType: io.k8s.api.networking.v1.NetworkPolicyPeer
+          elementRelationship: atomic
 - name: com.github.bluesky.tiled-operator.apis.v1alpha1.OIDCAuth
   map:
     fields:
@@ -836,6 +872,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: monitoring
       type:
         namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.MonitoringSpec
+    - name: networkPolicy
+      type:
+        namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.NetworkPolicySpec
     - name: profileSelector
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector
@@ -956,6 +995,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: monitoring
       type:
         namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.MonitoringSpec
+    - name: networkPolicy
+      type:
+        namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.NetworkPolicySpec
     - name: priority
       type:
         scalar: numeric
@@ -1325,6 +1367,8 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: weight
       type:
         scalar: numeric
+- name: io.k8s.api.core.v1.Protocol
+  scalar: string
 - name: io.k8s.api.core.v1.PullPolicy
   scalar: string
 - name: io.k8s.api.core.v1.ResourceClaim
@@ -1449,6 +1493,57 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: weight
       type:
         scalar: numeric
+- name: io.k8s.api.networking.v1.IPBlock
+  map:
+    fields:
+    - name: cidr
+      type:
+        scalar: string
+    - name: except
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: atomic
+- name: io.k8s.api.networking.v1.NetworkPolicyEgressRule
+  map:
+    fields:
+    - name: ports
+      type:
+        list:
+          elementType:
+            namedType: io.k8s.api.networking.v1.NetworkPolicyPort
+          elementRelationship: atomic
+    - name: to
+      type:
+        list:
+          elementType:
+            namedType: io.k8s.api.networking.v1.NetworkPolicyPeer
+          elementRelationship: atomic
+- name: io.k8s.api.networking.v1.NetworkPolicyPeer
+  map:
+    fields:
+    - name: ipBlock
+      type:
+        namedType: io.k8s.api.networking.v1.IPBlock
+    - name: namespaceSelector
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector
+    - name: podSelector
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector
+- name: io.k8s.api.networking.v1.NetworkPolicyPort
+  map:
+    fields:
+    - name: endPort
+      type:
+        scalar: numeric
+    - name: port
+      type:
+        namedType: io.k8s.apimachinery.pkg.util.intstr.IntOrString
+    - name: protocol
+      type:
+        namedType: io.k8s.api.core.v1.Protocol
 - name: io.k8s.apimachinery.pkg.api.resource.Quantity
   scalar: untyped
   list:

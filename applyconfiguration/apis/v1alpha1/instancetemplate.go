@@ -47,6 +47,11 @@ type InstanceTemplateApplyConfiguration struct {
 	// it too. By default (built-in) the operator runs a Redis-protocol cache beside each instance; a
 	// profile may name an external one instead, or turn streaming off.
 	Streaming *StreamingSpecApplyConfiguration `json:"streaming,omitempty"`
+	// NetworkPolicy configures the NetworkPolicies the operator renders for the instance (on by
+	// default): its database and streaming cache accept connections only from the instance's own
+	// pods, Tiled's port only from the sources named here, and, when egress is restricted, the
+	// instance's pods connect only to DNS, their database and cache and the destinations allowed.
+	NetworkPolicy *NetworkPolicySpecApplyConfiguration `json:"networkPolicy,omitempty"`
 	// Config is a free-form fragment of Tiled's own configuration file, merged over the configuration
 	// the operator renders (maps merge, other values replace). Tiled rejects unknown keys, so only keys
 	// of Tiled's config schema belong here, e.g. `{response_bytesize_limit: 500000000}`.
@@ -120,6 +125,14 @@ func (b *InstanceTemplateApplyConfiguration) WithBackup(value *BackupSpecApplyCo
 // If called multiple times, the Streaming field is set to the value of the last call.
 func (b *InstanceTemplateApplyConfiguration) WithStreaming(value *StreamingSpecApplyConfiguration) *InstanceTemplateApplyConfiguration {
 	b.Streaming = value
+	return b
+}
+
+// WithNetworkPolicy sets the NetworkPolicy field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the NetworkPolicy field is set to the value of the last call.
+func (b *InstanceTemplateApplyConfiguration) WithNetworkPolicy(value *NetworkPolicySpecApplyConfiguration) *InstanceTemplateApplyConfiguration {
+	b.NetworkPolicy = value
 	return b
 }
 

@@ -105,6 +105,14 @@ func (b *TiledInstanceSpecApplyConfiguration) WithStreaming(value *StreamingSpec
 	return b
 }
 
+// WithNetworkPolicy sets the NetworkPolicy field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the NetworkPolicy field is set to the value of the last call.
+func (b *TiledInstanceSpecApplyConfiguration) WithNetworkPolicy(value *NetworkPolicySpecApplyConfiguration) *TiledInstanceSpecApplyConfiguration {
+	b.InstanceTemplateApplyConfiguration.NetworkPolicy = value
+	return b
+}
+
 // WithConfig sets the Config field in the declarative configuration to the given value
 // and returns the receiver, so that objects can be built by chaining "With" function invocations.
 // If called multiple times, the Config field is set to the value of the last call.

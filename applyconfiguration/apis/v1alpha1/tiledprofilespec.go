@@ -118,6 +118,14 @@ func (b *TiledProfileSpecApplyConfiguration) WithStreaming(value *StreamingSpecA
 	return b
 }
 
+// WithNetworkPolicy sets the NetworkPolicy field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the NetworkPolicy field is set to the value of the last call.
+func (b *TiledProfileSpecApplyConfiguration) WithNetworkPolicy(value *NetworkPolicySpecApplyConfiguration) *TiledProfileSpecApplyConfiguration {
+	b.InstanceTemplateApplyConfiguration.NetworkPolicy = value
+	return b
+}
+
 // WithConfig sets the Config field in the declarative configuration to the given value
 // and returns the receiver, so that objects can be built by chaining "With" function invocations.
 // If called multiple times, the Config field is set to the value of the last call.

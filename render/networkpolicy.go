@@ -1,0 +1,251 @@
+package render
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+	networkingv1ac "k8s.io/client-go/applyconfigurations/networking/v1"
+
+	v1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
+)
+
+// NamespaceNameLabel is the label the API server sets on every namespace to its own name
+// (kubernetes.io/metadata.name): the way a NetworkPolicy names a namespace.
+const NamespaceNameLabel = "kubernetes.io/metadata.name"
+
+// DNSPort is the port the restricted egress keeps open, over UDP and TCP, to any destination: the
+// cluster's DNS (CoreDNS, or a node-local cache at a link-local address).
+const DNSPort = 53
+
+// NetworkPoliciesEnabled reports whether the instance asks for its NetworkPolicies:
+// spec.networkPolicy.enabled true. An instance without spec.networkPolicy (expanded by a release
+// before NetworkPolicies, and not admitted since) gets none.
+func NetworkPoliciesEnabled(ti *v1alpha1.TiledInstance) bool {
+	p := ti.Spec.NetworkPolicy
+	return p != nil && p.Enabled != nil && *p.Enabled
+}
+
+// EgressRestricted reports whether the instance's pods may connect only where
+// spec.networkPolicy.egress allows.
+func EgressRestricted(ti *v1alpha1.TiledInstance) bool {
+	if !NetworkPoliciesEnabled(ti) {
+		return false
+	}
+	e := ti.Spec.NetworkPolicy.Egress
+	return e != nil && e.Restricted != nil && *e.Restricted
+}
+
+// NetworkPolicies are the NetworkPolicies of one instance; a nil one is not wanted.
+type NetworkPolicies struct {
+	// Tiled admits connections to Tiled's port from the instance's namespace, the ingress
+	// controller's namespace and spec.networkPolicy.tiledFrom, and to the metrics sidecar's port from
+	// the metrics namespace.
+	Tiled *networkingv1ac.NetworkPolicyApplyConfiguration
+	// Postgres admits connections to the managed database only from the instance's Tiled pods and
+	// its Jobs; nil for an external database.
+	Postgres *networkingv1ac.NetworkPolicyApplyConfiguration
+	// Cache admits connections to the managed streaming cache only from the instance's Tiled pods;
+	// nil without a managed cache.
+	Cache *networkingv1ac.NetworkPolicyApplyConfiguration
+	// Egress restricts the connections the instance's pods open; nil unless egress is restricted.
+	Egress *networkingv1ac.NetworkPolicyApplyConfiguration
+}
+
+// RenderNetworkPolicies returns the instance's NetworkPolicies, all nil when
+// spec.networkPolicy.enabled is not true. Each selects pods by the selector labels of the workload it
+// guards (never by a label the operator adds only for it, so that an upgrade that brings the
+// policies restarts no pod) and names the sources allowed by their labels: pods of the instance
+// (app.kubernetes.io/name, app.kubernetes.io/instance, app.kubernetes.io/component) and namespaces by
+// kubernetes.io/metadata.name.
+func RenderNetworkPolicies(ti *v1alpha1.TiledInstance, in Inputs) NetworkPolicies {
+	if !NetworkPoliciesEnabled(ti) {
+		return NetworkPolicies{}
+	}
+	n := in.names(ti)
+	spec := ti.Spec.NetworkPolicy
+	out := NetworkPolicies{}
+
+	// Tiled: its HTTP port from the namespace, the ingress controller and tiledFrom.
+	from := []*networkingv1ac.NetworkPolicyPeerApplyConfiguration{
+		networkingv1ac.NetworkPolicyPeer().WithPodSelector(metav1ac.LabelSelector()),
+	}
+	if ns := deref(spec.IngressControllerNamespace); ns != "" {
+		from = append(from, namespacePeer(ns))
+	}
+	for i := range spec.TiledFrom {
+		from = append(from, peer(&spec.TiledFrom[i]))
+	}
+	tiledRules := []*networkingv1ac.NetworkPolicyIngressRuleApplyConfiguration{
+		networkingv1ac.NetworkPolicyIngressRule().WithPorts(tcpPort(Port)).WithFrom(from...),
+	}
+	if ns := deref(spec.MetricsNamespace); ns != "" && Monitored(ti) {
+		tiledRules = append(tiledRules, networkingv1ac.NetworkPolicyIngressRule().
+			WithPorts(tcpPort(MetricsPort)).WithFrom(namespacePeer(ns)))
+	}
+	out.Tiled = ingressPolicy(ti, n.Tiled, ComponentServer, tiledRules)
+
+	// The managed database: PostgreSQL's port from Tiled and the instance's Jobs only.
+	if db := ti.Spec.Database; db != nil && db.Managed != nil {
+		out.Postgres = ingressPolicy(ti, n.Postgres, ComponentDatabase,
+			[]*networkingv1ac.NetworkPolicyIngressRuleApplyConfiguration{
+				networkingv1ac.NetworkPolicyIngressRule().WithPorts(tcpPort(PostgresPort)).
+					WithFrom(instancePods(ti, ComponentServer, ComponentJob, ComponentBackups)),
+			})
+	}
+	// The managed streaming cache: its port from Tiled only.
+	if ManagedCacheEnabled(ti) {
+		out.Cache = ingressPolicy(ti, n.Cache, ComponentCache,
+			[]*networkingv1ac.NetworkPolicyIngressRuleApplyConfiguration{
+				networkingv1ac.NetworkPolicyIngressRule().WithPorts(tcpPort(CachePort)).
+					WithFrom(instancePods(ti, ComponentServer)),
+			})
+	}
+	if EgressRestricted(ti) {
+		out.Egress = egressPolicy(ti, in)
+	}
+	return out
+}
+
+// All returns the wanted policies, in the order they are applied.
+func (p NetworkPolicies) All() []*networkingv1ac.NetworkPolicyApplyConfiguration {
+	var out []*networkingv1ac.NetworkPolicyApplyConfiguration
+	for _, x := range []*networkingv1ac.NetworkPolicyApplyConfiguration{p.Postgres, p.Cache, p.Tiled, p.Egress} {
+		if x != nil {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// ingressPolicy is the NetworkPolicy name selecting the instance's pods of component (by the
+// workload's own selector labels) and admitting only rules.
+func ingressPolicy(ti *v1alpha1.TiledInstance, name, component string, rules []*networkingv1ac.NetworkPolicyIngressRuleApplyConfiguration) *networkingv1ac.NetworkPolicyApplyConfiguration {
+	return networkingv1ac.NetworkPolicy(name, ti.Namespace).
+		WithLabels(Labels(ti, component)).
+		WithSpec(networkingv1ac.NetworkPolicySpec().
+			WithPodSelector(metav1ac.LabelSelector().WithMatchLabels(SelectorLabels(ti, component))).
+			WithPolicyTypes(networkingv1.PolicyTypeIngress).
+			WithIngress(rules...))
+}
+
+// egressPolicy restricts the connections of every pod of the instance (Tiled, its database and
+// cache, its Jobs) to DNS, the instance's managed database and cache, and spec.networkPolicy.egress.allow.
+func egressPolicy(ti *v1alpha1.TiledInstance, in Inputs) *networkingv1ac.NetworkPolicyApplyConfiguration {
+	n := in.names(ti)
+	rules := []*networkingv1ac.NetworkPolicyEgressRuleApplyConfiguration{
+		networkingv1ac.NetworkPolicyEgressRule().WithPorts(
+			networkingv1ac.NetworkPolicyPort().WithProtocol(corev1.ProtocolUDP).WithPort(intstr.FromInt32(DNSPort)),
+			tcpPort(DNSPort)),
+	}
+	if db := ti.Spec.Database; db != nil && db.Managed != nil {
+		rules = append(rules, networkingv1ac.NetworkPolicyEgressRule().
+			WithPorts(tcpPort(PostgresPort)).WithTo(instancePods(ti, ComponentDatabase)))
+	}
+	if ManagedCacheEnabled(ti) {
+		rules = append(rules, networkingv1ac.NetworkPolicyEgressRule().
+			WithPorts(tcpPort(CachePort)).WithTo(instancePods(ti, ComponentCache)))
+	}
+	for i := range ti.Spec.NetworkPolicy.Egress.Allow {
+		rules = append(rules, egressRule(&ti.Spec.NetworkPolicy.Egress.Allow[i]))
+	}
+	return networkingv1ac.NetworkPolicy(n.EgressPolicy, ti.Namespace).
+		WithLabels(Labels(ti, ComponentServer)).
+		WithSpec(networkingv1ac.NetworkPolicySpec().
+			WithPodSelector(metav1ac.LabelSelector().WithMatchLabels(map[string]string{
+				v1alpha1.LabelAppName:     AppName,
+				v1alpha1.LabelAppInstance: ti.Name,
+			})).
+			WithPolicyTypes(networkingv1.PolicyTypeEgress).
+			WithEgress(rules...))
+}
+
+// instancePods is the peer of the instance's own pods of the given components.
+func instancePods(ti *v1alpha1.TiledInstance, components ...string) *networkingv1ac.NetworkPolicyPeerApplyConfiguration {
+	sel := metav1ac.LabelSelector().WithMatchLabels(map[string]string{
+		v1alpha1.LabelAppName:     AppName,
+		v1alpha1.LabelAppInstance: ti.Name,
+	})
+	if len(components) == 1 {
+		sel.MatchLabels[v1alpha1.LabelAppComponent] = components[0]
+	} else {
+		sel.WithMatchExpressions(metav1ac.LabelSelectorRequirement().
+			WithKey(v1alpha1.LabelAppComponent).WithOperator(metav1.LabelSelectorOpIn).WithValues(components...))
+	}
+	return networkingv1ac.NetworkPolicyPeer().WithPodSelector(sel)
+}
+
+// namespacePeer is every pod of the namespace ns.
+func namespacePeer(ns string) *networkingv1ac.NetworkPolicyPeerApplyConfiguration {
+	return networkingv1ac.NetworkPolicyPeer().WithNamespaceSelector(
+		metav1ac.LabelSelector().WithMatchLabels(map[string]string{NamespaceNameLabel: ns}))
+}
+
+func tcpPort(p int32) *networkingv1ac.NetworkPolicyPortApplyConfiguration {
+	return networkingv1ac.NetworkPolicyPort().WithProtocol(corev1.ProtocolTCP).WithPort(intstr.FromInt32(p))
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// peer converts a NetworkPolicyPeer of the spec into its apply configuration.
+func peer(p *networkingv1.NetworkPolicyPeer) *networkingv1ac.NetworkPolicyPeerApplyConfiguration {
+	out := networkingv1ac.NetworkPolicyPeer()
+	if p.PodSelector != nil {
+		out.WithPodSelector(selector(p.PodSelector))
+	}
+	if p.NamespaceSelector != nil {
+		out.WithNamespaceSelector(selector(p.NamespaceSelector))
+	}
+	if b := p.IPBlock; b != nil {
+		ib := networkingv1ac.IPBlock().WithCIDR(b.CIDR)
+		if len(b.Except) > 0 {
+			ib.WithExcept(b.Except...)
+		}
+		out.WithIPBlock(ib)
+	}
+	return out
+}
+
+// selector converts a label selector of the spec into its apply configuration.
+func selector(s *metav1.LabelSelector) *metav1ac.LabelSelectorApplyConfiguration {
+	out := metav1ac.LabelSelector()
+	if len(s.MatchLabels) > 0 {
+		out.WithMatchLabels(s.MatchLabels)
+	}
+	for _, r := range s.MatchExpressions {
+		req := metav1ac.LabelSelectorRequirement().WithKey(r.Key).WithOperator(r.Operator)
+		if len(r.Values) > 0 {
+			req.WithValues(r.Values...)
+		}
+		out.WithMatchExpressions(req)
+	}
+	return out
+}
+
+// egressRule converts an egress rule of spec.networkPolicy.egress.allow into its apply configuration.
+func egressRule(r *networkingv1.NetworkPolicyEgressRule) *networkingv1ac.NetworkPolicyEgressRuleApplyConfiguration {
+	out := networkingv1ac.NetworkPolicyEgressRule()
+	for i := range r.Ports {
+		p := networkingv1ac.NetworkPolicyPort()
+		if r.Ports[i].Protocol != nil {
+			p.WithProtocol(*r.Ports[i].Protocol)
+		}
+		if r.Ports[i].Port != nil {
+			p.WithPort(*r.Ports[i].Port)
+		}
+		if r.Ports[i].EndPort != nil {
+			p.WithEndPort(*r.Ports[i].EndPort)
+		}
+		out.WithPorts(p)
+	}
+	for i := range r.To {
+		out.WithTo(peer(&r.To[i]))
+	}
+	return out
+}
