@@ -205,7 +205,7 @@ func (b *bundle) sortRendered() error {
 			}
 			b.services = append(b.services, svc)
 			b.extra = append(b.extra, u)
-		case "PodDisruptionBudget":
+		case "PodDisruptionBudget", "NetworkPolicy":
 			b.extra = append(b.extra, u)
 		default:
 			return fmt.Errorf("%s renders %s %s, which hack/bundle does not know where to put", overlay, u.GetKind(), u.GetName())
@@ -312,7 +312,8 @@ func (b *bundle) ownedCRDs() error {
 }
 
 // otherManifests are the rendered objects OLM installs as they are, in the operator's namespace:
-// the roles not bound to the manager, the Services but the webhook's, the PodDisruptionBudget.
+// the roles not bound to the manager, the Services but the webhook's, the PodDisruptionBudget and
+// the NetworkPolicy of the manager pods.
 func (b *bundle) otherManifests() error {
 	for _, u := range b.extra {
 		if b.bound[u.GetKind()+"/"+u.GetName()] || (u.GetKind() == "Service" && u.GetName() == b.webhookService) {

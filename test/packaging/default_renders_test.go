@@ -52,6 +52,7 @@ func TestDefaultRenders(t *testing.T) {
 		"ClusterRole/tiled-operator-viewer-role":                                         true,
 		"Deployment/tiled-operator-controller-manager":                                   true,
 		"PodDisruptionBudget/tiled-operator-controller-manager":                          true,
+		"NetworkPolicy/tiled-operator-controller-manager":                                true,
 		"Service/tiled-operator-controller-manager-metrics-service":                      true,
 		"Service/tiled-operator-webhook-service":                                         true,
 		"MutatingWebhookConfiguration/tiled-operator-mutating-webhook-configuration":     true,
