@@ -400,6 +400,7 @@ func objectVersions(ctx context.Context, c client.Client, ns string) (map[string
 		{corev1.SchemeGroupVersion.WithKind("PersistentVolumeClaim"), []client.ListOption{client.InNamespace(ns), managed}, nil},
 		{appsv1.SchemeGroupVersion.WithKind("StatefulSet"), []client.ListOption{client.InNamespace(ns), managed}, nil},
 		{networkingv1.SchemeGroupVersion.WithKind("Ingress"), []client.ListOption{client.InNamespace(ns), managed}, nil},
+		{networkingv1.SchemeGroupVersion.WithKind("NetworkPolicy"), []client.ListOption{client.InNamespace(ns), managed}, nil},
 		{tiledv1alpha1.GroupVersion.WithKind("TiledInstance"), []client.ListOption{client.InNamespace(ns)}, nil},
 		// Cluster-scoped: their names start with the namespace (names.For).
 		{corev1.SchemeGroupVersion.WithKind("PersistentVolume"), []client.ListOption{managed}, func(name string) bool { return strings.HasPrefix(name, ns+"-") }},

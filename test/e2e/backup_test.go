@@ -411,6 +411,11 @@ func testBackupRestore(t *testing.T) {
 		}
 		return true, ""
 	})
+	// The instances' NetworkPolicies are on (the default): the backup Jobs (component backups) and
+	// the restores (component lifecycle) below reach the databases under them.
+	for _, n := range []string{b1, b2} {
+		requireInstancePolicies(t, backupNS, n, "", "-postgres")
+	}
 	for _, n := range []string{b1, b2} {
 		c := condition(getInstanceIn(t, backupNS, n), backup.ConditionBackedUp)
 		if c == nil || c.Reason != backup.ReasonNoBackupYet {

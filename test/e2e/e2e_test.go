@@ -51,6 +51,7 @@ func TestE2E(t *testing.T) {
 	run(t, "3 data survives deleting the Tiled and PostgreSQL pods", testDataSurvives)
 	run(t, "13 observability: kubectl tiled status shows the fleet Ready (text, -o json); the leader's /metrics reports it, the standby's does not", testObservability)
 	run(t, "14 prometheus: a real Prometheus scrapes the operator and each Tiled through the shipped ServiceMonitors; every dashboard query and alert series has data; a stopped database fires TiledInstanceNotReady", testPrometheus)
+	run(t, "15 network policies: the databases and caches refuse every pod but their instance's, Tiled admits its namespace and the ingress controller's only; webhooks answer; a profile turns them off and on; egress restricted keeps DNS and the database", testNetworkPolicies)
 	run(t, "operator upgrade 1 (end): every object the operator owns at the same resourceVersion for 2 minutes after the new manager led", testOperatorUpgradeWindow)
 	run(t, "operator upgrade 2: this build -> a prime build of itself: 0 pods replaced or restarted, 0 writes to the fleet", testOperatorUpgradePrime)
 	run(t, "7 mutating webhook on the real path; a bad profile refused at admission", testMutatingWebhook)
@@ -76,7 +77,7 @@ func TestE2E(t *testing.T) {
 
 func testInstall(t *testing.T) {
 	// Over the previous release when its case installed it: the first operator upgrade.
-	upgradeOperator(t, "previous release -> this build", filepath.Join(e.repo, "test/e2e/testdata/install"), "e2e", false)
+	upgradeOperator(t, fromPrevious, filepath.Join(e.repo, "test/e2e/testdata/install"), "e2e", false)
 	var dep appsv1.Deployment
 	if err := cl.Get(ctxT(t), types.NamespacedName{Namespace: operatorNS, Name: operatorDep}, &dep); err != nil {
 		t.Fatal(err)

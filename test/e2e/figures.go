@@ -75,17 +75,35 @@ type Figures struct {
 
 	// Operator upgrades (previous release -> this build -> prime -> this build through a leader
 	// failover), over all three: pods of the upgrade fleet replaced, their container restarts, and
-	// the operator's writes to the fleet's objects other than status and Events (0 each); and the
-	// shortest window over which every object the operator owns kept its resourceVersion once the
-	// new manager led (at least 120 s each).
+	// the operator's writes to the fleet's objects other than status and Events that are not on the
+	// reviewed list of the upgrade from the previous release (0 each; the other two upgrades have no
+	// list); the writes of the upgrade from the previous release that are on the list
+	// (test/e2e/testdata/operator-upgrade-writes.yaml); and the shortest window over which every
+	// object the operator owns kept its resourceVersion once the new manager led (at least 120 s
+	// each).
 	OperatorUpgradePodsReplaced    int     `json:"operator_upgrade_pods_replaced"`
 	OperatorUpgradeRestarts        int     `json:"operator_upgrade_restarts"`
 	OperatorUpgradeChildWrites     int     `json:"operator_upgrade_child_writes"`
+	OperatorUpgradeReviewedWrites  int     `json:"operator_upgrade_reviewed_writes"`
 	OperatorUpgradeRVStableSeconds float64 `json:"operator_upgrade_rv_stable_seconds"`
 	// A build that renders one more Tiled pod annotation: from its apply to every Tiled pod of the
 	// upgrade fleet Ready with it, and the most Tiled pods unready at once (maxUnavailable 1).
 	OperatorRenderRolloutSeconds    float64 `json:"operator_render_rollout_seconds,omitempty"`
 	OperatorRenderRolloutMaxUnready int     `json:"operator_render_rollout_max_unready"`
+
+	// Network policies (case 15): TCP connections from pods that the instances' NetworkPolicies
+	// must refuse (to the databases, the caches, the metrics sidecars, and Tiled from a namespace no
+	// policy admits; refused or timed out) and those that connected anyway (0); the positive
+	// controls of the same runs that connected as they must (Tiled from its own namespace and from
+	// the ingress controller's, an unpolicied pod) and those that did not (0); and, on a
+	// one-beamline fleet with egress restricted, a profile's networkPolicy.enabled false -> every
+	// NetworkPolicy of the instance deleted, and true again -> every one back.
+	NetworkPolicyDenied            int     `json:"network_policy_denied"`
+	NetworkPolicyAllowedUnexpected int     `json:"network_policy_allowed_unexpected"`
+	NetworkPolicyControlsReached   int     `json:"network_policy_controls_reached"`
+	NetworkPolicyControlsFailed    int     `json:"network_policy_controls_failed"`
+	NetworkPolicyOffSeconds        float64 `json:"network_policy_off_seconds,omitempty"`
+	NetworkPolicyOnSeconds         float64 `json:"network_policy_on_seconds,omitempty"`
 }
 
 // CaseResult is one case's verdict and duration.

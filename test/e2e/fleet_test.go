@@ -40,8 +40,13 @@ func tiledImg() string { return "docker.io/local/tiled:" + expansion.TiledVersio
 
 func instanceName(b string) string { return clusterName + "-" + b }
 
-// namespaceYAML is a tenant namespace that enforces the restricted Pod Security Standard.
-func namespaceYAML(name string) string {
+// namespaceYAML is a tenant namespace that enforces the restricted Pod Security Standard, with the
+// labels given as "key: value" besides.
+func namespaceYAML(name string, labels ...string) string {
+	var extra strings.Builder
+	for _, l := range labels {
+		extra.WriteString("    " + l + "\n")
+	}
 	return fmt.Sprintf(`apiVersion: v1
 kind: Namespace
 metadata:
@@ -50,8 +55,13 @@ metadata:
     pod-security.kubernetes.io/enforce: restricted
     pod-security.kubernetes.io/enforce-version: latest
     pod-security.kubernetes.io/warn: restricted
-`, name)
+%s`, name, extra.String())
 }
+
+// metricsNamespaceLabel is the label config/default's NetworkPolicy of the manager pods asks of a
+// namespace whose pods scrape the manager's metrics port (kubebuilder's convention): cases 13 and 14
+// put it on their scrapers' namespaces.
+const metricsNamespaceLabel = "metrics: enabled"
 
 // detectorYAML is the read-only detector data: a static PV on a hostPath folder the suite fills,
 // and the claim the chx beamline mounts.
@@ -123,7 +133,14 @@ spec:
   # Tiled's metrics through the sidecar, with a token of their own (case 14 scrapes them).
   monitoring:
     serviceMonitor: true
-`, tenantNS, tiledImg(), rolloutVar, roll, storageClass, postgresImg, storageClass, cacheImg)
+  # The instances' NetworkPolicies (on by default; case 15 tests them): the metrics sidecar admits
+  # case 14's Prometheus namespace, and so does Tiled's port (tiledFrom), for case 14's traffic pod.
+  # ingressControllerNamespace stays the built-in ingress-nginx, which case 15 relies on.
+  networkPolicy:
+    metricsNamespace: %s
+    tiledFrom:
+    - namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: %s}}
+`, tenantNS, tiledImg(), rolloutVar, roll, storageClass, postgresImg, storageClass, cacheImg, promNS, promNS)
 }
 
 // clusterYAML is the terse TiledCluster: one line per beamline, one override, one detector mount.
@@ -250,8 +267,22 @@ spec:
 // log; the pod must succeed and print E2E-OK.
 func runPythonPod(t *testing.T, p pythonPod, timeout time.Duration) string {
 	t.Helper()
+	startPythonPod(t, p)
+	return waitPythonPod(t, p, timeout)
+}
+
+// startPythonPod creates the pod p, replacing one of its name, and returns without waiting: pods
+// started together run at once.
+func startPythonPod(t *testing.T, p pythonPod) {
+	t.Helper()
 	_, _ = kubectl(nil, "-n", p.namespace, "delete", "pod", p.name, "--ignore-not-found", "--wait=true")
 	mustKubectl(t, []byte(pythonPodYAML(p)), "apply", "--server-side", "-f", "-")
+}
+
+// waitPythonPod waits within timeout for the pod p, started already, to end, and returns its log;
+// the pod must succeed and print E2E-OK.
+func waitPythonPod(t *testing.T, p pythonPod, timeout time.Duration) string {
+	t.Helper()
 	var phase corev1.PodPhase
 	eventually(t, timeout, time.Second, "pod "+p.namespace+"/"+p.name+" finished", func() (bool, string) {
 		var pod corev1.Pod

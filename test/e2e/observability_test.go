@@ -216,7 +216,9 @@ func scrapeManagers(t *testing.T) map[string]string {
 	if len(byIP) < 2 {
 		t.Fatalf("%d manager pods with an IP, want 2 (leader and standby)", len(byIP))
 	}
-	mustKubectl(t, []byte(namespaceYAML(metricsNS)), "apply", "--server-side", "-f", "-")
+	// Labelled for the manager pods' NetworkPolicy, which admits their metrics port only from
+	// namespaces so labelled.
+	mustKubectl(t, []byte(namespaceYAML(metricsNS, metricsNamespaceLabel)), "apply", "--server-side", "-f", "-")
 	mustKubectl(t, []byte(fmt.Sprintf(`apiVersion: v1
 kind: ServiceAccount
 metadata: {name: scraper, namespace: %[1]s}

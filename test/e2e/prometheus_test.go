@@ -154,7 +154,10 @@ func testPrometheus(t *testing.T) {
 		}}
 	t.Logf("prometheus.yml:\n%s", promYAML)
 
-	mustKubectl(t, []byte(namespaceYAML(promNS)), "apply", "--server-side", "-f", "-")
+	// Labelled for the manager pods' NetworkPolicy (their metrics port); the first fleet's profile
+	// names promNS as its networkPolicy.metricsNamespace (the sidecars' port) and in tiledFrom (the
+	// traffic pod's requests to Tiled).
+	mustKubectl(t, []byte(namespaceYAML(promNS, metricsNamespaceLabel)), "apply", "--server-side", "-f", "-")
 	mustKubectl(t, []byte(fmt.Sprintf(promRBACYAML, promNS, promRBAC)), "apply", "--server-side", "-f", "-")
 	for _, obj := range []any{secret, cm} {
 		raw, err := yaml.Marshal(obj)
@@ -317,7 +320,9 @@ for url in sys.argv[1:]:
 print("E2E-OK")
 `
 
-// trafficPod makes a few requests to each Tiled from a pod of promNS and waits for it to end.
+// trafficPod makes a few requests to each Tiled from a pod of promNS and waits for it to end. The
+// instances' NetworkPolicies admit promNS to Tiled's port through the first fleet's
+// networkPolicy.tiledFrom (profileYAML): without it the requests would time out.
 func trafficPod(t *testing.T, urls []string) {
 	t.Helper()
 	runPythonPod(t, pythonPod{name: "traffic", namespace: promNS, image: tiledImg(), script: trafficScript,

@@ -15,6 +15,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -404,6 +405,9 @@ func testStreaming(t *testing.T) {
 	if got := readyOn(t, streamNS, streamInstance, tiledImg()); got != 2 {
 		t.Fatalf("%s: %d Ready Tiled pods, want 2", streamInstance, got)
 	}
+	// The instance's NetworkPolicies are on (the default): both replicas reach the cache below
+	// under <instance>-cache, which admits the instance's Tiled pods only.
+	requireInstancePolicies(t, streamNS, streamInstance, "", "-postgres", "-cache")
 	checkCacheObjects(t, n)
 	secret := fleet.NamesOf(ti).Secret
 
@@ -501,6 +505,10 @@ func testStreaming(t *testing.T) {
 			if err := cl.Get(context.Background(), types.NamespacedName{Namespace: streamNS, Name: n.Cache}, obj); !apierrors.IsNotFound(err) {
 				return false, fmt.Sprintf("%T %s: %v", obj, n.Cache, err)
 			}
+		}
+		// Its NetworkPolicy goes with it (rendered for a managed cache only).
+		if err := cl.Get(context.Background(), types.NamespacedName{Namespace: streamNS, Name: streamInstance + "-cache"}, &networkingv1.NetworkPolicy{}); !apierrors.IsNotFound(err) {
+			return false, fmt.Sprintf("NetworkPolicy %s-cache: %v", streamInstance, err)
 		}
 		return true, ""
 	})

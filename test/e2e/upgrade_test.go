@@ -379,6 +379,11 @@ func testTiledUpgrade(t *testing.T) {
 	tc := upgradeClusterSpec{name: upgradeCluster, facility: upgradeFacility, beamlines: upgradeBeamlines, replicas: map[string]int{"u2": 2}}
 	mustKubectl(t, []byte(tc.yaml()), "apply", "--server-side", "-f", "-")
 	mustKubectl(t, nil, "-n", upgradeNS, "wait", "--for=condition=Ready", "tc/"+upgradeCluster, "--timeout=10m")
+	// The instances' NetworkPolicies are on (the default): the check, backup, migrate and restore
+	// Jobs below reach the databases under them (<instance>-postgres admits component lifecycle).
+	for _, b := range upgradeBeamlines {
+		requireInstancePolicies(t, upgradeNS, inst(b), "", "-postgres")
+	}
 	before := map[string]string{} // instance -> catalog revision on the oldest version
 	eventually(t, 2*time.Minute, time.Second, "every instance reports Tiled "+oldV+" and its catalog revision", func() (bool, string) {
 		for _, b := range upgradeBeamlines {
@@ -739,12 +744,17 @@ func upgradeFloorRun(t *testing.T, w *upgradeWatch, oldImg, newImg string) float
 			vols = append(vols, v)
 		}
 	}
+	// The Job's pods are labelled as the operator labels its upgrade steps' (render.ComponentJob):
+	// the instance's NetworkPolicy <instance>-postgres admits the database's port to those only, as
+	// it would an administrator's Job run by hand.
 	job := &batchv1.Job{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},
 		ObjectMeta: metav1.ObjectMeta{Name: floorJob, Namespace: upgradeNS},
 		Spec: batchv1.JobSpec{
 			BackoffLimit: ptr.To[int32](0),
-			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{
+				v1alpha1.LabelAppName: render.AppName, v1alpha1.LabelAppInstance: name, v1alpha1.LabelAppComponent: render.ComponentJob,
+			}}, Spec: corev1.PodSpec{
 				RestartPolicy:                corev1.RestartPolicyNever,
 				SecurityContext:              ps.SecurityContext,
 				EnableServiceLinks:           ps.EnableServiceLinks,

@@ -136,11 +136,25 @@ func render(f *e2e.Figures, src string) string {
 		// Only from a run that had the operator-upgrade cases.
 		w("| operator upgrades (previous release → this build → prime → this build, a leader killed mid-roll): fleet pods replaced | %d | 0 |\n", f.OperatorUpgradePodsReplaced)
 		w("| … their containers' restarts | %d | 0 |\n", f.OperatorUpgradeRestarts)
-		w("| … operator writes to the fleet's objects other than status and Events (audit log) | %d | 0 |\n", f.OperatorUpgradeChildWrites)
+		w("| … operator writes to the fleet's objects other than status and Events, not on the reviewed list (audit log) | %d | 0 |\n", f.OperatorUpgradeChildWrites)
+		if f.OperatorUpgradeReviewedWrites > 0 {
+			w("| … writes of the upgrade from the previous release on its reviewed list (test/e2e/testdata/operator-upgrade-writes.yaml) | %d | each listed pattern seen |\n", f.OperatorUpgradeReviewedWrites)
+		}
 		w("| … every owned object at the same resourceVersion after the new manager led (the shortest of the three windows) | %.0f s | ≥ 120 s |\n", f.OperatorUpgradeRVStableSeconds)
 		if f.OperatorRenderRolloutSeconds > 0 {
 			w("| a build rendering one more Tiled pod annotation: apply → every Tiled pod of the fleet Ready with it | %.1f s | |\n", f.OperatorRenderRolloutSeconds)
 			w("| … most Tiled pods unready at once | %d | ≤ 1 (maxUnavailable) |\n", f.OperatorRenderRolloutMaxUnready)
+		}
+	}
+	if f.NetworkPolicyDenied+f.NetworkPolicyAllowedUnexpected+f.NetworkPolicyControlsReached+f.NetworkPolicyControlsFailed > 0 {
+		// Only from a run that had the network-policy case.
+		w("| network policies: connections the instances' NetworkPolicies must refuse, refused or timed out | %d | all |\n", f.NetworkPolicyDenied)
+		w("| … of those, connected anyway | %d | 0 |\n", f.NetworkPolicyAllowedUnexpected)
+		w("| … positive controls of the same runs (Tiled from its namespace and the ingress controller's; an unpolicied pod) that connected | %d of %d | all |\n",
+			f.NetworkPolicyControlsReached, f.NetworkPolicyControlsReached+f.NetworkPolicyControlsFailed)
+		if f.NetworkPolicyOffSeconds > 0 {
+			w("| … a profile's `networkPolicy.enabled: false` → every NetworkPolicy of the instance deleted | %.1f s | |\n", f.NetworkPolicyOffSeconds)
+			w("| … `enabled` true again → every one back | %.1f s | |\n", f.NetworkPolicyOnSeconds)
 		}
 	}
 	w("| operator pod peak memory (cgroup) | %.1f MiB | |\n", f.OperatorPeakMemoryMiB)

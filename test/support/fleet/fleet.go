@@ -206,7 +206,7 @@ func childLists() map[string]client.ObjectList {
 	return map[string]client.ObjectList{
 		"ConfigMap": &corev1.ConfigMapList{}, "Secret": &corev1.SecretList{}, "Service": &corev1.ServiceList{},
 		"PersistentVolumeClaim": &corev1.PersistentVolumeClaimList{}, "StatefulSet": &appsv1.StatefulSetList{},
-		"Ingress": &networkingv1.IngressList{},
+		"Ingress": &networkingv1.IngressList{}, "NetworkPolicy": &networkingv1.NetworkPolicyList{},
 	}
 }
 
@@ -271,6 +271,7 @@ func Metadata(ctx context.Context, c client.Client, ns string) (map[string]clien
 		corev1.SchemeGroupVersion.WithKind("ConfigMap"), corev1.SchemeGroupVersion.WithKind("Secret"),
 		corev1.SchemeGroupVersion.WithKind("Service"), corev1.SchemeGroupVersion.WithKind("PersistentVolumeClaim"),
 		appsv1.SchemeGroupVersion.WithKind("StatefulSet"), networkingv1.SchemeGroupVersion.WithKind("Ingress"),
+		networkingv1.SchemeGroupVersion.WithKind("NetworkPolicy"),
 	}
 	for _, gvk := range kinds {
 		items, err := list(gvk, client.InNamespace(ns), managedSel)
