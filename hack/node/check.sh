@@ -10,7 +10,10 @@
 #      ClusterIP, `kubectl logs` and `kubectl exec` (apiserver → kubelet);
 #   5. the pod is deleted; its successor is Ready with the same claim and the same data;
 #   6. the audit log holds the writes of this check;
-#   7. cluster.sh down, whose exit status says whether the host differs from before up.
+#   7. NetworkPolicy is enforced between pods (hack/node/netpolcheck.sh: allowed without a policy,
+#      refused under deny-all, allowed again for the labelled client only, never from another
+#      namespace; a missing or non-enforcing kube-router fails);
+#   8. cluster.sh down, whose exit status says whether the host differs from before up (ipsets too).
 #
 # Images: cluster.sh's image folder (TILED_E2E_IMAGES, default the images cache) must hold pause and
 # CoreDNS; the check's own client image is built by testimages.sh and imported with cluster.sh import.
@@ -236,3 +239,6 @@ n=$(grep -c '"verb":"patch","user":{"username":"kubernetes-admin".*"objectRef":{
 m=$(grep -c '"verb":"update",.*"username":"system:serviceaccount:kube-system:job-controller".*"resource":"jobs","namespace":"node-check","name":"dns-client".*"subresource":"status"' "$AUDIT_LOG" || true)
 [ "$m" -ge 1 ] || fail "no status update of job dns-client by the job controller in $AUDIT_LOG"
 log "audit log: $(wc -l <"$AUDIT_LOG") events; job dns-client: $n creating apply, $m status updates by the job controller"
+
+# 7. NetworkPolicy enforcement (kube-router), with the image and binary built above.
+"$here/netpolcheck.sh" "$work" || fail "the node does not enforce NetworkPolicy (netpolcheck.sh above)"
