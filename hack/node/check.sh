@@ -159,6 +159,22 @@ else
 fi
 first=$(cat "$STATE/pv/$pv/first" 2>/dev/null || true)
 
+# The pod turns Ready a moment before the EndpointSlice controller (which batches, about 1 s) marks its
+# endpoint ready; until then CoreDNS answers NXDOMAIN for web-0.web and caches that answer for 30 s
+# (the Corefile's ttl), so a client asking in between waits 30 s. Seen once: the Job below took
+# 34.7 s, its first name resolved after 61 quick failures in 30.1 s, and the audit log showed the
+# headless Service's EndpointSlice updated again 0.1 s after the Job's pod started. Wait for the
+# ready endpoint first.
+ready_endpoint() {
+  k -n $ns get endpointslices -l kubernetes.io/service-name=web \
+    -o 'jsonpath={range .items[*].endpoints[?(@.conditions.ready==true)]}{.hostname}{"\n"}{end}' 2>/dev/null | grep -qx web-0
+}
+deadline=$(($(date +%s) + 30))
+until ready_endpoint; do
+  [ "$(date +%s)" -lt "$deadline" ] || { fail "the EndpointSlice of Service web has no ready endpoint for web-0 after 30s"; break; }
+  sleep 0.2
+done
+
 # 3. A second pod resolves the Service names through CoreDNS with its own resolv.conf.
 t_job=$(now)
 k apply --server-side --field-manager node-check -f - >/dev/null <<EOF
