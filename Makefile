@@ -204,7 +204,7 @@ verify-e2e-report: e2e-report ## Fail if docs/e2e-figures.md is stale.
 ##@ Real node
 
 .PHONY: node
-node: ## Build the real node's binaries (kubelet, kube-scheduler, kube-proxy, kubectl, CoreDNS) and install containerd, runc, CNI from Debian (pinned, cached).
+node: ## Build the real node's binaries (kubelet, kube-scheduler, kube-proxy, kubectl, CoreDNS, kube-router) and install containerd, runc, CNI, ipset from Debian (pinned, cached).
 	hack/node/build.sh
 
 .PHONY: cluster
@@ -222,5 +222,5 @@ cluster-down: ## Stop the real node cluster, clean up, and fail if the host diff
 	hack/node/cluster.sh down
 
 .PHONY: cluster-check
-cluster-check: node ## Bring the real node up, run a StatefulSet with a PVC and a DNS client pod on it, tear it down, require an identical host.
+cluster-check: node ## Bring the real node up, run a StatefulSet with a PVC and a DNS client pod on it, prove NetworkPolicy is enforced, tear it down, require an identical host.
 	hack/node/check.sh

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # run.sh is `make test-e2e`: the end-to-end suite on a real single node.
 #   1. builds (or reuses from the cache) the control plane, the node's binaries and the images;
-#   2. brings the cluster up inside its own network namespace (hack/node/cluster.sh up);
+#   2. brings the cluster up inside its own network namespace (hack/node/cluster.sh up) and proves it
+#      enforces NetworkPolicy (hack/node/netpolcheck.sh: the suite's policy cases rely on it; a node
+#      that does not enforce them fails here, before the suite);
 #   3. runs the compiled suite (test/e2e, build tag e2e) inside that namespace;
 #   4. writes bench/e2e.json and tears the cluster down, failing if the host is not as it was.
 # E2E_KEEP=1 leaves the cluster up afterwards (then `make cluster-down`).
@@ -44,6 +46,9 @@ trap teardown EXIT
 step "cluster up"
 hack/node/cluster.sh down >/dev/null 2>&1 || true
 hack/node/cluster.sh up
+
+step "the node enforces NetworkPolicy (kube-router)"
+hack/node/netpolcheck.sh
 
 step "suite"
 mkdir -p bench

@@ -6,8 +6,10 @@
 #   - kubelet, kube-scheduler, kube-proxy and kubectl at the k8s.io/kubernetes version of the
 #     hack/controlplane module, and CoreDNS $coredns_version, built from the Go module proxy into
 #     ${TILED_OPERATOR_CACHE:-~/.cache/tiled-operator}/node/<kubernetes version>/;
-#   - containerd, runc, the CNI plugins, iptables, iproute2 and conntrack from Debian, at the versions
-#     pinned below (installed with apt-get when missing or different).
+#   - kube-router (the node's NetworkPolicy enforcer, its firewall controller only) through
+#     hack/node/kube-router.sh, into ${TILED_OPERATOR_CACHE:-~/.cache/tiled-operator}/kube-router/<version>/;
+#   - containerd, runc, the CNI plugins, iptables, iproute2, conntrack and ipset (which kube-router
+#     runs) from Debian, at the versions pinned below (installed with apt-get when missing or different).
 #
 # Idempotent: with everything in place it only checks and prints (well under a second). Every clone on
 # the machine shares the cache; a second caller waits on the lock and reuses the first one's build.
@@ -32,6 +34,9 @@ debs=(
   iptables=1.8.9-2
   iproute2=6.1.0-3
   conntrack=1:1.4.7-1+b2
+  # kube-router's firewall keeps the pods each NetworkPolicy selects in ipsets (`ipset restore`).
+  ipset=7.17-1
+  libipset13=7.17-1
 )
 
 cache_root=${TILED_OPERATOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tiled-operator}
@@ -59,13 +64,17 @@ if [ ${#missing[@]} -gt 0 ]; then
     }
   fi
 fi
-for c in containerd ctr runc iptables ip conntrack nsenter setsid flock openssl; do
+for c in containerd ctr runc iptables ip conntrack ipset nsenter setsid flock openssl; do
   command -v "$c" >/dev/null 2>&1 || { echo "build.sh: $c is not on PATH after installing the pinned packages" >&2; exit 1; }
 done
 [ -x /usr/lib/cni/bridge ] || { echo "build.sh: /usr/lib/cni/bridge is missing (containernetworking-plugins)" >&2; exit 1; }
 
 # 2. The control plane (waits on its own lock when another build of it is running).
 "$hack/controlplane.sh" >/dev/null
+
+# 2b. kube-router, the NetworkPolicy enforcer (its own cache and lock; cluster.sh asks
+#     hack/node/kube-router.sh for the path again, which is instant once built).
+"$here/kube-router.sh" >/dev/null || { echo "build.sh: hack/node/kube-router.sh failed (see above)" >&2; exit 1; }
 
 # 3. Node binaries.
 complete() {

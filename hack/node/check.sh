@@ -10,7 +10,10 @@
 #      ClusterIP, `kubectl logs` and `kubectl exec` (apiserver → kubelet);
 #   5. the pod is deleted; its successor is Ready with the same claim and the same data;
 #   6. the audit log holds the writes of this check;
-#   7. cluster.sh down, whose exit status says whether the host differs from before up.
+#   7. NetworkPolicy is enforced between pods (hack/node/netpolcheck.sh: allowed without a policy,
+#      refused under deny-all, allowed again for the labelled client only, never from another
+#      namespace; a missing or non-enforcing kube-router fails);
+#   8. cluster.sh down, whose exit status says whether the host differs from before up (ipsets too).
 #
 # Images: cluster.sh's image folder (TILED_E2E_IMAGES, default the images cache) must hold pause and
 # CoreDNS; the check's own client image is built by testimages.sh and imported with cluster.sh import.
@@ -156,6 +159,22 @@ else
 fi
 first=$(cat "$STATE/pv/$pv/first" 2>/dev/null || true)
 
+# The pod turns Ready a moment before the EndpointSlice controller (which batches, about 1 s) marks its
+# endpoint ready; until then CoreDNS answers NXDOMAIN for web-0.web and caches that answer for 30 s
+# (the Corefile's ttl), so a client asking in between waits 30 s. Seen once: the Job below took
+# 34.7 s, its first name resolved after 61 quick failures in 30.1 s, and the audit log showed the
+# headless Service's EndpointSlice updated again 0.1 s after the Job's pod started. Wait for the
+# ready endpoint first.
+ready_endpoint() {
+  k -n $ns get endpointslices -l kubernetes.io/service-name=web \
+    -o 'jsonpath={range .items[*].endpoints[?(@.conditions.ready==true)]}{.hostname}{"\n"}{end}' 2>/dev/null | grep -qx web-0
+}
+deadline=$(($(date +%s) + 30))
+until ready_endpoint; do
+  [ "$(date +%s)" -lt "$deadline" ] || { fail "the EndpointSlice of Service web has no ready endpoint for web-0 after 30s"; break; }
+  sleep 0.2
+done
+
 # 3. A second pod resolves the Service names through CoreDNS with its own resolv.conf.
 t_job=$(now)
 k apply --server-side --field-manager node-check -f - >/dev/null <<EOF
@@ -236,3 +255,6 @@ n=$(grep -c '"verb":"patch","user":{"username":"kubernetes-admin".*"objectRef":{
 m=$(grep -c '"verb":"update",.*"username":"system:serviceaccount:kube-system:job-controller".*"resource":"jobs","namespace":"node-check","name":"dns-client".*"subresource":"status"' "$AUDIT_LOG" || true)
 [ "$m" -ge 1 ] || fail "no status update of job dns-client by the job controller in $AUDIT_LOG"
 log "audit log: $(wc -l <"$AUDIT_LOG") events; job dns-client: $n creating apply, $m status updates by the job controller"
+
+# 7. NetworkPolicy enforcement (kube-router), with the image and binary built above.
+"$here/netpolcheck.sh" "$work" || fail "the node does not enforce NetworkPolicy (netpolcheck.sh above)"

@@ -15,7 +15,12 @@
 #   TILED_E2E_IMAGES  folder of docker-archive *.tar imported at `up`
 #                     (default ${TILED_OPERATOR_CACHE:-~/.cache/tiled-operator}/images/current)
 #   TILED_E2E_TMPFS   auto (default): containerd's root on a tmpfs when memory allows; 1 always; 0 never
-#   TILED_OPERATOR_CACHE  cache root of hack/controlplane.sh and hack/node/build.sh
+#   TILED_OPERATOR_CACHE  cache root of hack/controlplane.sh, hack/node/build.sh and hack/node/kube-router.sh
+#
+# NetworkPolicy is enforced: kube-router's firewall controller (hack/node/kube-router.sh) runs in the
+# namespace beside kube-proxy, and `up` waits for its first sync. It filters traffic between pods only;
+# traffic from the node itself (processes in the namespace, kubelet's probes, the apiserver calling
+# webhooks) is always allowed. docs/real-node.md, "NetworkPolicy: kube-router".
 set -euo pipefail
 PATH=$PATH:/usr/local/sbin:/usr/sbin:/sbin
 
@@ -60,7 +65,11 @@ METRICS_SERVER_IMAGE=docker.io/local/metrics-server:$METRICS_SERVER_VERSION
 
 SOCK=$STATE/containerd/containerd.sock
 # Components in start order; `down` stops them in its own order.
-components=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet kube-proxy)
+components=(etcd kube-apiserver kube-controller-manager kube-scheduler containerd kubelet kube-proxy kube-router)
+# KUBE_ROUTER_VERSION, KUBE_ROUTER_SYNC_MARK and kube_router_build: the one pin, the sign of its first
+# sync and the cached binary (built by build.sh; here only checked).
+# shellcheck source=hack/node/kube-router.sh
+source "$here/kube-router.sh"
 # Host-global kernel settings kubelet writes (and two the namespace should keep away from the host).
 host_sysctls=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
   kernel.keys.root_maxkeys kernel.keys.root_maxbytes net.ipv4.ip_forward net.netfilter.nf_conntrack_max
@@ -187,6 +196,13 @@ snapshot() {
   for s in "${host_sysctls[@]}"; do
     printf '%s = %s\n' "$s" "$(sysctl -n "$s" 2>/dev/null || echo '(absent)')"
   done >"$d/sysctl"
+  # The host's ipsets: kube-router's live in the node's namespace (ipsets are per network namespace
+  # and go with it); this proves none leaked onto the host.
+  if command -v ipset >/dev/null 2>&1; then
+    ipset list -n 2>&1 | sort >"$d/ipset"
+  else
+    echo "(ipset not installed)" >"$d/ipset"
+  fi
   for p in "${host_paths[@]}"; do
     if [ -e "$p" ] || [ -L "$p" ]; then
       printf '%s: present\n' "$p"
@@ -237,6 +253,9 @@ gen_pki() {
     cert controller-manager "/CN=system:kube-controller-manager" clientAuth
     cert scheduler "/CN=system:kube-scheduler" clientAuth
     cert kube-proxy "/CN=system:kube-proxy" clientAuth
+    # kube-router's own identity, bound to the least-privilege ClusterRole tiled-e2e:kube-router
+    # (bootstrap_manifests): it only reads.
+    cert kube-router "/CN=tiled-e2e:kube-router" clientAuth
     cert kubelet-client "/O=system:nodes/CN=system:node:$NODE_NAME" clientAuth
     cert kubelet "/CN=$NODE_NAME" serverAuth "IP:$NODE_IP,DNS:$NODE_NAME,DNS:localhost,IP:127.0.0.1"
     cert front-proxy-client "/CN=front-proxy-client" clientAuth "" front-proxy-ca
@@ -281,6 +300,7 @@ write_configs() {
   kubeconfig "$c/controller-manager.kubeconfig" controller-manager
   kubeconfig "$c/scheduler.kubeconfig" scheduler
   kubeconfig "$c/kube-proxy.kubeconfig" kube-proxy
+  kubeconfig "$c/kube-router.kubeconfig" kube-router
   kubeconfig "$c/kubelet.kubeconfig" kubelet-client
 
   cat >"$c/audit-policy.yaml" <<EOF
@@ -409,6 +429,30 @@ setup_netns() {
 bootstrap_manifests() {
   local i name
   cat <<EOF
+# kube-router's firewall controller (user tiled-e2e:kube-router, a client certificate of gen_pki): its
+# informers list and watch exactly these, and it gets its own Node at start (node IP); it writes
+# nothing to the API.
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: "tiled-e2e:kube-router"}
+rules:
+- apiGroups: [""]
+  resources: [pods, namespaces, nodes, services, endpoints]
+  verbs: [get, list, watch]
+- apiGroups: [discovery.k8s.io]
+  resources: [endpointslices]
+  verbs: [get, list, watch]
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [get, list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: "tiled-e2e:kube-router"}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "tiled-e2e:kube-router"}
+subjects:
+- {kind: User, apiGroup: rbac.authorization.k8s.io, name: "tiled-e2e:kube-router"}
+---
 apiVersion: storage.k8s.io/v1
 kind: StorageClass
 metadata:
@@ -731,6 +775,9 @@ cmd_up() {
   t0=$(now)
   nodebin=$("$here/build.sh") || die "hack/node/build.sh failed"
   cpbin=$("$hack/controlplane.sh") || die "hack/controlplane.sh failed"
+  # build.sh has built it; this only checks it and prints the path.
+  local krbin
+  krbin=$(kube_router_build) || die "hack/node/kube-router.sh failed"
 
   # The images to import: every docker-archive in $IMAGES, smallest first (pause, CoreDNS and
   # metrics-server are small and must be there before kubelet starts; big ones load while the node
@@ -859,7 +906,20 @@ cmd_up() {
   local t_dns
   t_dns=$(now)
   bootstrap_manifests | kc apply --server-side --field-manager tiled-e2e -f - >"$STATE/logs/bootstrap.log" 2>&1 ||
-    { tail_log bootstrap; fail_up "applying the StorageClass, PersistentVolumes and CoreDNS failed"; }
+    { tail_log bootstrap; fail_up "applying the StorageClass, PersistentVolumes, kube-router's RBAC and CoreDNS failed"; }
+
+  # NetworkPolicy enforcement: kube-router's firewall controller only (no routing, no service proxy:
+  # the bridge plugin and kube-proxy do those), no health or metrics listener. It reads its own Node
+  # once at start (for the node IP) and exits when it is not there yet, so it starts once kubelet
+  # has registered the node; its first sync is awaited further down, overlapping CoreDNS's start.
+  node_registered() { kc get node "$NODE_NAME" -o name; }
+  wait_until 60 "node $NODE_NAME to register" kubelet,containerd node_registered
+  local t_kr
+  t_kr=$(now)
+  start kube-router "$krbin" --run-firewall=true --run-router=false --run-service-proxy=false \
+    --health-port 0 --metrics-port 0 \
+    --kubeconfig "$c/kube-router.kubeconfig" --hostname-override "$NODE_NAME" \
+    --service-cluster-ip-range "$SERVICE_CIDR"
 
   node_ready() { [ "$(kc get node "$NODE_NAME" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}')" = True ]; }
   wait_until 120 "node $NODE_NAME Ready" kubelet,containerd node_ready
@@ -890,6 +950,18 @@ cmd_up() {
   metrics_s=$(secs "$t_dns" "$(now)")
   log "metrics API answering ${metrics_s}s after apply"
 
+  # kube-router's first full sync: its chains and ipsets are in place and policies are enforced from
+  # here on. It takes about 0.2 s after kube-router starts (measured by polling), so it is long done
+  # by now and this only confirms it; kube_router_wait_s, the time spent waiting here, is what it
+  # adds to `up` on top of its start (0.0 s in every run so far).
+  local t_krwait kr_sync_s kr_wait_s
+  t_krwait=$(now)
+  kube_router_synced() { nsx iptables -w -S KUBE-ROUTER-FORWARD | grep -qF -- "--mark $KUBE_ROUTER_SYNC_MARK"; }
+  wait_until 90 "kube-router's first firewall sync (iptables -S KUBE-ROUTER-FORWARD in $NETNS shows no rule with mark $KUBE_ROUTER_SYNC_MARK): NetworkPolicies would not be enforced" kube-router kube_router_synced
+  kr_sync_s=$(secs "$t_kr" "$(now)")
+  kr_wait_s=$(secs "$t_krwait" "$(now)")
+  log "kube-router $KUBE_ROUTER_VERSION enforcing NetworkPolicies: first sync confirmed ${kr_sync_s}s after its start (waited ${kr_wait_s}s for it here)"
+
   if [ -n "$import_pid" ]; then
     wait "$import_pid" || fail_up "importing images from $IMAGES failed (log above)"
     log "all images imported ($(secs "$t_imp" "$(now)")s after the first)"
@@ -917,9 +989,11 @@ apiserver_ready_s=$api_ready
 node_ready_s=$node_ready_s
 coredns_available_s=$dns_s
 metrics_api_s=$metrics_s
+kube_router_sync_s=$kr_sync_s
+kube_router_wait_s=$kr_wait_s
 up_total_s=$total
 EOF
-  log "up in ${total}s: apiserver ready ${api_ready}s after start, node Ready ${node_ready_s}s after kubelet start, CoreDNS Available ${dns_s}s and the metrics API ${metrics_s}s after apply"
+  log "up in ${total}s: apiserver ready ${api_ready}s after start, node Ready ${node_ready_s}s after kubelet start, CoreDNS Available ${dns_s}s and the metrics API ${metrics_s}s after apply, kube-router's first sync confirmed ${kr_sync_s}s after its start"
 }
 
 any_component_running() {
@@ -1037,6 +1111,8 @@ cmd_down() {
   kill_wait 0 "${pids[@]}" || true
   stop_component containerd 3
   stop_component kube-proxy 3
+  # Its iptables chains and ipsets are the namespace's and go with it (step 6).
+  stop_component kube-router 3
   local c
   pids=()
   for c in kube-scheduler kube-controller-manager kube-apiserver etcd; do
@@ -1188,7 +1264,7 @@ cmd_down() {
       printf '%s' "$diffs" >&2
       rc=1
     else
-      log "host state identical to before up (links, routes, iptables, mounts, netns, cgroups, sysctls, paths)"
+      log "host state identical to before up (links, routes, iptables, ipsets, mounts, netns, cgroups, sysctls, paths)"
     fi
   else
     log "no record of the host from an up in $STATE; nothing to compare"

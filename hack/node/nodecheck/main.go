@@ -9,6 +9,12 @@
 //	nodecheck resolve [-server IP:PORT] [-timeout T] NAME...
 //	                                         resolve every NAME (with the system resolver, i.e. the pod's
 //	                                         /etc/resolv.conf, unless -server) until it has an address
+//	nodecheck blocked [-timeout T] [-confirm N] URL
+//	                                         GET URL until the connection itself fails (refused, reset or
+//	                                         timed out: no HTTP answer at all) N times in a row; a
+//	                                         NetworkPolicy that denies the traffic looks like this
+//	                                         (kube-router rejects), and a policy still being applied
+//	                                         answers in between, which restarts the count
 //
 // Every wait retries until its timeout and then fails with the last error, so a check can fail.
 package main
@@ -31,7 +37,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: nodecheck pause|serve|get|resolve ...")
+		fmt.Fprintln(os.Stderr, "usage: nodecheck pause|serve|get|resolve|blocked ...")
 		os.Exit(2)
 	}
 	var err error
@@ -44,6 +50,8 @@ func main() {
 		err = get(args)
 	case "resolve":
 		err = resolve(args)
+	case "blocked":
+		err = blocked(args)
 	default:
 		err = fmt.Errorf("unknown command %q", cmd)
 	}
@@ -181,4 +189,45 @@ func resolve(args []string) error {
 		}
 	}
 	return nil
+}
+
+// blocked succeeds once `confirm` GETs of the URL in a row fail without any HTTP answer. Any answer
+// (whatever its status) means the packets got through and restarts the count; so does nothing at
+// all, until the timeout, after which it fails with the last answer it got.
+func blocked(args []string) error {
+	fs := flag.NewFlagSet("blocked", flag.ExitOnError)
+	timeout := fs.Duration("timeout", 30*time.Second, "how long to wait for the traffic to be blocked")
+	confirm := fs.Int("confirm", 3, "consecutive failed connections needed")
+	_ = fs.Parse(args)
+	if fs.NArg() != 1 {
+		return fmt.Errorf("blocked: want one URL")
+	}
+	url := fs.Arg(0)
+	// Short per attempt: a rejected connection fails at once, a dropped one after this.
+	client := &http.Client{Timeout: 2 * time.Second}
+	deadline := time.Now().Add(*timeout)
+	start := time.Now()
+	failures := 0
+	var last string
+	for attempt := 1; ; attempt++ {
+		resp, err := client.Get(url)
+		if err != nil {
+			failures++
+			last = err.Error()
+			if failures >= *confirm {
+				fmt.Printf("GET %s blocked: %d connections in a row failed, the last with: %s (attempt %d, %.1fs)\n",
+					url, failures, last, attempt, time.Since(start).Seconds())
+				return nil
+			}
+		} else {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			failures = 0
+			last = "answered " + resp.Status
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("GET %s is not blocked after %d attempts in %s: last %s", url, attempt, *timeout, last)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
 }
