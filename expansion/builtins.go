@@ -6,6 +6,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/bluesky/tiled-operator/apis/v1alpha1"
+	"github.com/bluesky/tiled-operator/render"
 )
 
 // TiledVersion is the version of Tiled the operator deploys unless a layer sets spec.tiled.image.
@@ -108,7 +109,7 @@ func DefaultBuiltins() Builtins {
 				Enabled:                    ptr.To(true),
 				IngressControllerNamespace: ptr.To(DefaultIngressControllerNamespace),
 				MetricsNamespace:           ptr.To(DefaultMetricsNamespace),
-				Egress:                     &v1alpha1.NetworkEgressSpec{Restricted: ptr.To(false)},
+				Egress:                     &v1alpha1.NetworkEgressSpec{Restricted: ptr.To(false), DNSPorts: []int32{render.DNSPort}},
 			},
 			Streaming: &v1alpha1.StreamingSpec{
 				Enabled: ptr.To(true),

@@ -61,7 +61,7 @@ func baseInstance(name string) *v1alpha1.TiledInstance {
 				Enabled:                    ptr.To(true),
 				IngressControllerNamespace: ptr.To("ingress-nginx"),
 				MetricsNamespace:           ptr.To("monitoring"),
-				Egress:                     &v1alpha1.NetworkEgressSpec{Restricted: ptr.To(false)},
+				Egress:                     &v1alpha1.NetworkEgressSpec{Restricted: ptr.To(false), DNSPorts: []int32{53}},
 			},
 		}},
 	}
@@ -117,6 +117,7 @@ func oidcExternal() *v1alpha1.TiledInstance {
 	tcp := corev1.ProtocolTCP
 	ti.Spec.NetworkPolicy.Egress = &v1alpha1.NetworkEgressSpec{
 		Restricted: ptr.To(true),
+		DNSPorts:   []int32{53, 5353}, // OpenShift's DNS pods answer on 5353
 		Allow: []networkingv1.NetworkPolicyEgressRule{
 			{Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: ptr.To(intstr.FromInt32(5432))}}, To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "10.30.1.5/32"}}}},
 			{Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: ptr.To(intstr.FromInt32(26379)), EndPort: ptr.To[int32](26381)}}, To: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "redis"}}, PodSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "app", Operator: metav1.LabelSelectorOpIn, Values: []string{"sentinel", "redis"}}}}}}},

@@ -15,8 +15,8 @@ import (
 // (kubernetes.io/metadata.name): the way a NetworkPolicy names a namespace.
 const NamespaceNameLabel = "kubernetes.io/metadata.name"
 
-// DNSPort is the port the restricted egress keeps open, over UDP and TCP, to any destination: the
-// cluster's DNS (CoreDNS, or a node-local cache at a link-local address).
+// DNSPort is the built-in port the restricted egress keeps open, over UDP and TCP, to any
+// destination, for the cluster's DNS (spec.networkPolicy.egress.dnsPorts).
 const DNSPort = 53
 
 // NetworkPoliciesEnabled reports whether the instance asks for its NetworkPolicies:
@@ -131,14 +131,20 @@ func ingressPolicy(ti *v1alpha1.TiledInstance, name, component string, rules []*
 }
 
 // egressPolicy restricts the connections of every pod of the instance (Tiled, its database and
-// cache, its Jobs) to DNS, the instance's managed database and cache, and spec.networkPolicy.egress.allow.
+// cache, its Jobs) to DNS (egress.dnsPorts, any address), the instance's managed database and cache,
+// and egress.allow.
 func egressPolicy(ti *v1alpha1.TiledInstance, in Inputs) *networkingv1ac.NetworkPolicyApplyConfiguration {
 	n := in.names(ti)
-	rules := []*networkingv1ac.NetworkPolicyEgressRuleApplyConfiguration{
-		networkingv1ac.NetworkPolicyEgressRule().WithPorts(
-			networkingv1ac.NetworkPolicyPort().WithProtocol(corev1.ProtocolUDP).WithPort(intstr.FromInt32(DNSPort)),
-			tcpPort(DNSPort)),
+	e := ti.Spec.NetworkPolicy.Egress
+	dnsPorts := e.DNSPorts
+	if len(dnsPorts) == 0 {
+		dnsPorts = []int32{DNSPort}
 	}
+	dns := networkingv1ac.NetworkPolicyEgressRule()
+	for _, p := range dnsPorts {
+		dns.WithPorts(networkingv1ac.NetworkPolicyPort().WithProtocol(corev1.ProtocolUDP).WithPort(intstr.FromInt32(p)), tcpPort(p))
+	}
+	rules := []*networkingv1ac.NetworkPolicyEgressRuleApplyConfiguration{dns}
 	if db := ti.Spec.Database; db != nil && db.Managed != nil {
 		rules = append(rules, networkingv1ac.NetworkPolicyEgressRule().
 			WithPorts(tcpPort(PostgresPort)).WithTo(instancePods(ti, ComponentDatabase)))
@@ -147,8 +153,8 @@ func egressPolicy(ti *v1alpha1.TiledInstance, in Inputs) *networkingv1ac.Network
 		rules = append(rules, networkingv1ac.NetworkPolicyEgressRule().
 			WithPorts(tcpPort(CachePort)).WithTo(instancePods(ti, ComponentCache)))
 	}
-	for i := range ti.Spec.NetworkPolicy.Egress.Allow {
-		rules = append(rules, egressRule(&ti.Spec.NetworkPolicy.Egress.Allow[i]))
+	for i := range e.Allow {
+		rules = append(rules, egressRule(&e.Allow[i]))
 	}
 	return networkingv1ac.NetworkPolicy(n.EgressPolicy, ti.Namespace).
 		WithLabels(Labels(ti, ComponentServer)).

@@ -884,12 +884,25 @@ type NetworkPolicySpec struct {
 // the upgrade and backup Jobs) open.
 type NetworkEgressSpec struct {
 	// Restricted adds the NetworkPolicy <instance>-egress (built-in default false): the instance's
-	// pods may then open connections only to DNS (port 53, UDP and TCP, anywhere), the instance's
+	// pods may then open connections only to DNS (dnsPorts, UDP and TCP, anywhere), the instance's
 	// managed database (5432) and managed streaming cache (6379), and the destinations of allow. An
 	// external database, an external streaming cache, OIDC providers and S3 backup targets must then
 	// be listed in allow.
 	// +optional
 	Restricted *bool `json:"restricted,omitempty"`
+
+	// DNSPorts are the ports the cluster's DNS pods answer on, opened (UDP and TCP, to any address)
+	// when egress is restricted (built-in default [53]). A NetworkPolicy sees a connection after the
+	// DNS Service's address was translated to a DNS pod's, so this is the Service's targetPort:
+	// CoreDNS of kubeadm listens on 53, OpenShift's DNS pods on 5353, a CoreDNS without the
+	// NET_BIND_SERVICE capability on a port such as 1053. The list is replaced whole across layers.
+	// +optional
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:Minimum=1
+	// +kubebuilder:validation:items:Maximum=65535
+	// +listType=atomic
+	DNSPorts []int32 `json:"dnsPorts,omitempty"`
 
 	// Allow are more egress rules of <instance>-egress: each a list of ports and of destinations
 	// (podSelector, namespaceSelector, ipBlock), as in a NetworkPolicy. The list is replaced whole

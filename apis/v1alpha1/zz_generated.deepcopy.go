@@ -787,6 +787,11 @@ func (in *NetworkEgressSpec) DeepCopyInto(out *NetworkEgressSpec) {
 		*out = new(bool)
 		**out = **in
 	}
+	if in.DNSPorts != nil {
+		in, out := &in.DNSPorts, &out.DNSPorts
+		*out = make([]int32, len(*in))
+		copy(*out, *in)
+	}
 	if in.Allow != nil {
 		in, out := &in.Allow, &out.Allow
 		*out = make([]networkingv1.NetworkPolicyEgressRule, len(*in))

@@ -537,6 +537,12 @@ var schemaYAML = typed.YAMLObject(`types:
           elementType:
             namedType: io.k8s.api.networking.v1.NetworkPolicyEgressRule
           elementRelationship: atomic
+    - name: dnsPorts
+      type:
+        list:
+          elementType:
+            scalar: numeric
+          elementRelationship: atomic
     - name: restricted
       type:
         scalar: boolean

@@ -151,12 +151,44 @@ while True:
     c.close()
 `
 
-func npProfileYAML(off bool) string {
+func npProfileYAML(t *testing.T, off bool) string {
 	p := profileYAMLIn(npNS, "np-defaults", npFacility, tiledImg())
-	if off {
-		return p + "  networkPolicy:\n    enabled: false\n    egress: {restricted: true}\n"
+	var ports []string
+	for _, p := range dnsTargetPorts(t) {
+		ports = append(ports, fmt.Sprint(p))
 	}
-	return p + "  networkPolicy:\n    egress: {restricted: true}\n"
+	egress := fmt.Sprintf("    egress: {restricted: true, dnsPorts: [%s]}\n", strings.Join(ports, ", "))
+	if off {
+		return p + "  networkPolicy:\n    enabled: false\n" + egress
+	}
+	return p + "  networkPolicy:\n" + egress
+}
+
+// dnsTargetPorts are the ports the cluster's DNS pods answer on, as an admin finds them: the
+// targetPorts of the Service kube-system/kube-dns (the node's CoreDNS listens on 1053, without the
+// capability to bind 53), which networkPolicy.egress.dnsPorts must name (a NetworkPolicy sees the
+// connection after the Service's address was translated). Without it the restricted Tiled pod
+// cannot resolve its database's name and never starts (seen).
+func dnsTargetPorts(t *testing.T) []int32 {
+	t.Helper()
+	var svc corev1.Service
+	if err := cl.Get(context.Background(), types.NamespacedName{Namespace: "kube-system", Name: "kube-dns"}, &svc); err != nil {
+		t.Fatalf("the DNS Service kube-system/kube-dns: %v", err)
+	}
+	var out []int32
+	for _, p := range svc.Spec.Ports {
+		port := p.TargetPort.IntVal
+		if port == 0 {
+			port = p.Port
+		}
+		if !slices.Contains(out, port) {
+			out = append(out, port)
+		}
+	}
+	if len(out) == 0 {
+		t.Fatal("the DNS Service kube-system/kube-dns has no ports")
+	}
+	return out
 }
 
 func npClusterYAML() string {
@@ -208,7 +240,7 @@ func testNetworkPolicies(t *testing.T) {
 	for _, ns := range []string{npNS, npOutsideNS, npIngressNS} {
 		mustKubectl(t, []byte(namespaceYAML(ns)), "apply", "--server-side", "-f", "-")
 	}
-	mustKubectl(t, []byte(npProfileYAML(false)), "apply", "--server-side", "-f", "-")
+	mustKubectl(t, []byte(npProfileYAML(t, false)), "apply", "--server-side", "-f", "-")
 	mustKubectl(t, []byte(npClusterYAML()), "apply", "--server-side", "-f", "-")
 	for _, ns := range []string{npNS, npOutsideNS, npIngressNS} {
 		waitDefaultServiceAccount(t, ns)
@@ -409,7 +441,7 @@ spec:
 	// the Tiled pod; on again: all four back, the listener refused again. No pod replaced.
 	listenerOnly := restricted[2:]
 	offAt := time.Now()
-	mustKubectl(t, []byte(npProfileYAML(true)), "apply", "--server-side", "-f", "-")
+	mustKubectl(t, []byte(npProfileYAML(t, true)), "apply", "--server-side", "-f", "-")
 	eventually(t, 2*time.Minute, 500*time.Millisecond, "every NetworkPolicy of "+npInst+" deleted after networkPolicy.enabled false", func() (bool, string) {
 		got := presentPolicies(t, npNS, npNames)
 		return len(got) == 0, fmt.Sprintf("still %v", got)
@@ -417,7 +449,7 @@ spec:
 	offSeconds := time.Since(offAt).Seconds()
 	npEventually(t, source, tiledPod.Name, "the listener reachable once the policies are off", listenerOnly, true)
 	onAt := time.Now()
-	mustKubectl(t, []byte(npProfileYAML(false)), "apply", "--server-side", "-f", "-")
+	mustKubectl(t, []byte(npProfileYAML(t, false)), "apply", "--server-side", "-f", "-")
 	eventually(t, 2*time.Minute, 500*time.Millisecond, "every NetworkPolicy of "+npInst+" back after networkPolicy.enabled true", func() (bool, string) {
 		got := presentPolicies(t, npNS, npNames)
 		return len(got) == len(npNames), fmt.Sprintf("only %v", got)

@@ -19,11 +19,17 @@ import (
 // the upgrade and backup Jobs) open.
 type NetworkEgressSpecApplyConfiguration struct {
 	// Restricted adds the NetworkPolicy <instance>-egress (built-in default false): the instance's
-	// pods may then open connections only to DNS (port 53, UDP and TCP, anywhere), the instance's
+	// pods may then open connections only to DNS (dnsPorts, UDP and TCP, anywhere), the instance's
 	// managed database (5432) and managed streaming cache (6379), and the destinations of allow. An
 	// external database, an external streaming cache, OIDC providers and S3 backup targets must then
 	// be listed in allow.
 	Restricted *bool `json:"restricted,omitempty"`
+	// DNSPorts are the ports the cluster's DNS pods answer on, opened (UDP and TCP, to any address)
+	// when egress is restricted (built-in default [53]). A NetworkPolicy sees a connection after the
+	// DNS Service's address was translated to a DNS pod's, so this is the Service's targetPort:
+	// CoreDNS of kubeadm listens on 53, OpenShift's DNS pods on 5353, a CoreDNS without the
+	// NET_BIND_SERVICE capability on a port such as 1053. The list is replaced whole across layers.
+	DNSPorts []int32 `json:"dnsPorts,omitempty"`
 	// Allow are more egress rules of <instance>-egress: each a list of ports and of destinations
 	// (podSelector, namespaceSelector, ipBlock), as in a NetworkPolicy. The list is replaced whole
 	// across layers. Only used when restricted.
@@ -41,6 +47,16 @@ func NetworkEgressSpec() *NetworkEgressSpecApplyConfiguration {
 // If called multiple times, the Restricted field is set to the value of the last call.
 func (b *NetworkEgressSpecApplyConfiguration) WithRestricted(value bool) *NetworkEgressSpecApplyConfiguration {
 	b.Restricted = &value
+	return b
+}
+
+// WithDNSPorts adds the given value to the DNSPorts field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the DNSPorts field.
+func (b *NetworkEgressSpecApplyConfiguration) WithDNSPorts(values ...int32) *NetworkEgressSpecApplyConfiguration {
+	for i := range values {
+		b.DNSPorts = append(b.DNSPorts, values[i])
+	}
 	return b
 }
 
