@@ -118,6 +118,20 @@ func TestNetworkPoliciesSelectTheRenderedPods(t *testing.T) {
 	e := typedPolicy(g, o.NetworkPolicies.Egress)
 	g.Expect(e.Name).To(Equal("nsls2-csx-egress"))
 	g.Expect(e.Spec.PolicyTypes).To(Equal([]networkingv1.PolicyType{networkingv1.PolicyTypeEgress}))
+	// DNS first: the egress.dnsPorts (as the DNS pods see them), UDP and TCP, to any address.
+	dnsPorts := func(e *networkingv1.NetworkPolicy) []string {
+		g.Expect(e.Spec.Egress[0].To).To(BeEmpty(), "DNS to any address")
+		var out []string
+		for _, p := range e.Spec.Egress[0].Ports {
+			out = append(out, string(*p.Protocol)+"/"+p.Port.String())
+		}
+		return out
+	}
+	g.Expect(dnsPorts(e)).To(Equal([]string{"UDP/53", "TCP/53"}))
+	ti.Spec.NetworkPolicy.Egress.DNSPorts = []int32{53, 1053}
+	o2, err := Render(ti, in)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(dnsPorts(typedPolicy(g, o2.NetworkPolicies.Egress))).To(Equal([]string{"UDP/53", "TCP/53", "UDP/1053", "TCP/1053"}))
 	sel = mustSelector(g, &e.Spec.PodSelector)
 	for pod, l := range pods {
 		mine := pod != "other tiled" && pod != "other backup" && pod != "foreign"
