@@ -42,7 +42,7 @@ func TestE2E(t *testing.T) {
 	if !run(t, "install: kubectl apply --server-side -k config/default (over the previous release), webhooks answering", testInstall) {
 		t.Fatal("the operator did not install; nothing else can run")
 	}
-	run(t, "operator upgrade 1: previous release -> this build: 0 pods replaced or restarted, 0 writes to the fleet, its objects read and applied again", testOperatorUpgraded)
+	run(t, "operator upgrade 1: previous release -> this build: 0 pods replaced or restarted, no write to the fleet but the reviewed list's (test/e2e/testdata/operator-upgrade-writes.yaml), its objects read and applied again", testOperatorUpgraded)
 	if !run(t, "1 fleet Ready: tc Ready, every instance Ready with its URL, every pod Ready, 0 restarts", testFleetReady) {
 		t.Fatal("the fleet did not become Ready; nothing else can run")
 	}
