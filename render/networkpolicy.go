@@ -53,13 +53,13 @@ type NetworkPolicies struct {
 	Egress *networkingv1ac.NetworkPolicyApplyConfiguration
 }
 
-// RenderNetworkPolicies returns the instance's NetworkPolicies, all nil when
+// InstanceNetworkPolicies returns the instance's NetworkPolicies, all nil when
 // spec.networkPolicy.enabled is not true. Each selects pods by the selector labels of the workload it
 // guards (never by a label the operator adds only for it, so that an upgrade that brings the
 // policies restarts no pod) and names the sources allowed by their labels: pods of the instance
 // (app.kubernetes.io/name, app.kubernetes.io/instance, app.kubernetes.io/component) and namespaces by
 // kubernetes.io/metadata.name.
-func RenderNetworkPolicies(ti *v1alpha1.TiledInstance, in Inputs) NetworkPolicies {
+func InstanceNetworkPolicies(ti *v1alpha1.TiledInstance, in Inputs) NetworkPolicies {
 	if !NetworkPoliciesEnabled(ti) {
 		return NetworkPolicies{}
 	}

@@ -169,7 +169,7 @@ func TestNetworkPoliciesFollowTheSpec(t *testing.T) {
 			g := NewWithT(t)
 			ti := singleUserManaged()
 			tc.edit(ti)
-			p := RenderNetworkPolicies(ti, Inputs{SecretData: secretData})
+			p := InstanceNetworkPolicies(ti, Inputs{SecretData: secretData})
 			g.Expect(want{p.Tiled != nil, p.Postgres != nil, p.Cache != nil, p.Egress != nil}).To(Equal(tc.want))
 			if p.Tiled == nil {
 				return
