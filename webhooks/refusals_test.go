@@ -84,6 +84,13 @@ provenance: {spec.tiled.image: instance}`, []string{"spec.expose.ingress.enabled
   streaming: {managed: {image: valkey/valkey}}`, []string{
 			`spec.streaming.managed.image: "valkey/valkey" has no tag`,
 			"spec.tiled.replicas: 2 is ignored while spec.tiled.autoscaling is enabled"}},
+		{"a profile restricting egress without naming the DNS pods' ports", "validate-profile", admissiontable.ProfileHead + `  priority: 20
+  networkPolicy: {egress: {restricted: true}}`, []string{"spec.networkPolicy.egress.restricted: DNS stays open on port 53 only"}},
+		{"a profile restricting egress with the DNS pods' ports", "validate-profile", admissiontable.ProfileHead + `  priority: 20
+  networkPolicy: {egress: {restricted: true, dnsPorts: [53, 5353]}}`, nil},
+		{"an expanded instance allowing egress that is open", "validate-instance", admissiontable.InstanceHead + `  tiled: {image: "ghcr.io/bluesky/tiled:0.2.20", resources: {limits: {memory: 1Gi}}}
+  networkPolicy: {egress: {restricted: false, allow: [{ports: [{port: 443}]}]}}
+provenance: {spec.tiled.image: instance}`, []string{"spec.networkPolicy.egress.allow: unused while egress is open"}},
 		{"an expanded, autoscaled instance without a CPU request", "validate-instance", admissiontable.InstanceHead + `  tiled: {image: "ghcr.io/bluesky/tiled:0.2.20", resources: {limits: {memory: 1Gi}}, autoscaling: {enabled: true}}
   storage: {data: {accessModes: [ReadWriteMany]}}
 provenance: {spec.tiled.image: instance}`, []string{"spec.tiled.autoscaling: the Tiled container has no CPU request"}},

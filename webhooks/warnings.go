@@ -71,10 +71,24 @@ func templateWarnings(t *v1alpha1.InstanceTemplate, complete bool) []string {
 	if b := t.Backup; b != nil && b.Retention != nil && b.Retention.Count != nil && *b.Retention.Count == 1 {
 		out = append(out, "spec.backup.retention.count: 1: each backup deletes the one before it once it is whole; a backup of damage already done leaves nothing older to restore")
 	}
+	if e := networkEgress(t); e != nil && e.Restricted != nil && *e.Restricted && e.DNSPorts == nil && !complete {
+		out = append(out, "spec.networkPolicy.egress.restricted: DNS stays open on port 53 only (the built-in dnsPorts): where the cluster's DNS pods answer on another port (the DNS Service's targetPort; OpenShift's: 5353), the instance's pods cannot resolve names and never start; set spec.networkPolicy.egress.dnsPorts (docs/network-policies.md)")
+	}
+	if e := networkEgress(t); e != nil && len(e.Allow) > 0 && complete && (e.Restricted == nil || !*e.Restricted) {
+		out = append(out, "spec.networkPolicy.egress.allow: unused while egress is open (restricted is not true)")
+	}
 	if t.Auth != nil && t.Auth.AllowAnonymousAccess != nil && *t.Auth.AllowAnonymousAccess {
 		out = append(out, "spec.auth.allowAnonymousAccess: true: anyone who reaches the service reads public data without credentials")
 	}
 	return out
+}
+
+// networkEgress is the template's spec.networkPolicy.egress, nil when it sets none.
+func networkEgress(t *v1alpha1.InstanceTemplate) *v1alpha1.NetworkEgressSpec {
+	if t.NetworkPolicy == nil {
+		return nil
+	}
+	return t.NetworkPolicy.Egress
 }
 
 // versionWarnings warns about the Tiled release a layer's image runs (tiledversion.Of of
