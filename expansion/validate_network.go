@@ -6,7 +6,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -38,7 +37,6 @@ func (v *validator) networkPolicy(p *field.Path, n *v1alpha1.NetworkPolicySpec) 
 // networkPeer checks one NetworkPolicyPeer: at least one of podSelector, namespaceSelector and
 // ipBlock, ipBlock alone, valid selectors, an ipBlock CIDR with exceptions inside it.
 func (v *validator) networkPeer(p *field.Path, peer *networkingv1.NetworkPolicyPeer) {
-	opts := metav1validation.LabelSelectorValidationOptions{}
 	switch {
 	case peer.PodSelector == nil && peer.NamespaceSelector == nil && peer.IPBlock == nil:
 		v.add(field.Required(p, "a peer sets podSelector, namespaceSelector or ipBlock (an empty selector {} selects all)"))
@@ -46,10 +44,10 @@ func (v *validator) networkPeer(p *field.Path, peer *networkingv1.NetworkPolicyP
 		v.add(field.Forbidden(p.Child("ipBlock"), "may not be combined with podSelector or namespaceSelector in one peer: list them as separate peers"))
 	}
 	if peer.PodSelector != nil {
-		v.add(metav1validation.ValidateLabelSelector(peer.PodSelector, opts, p.Child("podSelector"))...)
+		v.labelSelector(p.Child("podSelector"), peer.PodSelector)
 	}
 	if peer.NamespaceSelector != nil {
-		v.add(metav1validation.ValidateLabelSelector(peer.NamespaceSelector, opts, p.Child("namespaceSelector"))...)
+		v.labelSelector(p.Child("namespaceSelector"), peer.NamespaceSelector)
 	}
 	if b := peer.IPBlock; b != nil {
 		_, cidr, err := net.ParseCIDR(b.CIDR)

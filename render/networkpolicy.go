@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	networkingv1ac "k8s.io/client-go/applyconfigurations/networking/v1"
+	"k8s.io/utils/ptr"
 
 	v1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 )
@@ -23,8 +24,7 @@ const DNSPort = 53
 // spec.networkPolicy.enabled true. An instance without spec.networkPolicy (expanded by a release
 // before NetworkPolicies, and not admitted since) gets none.
 func NetworkPoliciesEnabled(ti *v1alpha1.TiledInstance) bool {
-	p := ti.Spec.NetworkPolicy
-	return p != nil && p.Enabled != nil && *p.Enabled
+	return ti.Spec.NetworkPolicy != nil && ptr.Deref(ti.Spec.NetworkPolicy.Enabled, false)
 }
 
 // EgressRestricted reports whether the instance's pods may connect only where
@@ -34,7 +34,7 @@ func EgressRestricted(ti *v1alpha1.TiledInstance) bool {
 		return false
 	}
 	e := ti.Spec.NetworkPolicy.Egress
-	return e != nil && e.Restricted != nil && *e.Restricted
+	return e != nil && ptr.Deref(e.Restricted, false)
 }
 
 // NetworkPolicies are the NetworkPolicies of one instance; a nil one is not wanted.
@@ -59,9 +59,9 @@ type NetworkPolicies struct {
 // policies restarts no pod) and names the sources allowed by their labels: pods of the instance
 // (app.kubernetes.io/name, app.kubernetes.io/instance, app.kubernetes.io/component) and namespaces by
 // kubernetes.io/metadata.name.
-func InstanceNetworkPolicies(ti *v1alpha1.TiledInstance, in Inputs) NetworkPolicies {
+func InstanceNetworkPolicies(ti *v1alpha1.TiledInstance, in Inputs) (NetworkPolicies, error) {
 	if !NetworkPoliciesEnabled(ti) {
-		return NetworkPolicies{}
+		return NetworkPolicies{}, nil
 	}
 	n := in.names(ti)
 	spec := ti.Spec.NetworkPolicy
@@ -71,16 +71,20 @@ func InstanceNetworkPolicies(ti *v1alpha1.TiledInstance, in Inputs) NetworkPolic
 	from := []*networkingv1ac.NetworkPolicyPeerApplyConfiguration{
 		networkingv1ac.NetworkPolicyPeer().WithPodSelector(metav1ac.LabelSelector()),
 	}
-	if ns := deref(spec.IngressControllerNamespace); ns != "" {
+	if ns := ptr.Deref(spec.IngressControllerNamespace, ""); ns != "" {
 		from = append(from, namespacePeer(ns))
 	}
 	for i := range spec.TiledFrom {
-		from = append(from, peer(&spec.TiledFrom[i]))
+		p, err := applyConfiguration[networkingv1ac.NetworkPolicyPeerApplyConfiguration](&spec.TiledFrom[i])
+		if err != nil {
+			return NetworkPolicies{}, err
+		}
+		from = append(from, p)
 	}
 	tiledRules := []*networkingv1ac.NetworkPolicyIngressRuleApplyConfiguration{
 		networkingv1ac.NetworkPolicyIngressRule().WithPorts(tcpPort(Port)).WithFrom(from...),
 	}
-	if ns := deref(spec.MetricsNamespace); ns != "" && Monitored(ti) {
+	if ns := ptr.Deref(spec.MetricsNamespace, ""); ns != "" && Monitored(ti) {
 		tiledRules = append(tiledRules, networkingv1ac.NetworkPolicyIngressRule().
 			WithPorts(tcpPort(MetricsPort)).WithFrom(namespacePeer(ns)))
 	}
@@ -103,9 +107,12 @@ func InstanceNetworkPolicies(ti *v1alpha1.TiledInstance, in Inputs) NetworkPolic
 			})
 	}
 	if EgressRestricted(ti) {
-		out.Egress = egressPolicy(ti, in)
+		var err error
+		if out.Egress, err = egressPolicy(ti, in); err != nil {
+			return NetworkPolicies{}, err
+		}
 	}
-	return out
+	return out, nil
 }
 
 // All returns the wanted policies, in the order they are applied.
@@ -133,7 +140,7 @@ func ingressPolicy(ti *v1alpha1.TiledInstance, name, component string, rules []*
 // egressPolicy restricts the connections of every pod of the instance (Tiled, its database and
 // cache, its Jobs) to DNS (egress.dnsPorts, any address), the instance's managed database and cache,
 // and egress.allow.
-func egressPolicy(ti *v1alpha1.TiledInstance, in Inputs) *networkingv1ac.NetworkPolicyApplyConfiguration {
+func egressPolicy(ti *v1alpha1.TiledInstance, in Inputs) (*networkingv1ac.NetworkPolicyApplyConfiguration, error) {
 	n := in.names(ti)
 	e := ti.Spec.NetworkPolicy.Egress
 	dnsPorts := e.DNSPorts
@@ -154,25 +161,23 @@ func egressPolicy(ti *v1alpha1.TiledInstance, in Inputs) *networkingv1ac.Network
 			WithPorts(tcpPort(CachePort)).WithTo(instancePods(ti, ComponentCache)))
 	}
 	for i := range e.Allow {
-		rules = append(rules, egressRule(&e.Allow[i]))
+		r, err := applyConfiguration[networkingv1ac.NetworkPolicyEgressRuleApplyConfiguration](&e.Allow[i])
+		if err != nil {
+			return nil, err
+		}
+		rules = append(rules, r)
 	}
 	return networkingv1ac.NetworkPolicy(n.EgressPolicy, ti.Namespace).
 		WithLabels(Labels(ti, ComponentServer)).
 		WithSpec(networkingv1ac.NetworkPolicySpec().
-			WithPodSelector(metav1ac.LabelSelector().WithMatchLabels(map[string]string{
-				v1alpha1.LabelAppName:     AppName,
-				v1alpha1.LabelAppInstance: ti.Name,
-			})).
+			WithPodSelector(instanceSelector(ti)).
 			WithPolicyTypes(networkingv1.PolicyTypeEgress).
-			WithEgress(rules...))
+			WithEgress(rules...)), nil
 }
 
 // instancePods is the peer of the instance's own pods of the given components.
 func instancePods(ti *v1alpha1.TiledInstance, components ...string) *networkingv1ac.NetworkPolicyPeerApplyConfiguration {
-	sel := metav1ac.LabelSelector().WithMatchLabels(map[string]string{
-		v1alpha1.LabelAppName:     AppName,
-		v1alpha1.LabelAppInstance: ti.Name,
-	})
+	sel := instanceSelector(ti)
 	if len(components) == 1 {
 		sel.MatchLabels[v1alpha1.LabelAppComponent] = components[0]
 	} else {
@@ -180,6 +185,14 @@ func instancePods(ti *v1alpha1.TiledInstance, components ...string) *networkingv
 			WithKey(v1alpha1.LabelAppComponent).WithOperator(metav1.LabelSelectorOpIn).WithValues(components...))
 	}
 	return networkingv1ac.NetworkPolicyPeer().WithPodSelector(sel)
+}
+
+// instanceSelector selects every pod of the instance, whatever its component.
+func instanceSelector(ti *v1alpha1.TiledInstance) *metav1ac.LabelSelectorApplyConfiguration {
+	return metav1ac.LabelSelector().WithMatchLabels(map[string]string{
+		v1alpha1.LabelAppName:     AppName,
+		v1alpha1.LabelAppInstance: ti.Name,
+	})
 }
 
 // namespacePeer is every pod of the namespace ns.
@@ -197,61 +210,4 @@ func deref(s *string) string {
 		return ""
 	}
 	return *s
-}
-
-// peer converts a NetworkPolicyPeer of the spec into its apply configuration.
-func peer(p *networkingv1.NetworkPolicyPeer) *networkingv1ac.NetworkPolicyPeerApplyConfiguration {
-	out := networkingv1ac.NetworkPolicyPeer()
-	if p.PodSelector != nil {
-		out.WithPodSelector(selector(p.PodSelector))
-	}
-	if p.NamespaceSelector != nil {
-		out.WithNamespaceSelector(selector(p.NamespaceSelector))
-	}
-	if b := p.IPBlock; b != nil {
-		ib := networkingv1ac.IPBlock().WithCIDR(b.CIDR)
-		if len(b.Except) > 0 {
-			ib.WithExcept(b.Except...)
-		}
-		out.WithIPBlock(ib)
-	}
-	return out
-}
-
-// selector converts a label selector of the spec into its apply configuration.
-func selector(s *metav1.LabelSelector) *metav1ac.LabelSelectorApplyConfiguration {
-	out := metav1ac.LabelSelector()
-	if len(s.MatchLabels) > 0 {
-		out.WithMatchLabels(s.MatchLabels)
-	}
-	for _, r := range s.MatchExpressions {
-		req := metav1ac.LabelSelectorRequirement().WithKey(r.Key).WithOperator(r.Operator)
-		if len(r.Values) > 0 {
-			req.WithValues(r.Values...)
-		}
-		out.WithMatchExpressions(req)
-	}
-	return out
-}
-
-// egressRule converts an egress rule of spec.networkPolicy.egress.allow into its apply configuration.
-func egressRule(r *networkingv1.NetworkPolicyEgressRule) *networkingv1ac.NetworkPolicyEgressRuleApplyConfiguration {
-	out := networkingv1ac.NetworkPolicyEgressRule()
-	for i := range r.Ports {
-		p := networkingv1ac.NetworkPolicyPort()
-		if r.Ports[i].Protocol != nil {
-			p.WithProtocol(*r.Ports[i].Protocol)
-		}
-		if r.Ports[i].Port != nil {
-			p.WithPort(*r.Ports[i].Port)
-		}
-		if r.Ports[i].EndPort != nil {
-			p.WithEndPort(*r.Ports[i].EndPort)
-		}
-		out.WithPorts(p)
-	}
-	for i := range r.To {
-		out.WithTo(peer(&r.To[i]))
-	}
-	return out
 }

@@ -169,7 +169,8 @@ func TestNetworkPoliciesFollowTheSpec(t *testing.T) {
 			g := NewWithT(t)
 			ti := singleUserManaged()
 			tc.edit(ti)
-			p := InstanceNetworkPolicies(ti, Inputs{SecretData: secretData})
+			p, err := InstanceNetworkPolicies(ti, Inputs{SecretData: secretData})
+			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(want{p.Tiled != nil, p.Postgres != nil, p.Cache != nil, p.Egress != nil}).To(Equal(tc.want))
 			if p.Tiled == nil {
 				return
@@ -188,5 +189,21 @@ func TestNetworkPoliciesFollowTheSpec(t *testing.T) {
 				g.Expect(tp.Spec.Ingress[1].From[0].NamespaceSelector.MatchLabels).To(Equal(map[string]string{NamespaceNameLabel: "monitoring"}))
 			}
 		})
+	}
+}
+
+// TestNetworkPoliciesAppliedFirst: the policies come first in Objects.All, the order the controller
+// applies in, so that no database or cache pod is ever up without the policy that guards it.
+func TestNetworkPoliciesAppliedFirst(t *testing.T) {
+	g := NewWithT(t)
+	ti := singleUserManaged()
+	ti.Spec.NetworkPolicy.Egress.Restricted = ptr.To(true)
+	o, err := Render(ti, Inputs{SecretData: secretData})
+	g.Expect(err).NotTo(HaveOccurred())
+	all := o.All()
+	g.Expect(len(all)).To(BeNumerically(">", 4))
+	for i, v := range all {
+		_, isPolicy := v.(*networkingv1ac.NetworkPolicyApplyConfiguration)
+		g.Expect(isPolicy).To(Equal(i < 4), "object %d of %d (%T)", i, len(all), v)
 	}
 }

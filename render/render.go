@@ -75,7 +75,9 @@ func Render(ti *v1alpha1.TiledInstance, in Inputs) (*Objects, error) {
 	o.PostgresInit, o.PostgresService, o.Postgres = Postgres(ti, in)
 	o.CacheService, o.Cache = StreamingCache(ti, in)
 	o.HPA = HorizontalPodAutoscaler(ti, in)
-	o.NetworkPolicies = InstanceNetworkPolicies(ti, in)
+	if o.NetworkPolicies, err = InstanceNetworkPolicies(ti, in); err != nil {
+		return nil, err
+	}
 	if o.Job, err = LifecycleJob(ti, in); err != nil {
 		return nil, err
 	}

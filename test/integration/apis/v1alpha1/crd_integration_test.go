@@ -173,6 +173,12 @@ func TestInvalidObjectsAreRefused(t *testing.T) {
 			[]string{"spec.expose.service.type", "Unsupported value"}},
 		{"scrape interval not a duration", profile + "spec: {monitoring: {interval: 5 minutes}}",
 			[]string{"spec.monitoring.interval", "should match"}},
+		{"DNS port zero", profile + "spec: {networkPolicy: {egress: {restricted: true, dnsPorts: [53, 0]}}}",
+			[]string{"spec.networkPolicy.egress.dnsPorts[1]", "greater than or equal to 1"}},
+		{"no DNS port", profile + "spec: {networkPolicy: {egress: {restricted: true, dnsPorts: []}}}",
+			[]string{"spec.networkPolicy.egress.dnsPorts", "at least 1 items"}},
+		{"ingress controller namespace not a DNS label", profile + "spec: {networkPolicy: {ingressControllerNamespace: Ingress_NGINX}}",
+			[]string{"spec.networkPolicy.ingressControllerNamespace", "should match"}},
 		{"unknown field (strict validation)", profile + "spec: {storage: {data: {sizee: 5Gi}}}",
 			[]string{"unknown field", "spec.storage.data.sizee"}},
 	}
