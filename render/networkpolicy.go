@@ -205,9 +205,3 @@ func tcpPort(p int32) *networkingv1ac.NetworkPolicyPortApplyConfiguration {
 	return networkingv1ac.NetworkPolicyPort().WithProtocol(corev1.ProtocolTCP).WithPort(intstr.FromInt32(p))
 }
 
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
-}
