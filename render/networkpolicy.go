@@ -204,4 +204,3 @@ func namespacePeer(ns string) *networkingv1ac.NetworkPolicyPeerApplyConfiguratio
 func tcpPort(p int32) *networkingv1ac.NetworkPolicyPortApplyConfiguration {
 	return networkingv1ac.NetworkPolicyPort().WithProtocol(corev1.ProtocolTCP).WithPort(intstr.FromInt32(p))
 }
-
