@@ -35,44 +35,100 @@ import (
 	"github.com/bluesky/tiled-operator/test/support/fleet"
 )
 
-// TestE2E runs the cases in order on one cluster: each later case builds on the fleet the earlier
-// ones stamped out. A case that fails is recorded and the next ones still run where they can.
+// e2eCase is a case of the suite: what it shares with the others (schedule.go) and its body.
+type e2eCase struct {
+	Case
+	f func(t *testing.T)
+}
+
+// suite lists the cases in their order. Schedule runs those whose Needs allow it beside each other
+// (E2E_PARALLEL at once): the cases that change the operator run alone, the first fleet's one after
+// another, the rest — each in a namespace and fleet of its own — beside them. The order places the
+// long own-namespace cases (9, 10, 11) where they overlap the first fleet's cases, and fills each
+// operator upgrade's two-minute window with cases that do not touch the upgrade fleet.
+func suite() []e2eCase {
+	c := func(name string, needs Needs, f func(*testing.T)) e2eCase {
+		return e2eCase{Case{Name: name, Needs: needs}, f}
+	}
+	required := func(ec e2eCase) e2eCase { ec.Required = true; return ec }
+	return []e2eCase{
+		// The operator installed, upgraded from the previous release, the first fleet stamped out and
+		// its floor timed: alone, so that the fleet's timings and its floor's are taken alike.
+		c("operator upgrade 0: the previous release (hack/previous-release) from its own config/default; a fleet stamped out, data written", Alone, testPreviousRelease),
+		required(c("install: kubectl apply --server-side -k config/default (over the previous release), webhooks answering", Alone, testInstall)),
+		c("operator upgrade 1: previous release -> this build: 0 pods replaced or restarted, no write to the fleet but the reviewed list's (test/e2e/testdata/operator-upgrade-writes.yaml), its objects read and applied again", Alone, testOperatorUpgraded),
+		required(c("1 fleet Ready: tc Ready, every instance Ready with its URL, every pod Ready, 0 restarts", Alone, testFleetReady)),
+		c("floor: the same children applied without the operator, time to all pods Ready", Alone, testFloor),
+
+		// Upgrade 1's window: the long cases in namespaces of their own beside the first fleet's.
+		c("9 Tiled upgrade 0.2.14 -> newest: backup, migrate once, hold, 2 replicas, failure undone", OwnNamespace, testTiledUpgrade),
+		c("10 backups: taken while serving, a lost database restored (claim, S3), corrupt refused, schedule and retention", OwnNamespace, testBackupRestore),
+		c("11 streaming: two replicas share the cache; no update lost to a deleted replica or a cache outage; password in no log; off means no cache", OwnNamespace, testStreaming),
+		c("2 Tiled serves an array and a table through Service DNS; catalog in PostgreSQL", FirstFleet, testTiledServes),
+		c("3 data survives deleting the Tiled and PostgreSQL pods", FirstFleet, testDataSurvives),
+		c("13 observability: kubectl tiled status shows the fleet Ready (text, -o json); the leader's /metrics reports it, the standby's does not", FirstFleet, testObservability),
+		c("14 prometheus: a real Prometheus scrapes the operator and each Tiled through the shipped ServiceMonitors; every dashboard query and alert series has data; a stopped database fires TiledInstanceNotReady", FirstFleet, testPrometheus),
+		c("15 network policies: the databases and caches refuse every pod but their instance's, Tiled admits its namespace and the ingress controller's only; webhooks answer; a profile turns them off and on; egress restricted keeps DNS and the database", FirstFleet, testNetworkPolicies),
+		c("7 mutating webhook on the real path; a bad profile refused at admission", OwnNamespace, testMutatingWebhook),
+		c("4 rolling change within maxUnavailable; paused freezes it", FirstFleet, testRollingChange),
+		c("operator upgrade 1 (end): every object the operator owns at the same resourceVersion for 2 minutes after the new manager led", OwnNamespace, testOperatorUpgradeWindow),
+
+		// The operator changed under the first fleet: alone.
+		c("operator upgrade 2: this build -> a prime build of itself: 0 pods replaced or restarted, 0 writes to the fleet", Alone, testOperatorUpgradePrime),
+		c("5 operator killed mid-rollout: budget kept, unchanged objects not rewritten", Alone, testOperatorKilledMidRollout),
+		c("6 leader failover within the lease; webhooks keep answering", Alone, testLeaderFailover),
+		// Upgrade 2's window.
+		c("12 autoscaling: load scales Tiled 1 -> 2+ on the node's metrics API, back to 1 after the window; off prunes the autoscaler", OwnNamespace, testAutoscaling),
+		c("operator upgrade 2 (end): every object the operator owns at the same resourceVersion for 2 minutes", OwnNamespace, testOperatorUpgradeWindow),
+
+		c("operator upgrade 3: prime -> this build, the leader killed mid-rolling-update: 0 pods replaced or restarted, 0 writes to the fleet", Alone, testOperatorUpgradeFailover),
+		// Upgrade 3's window.
+		c("8 removed beamline keeps its claims (released); re-added finds its data", FirstFleet, testRemoveReadd),
+		c("bad input: image pull, PostgreSQL never ready, config Tiled refuses -> named conditions", FirstFleet, testBadInput),
+		c("operator upgrade 3 (end): every object the operator owns at the same resourceVersion for 2 minutes", OwnNamespace, testOperatorUpgradeWindow),
+		c("operator upgrades: the data written under the previous release read back after three upgrades", OwnNamespace, testOperatorUpgradeData),
+
+		// What every case left behind, then the last operator upgrade.
+		c("no Secret value in any container log", Alone, testNoSecretsInLogs),
+		c("no forbidden in the operator's log; its peak memory", Alone, testOperatorLog),
+		// Last: every fleet left rolls its Tiled pods under the annotated build; the case watches the
+		// first fleet's.
+		c("operator upgrade 4: a build that renders one more Tiled pod annotation rolls it one beamline at a time (maxUnavailable 1), an Event per instance naming it", Alone, testOperatorUpgradeRendersMore),
+	}
+}
+
+// TestE2E runs the suite on one cluster. A case that fails is recorded and the next ones still run
+// where they can; when a required one fails (the install, the first fleet) nothing after it runs.
 func TestE2E(t *testing.T) {
-	run(t, "operator upgrade 0: the previous release (hack/previous-release) from its own config/default; a fleet stamped out, data written", testPreviousRelease)
-	if !run(t, "install: kubectl apply --server-side -k config/default (over the previous release), webhooks answering", testInstall) {
-		t.Fatal("the operator did not install; nothing else can run")
+	cases := suite()
+	meta := make([]Case, len(cases))
+	for i, ec := range cases {
+		meta[i] = ec.Case
 	}
-	run(t, "operator upgrade 1: previous release -> this build: 0 pods replaced or restarted, no write to the fleet but the reviewed list's (test/e2e/testdata/operator-upgrade-writes.yaml), its objects read and applied again", testOperatorUpgraded)
-	if !run(t, "1 fleet Ready: tc Ready, every instance Ready with its URL, every pod Ready, 0 restarts", testFleetReady) {
-		t.Fatal("the fleet did not become Ready; nothing else can run")
+	parallel := e2eParallel(t)
+	t.Logf("%d cases, up to %d at once (E2E_PARALLEL)", len(cases), parallel)
+	start := time.Now()
+	out := Schedule(meta, parallel, func(i int) bool { return t.Run(cases[i].Name, cases[i].f) })
+	figMu.Lock()
+	defer figMu.Unlock()
+	fig.SuiteSeconds, fig.Parallel = time.Since(start).Seconds(), parallel
+	for i, o := range out {
+		fig.Cases = append(fig.Cases, CaseResult{Name: cases[i].Name, Passed: o.Passed, Seconds: o.Elapsed.Seconds(),
+			Needs: cases[i].Needs.String(), Start: o.Start.Seconds(), Beside: o.Beside, NotRun: !o.Ran})
 	}
-	run(t, "floor: the same children applied without the operator, time to all pods Ready", testFloor)
-	run(t, "2 Tiled serves an array and a table through Service DNS; catalog in PostgreSQL", testTiledServes)
-	run(t, "3 data survives deleting the Tiled and PostgreSQL pods", testDataSurvives)
-	run(t, "13 observability: kubectl tiled status shows the fleet Ready (text, -o json); the leader's /metrics reports it, the standby's does not", testObservability)
-	run(t, "14 prometheus: a real Prometheus scrapes the operator and each Tiled through the shipped ServiceMonitors; every dashboard query and alert series has data; a stopped database fires TiledInstanceNotReady", testPrometheus)
-	run(t, "15 network policies: the databases and caches refuse every pod but their instance's, Tiled admits its namespace and the ingress controller's only; webhooks answer; a profile turns them off and on; egress restricted keeps DNS and the database", testNetworkPolicies)
-	run(t, "operator upgrade 1 (end): every object the operator owns at the same resourceVersion for 2 minutes after the new manager led", testOperatorUpgradeWindow)
-	run(t, "operator upgrade 2: this build -> a prime build of itself: 0 pods replaced or restarted, 0 writes to the fleet", testOperatorUpgradePrime)
-	run(t, "7 mutating webhook on the real path; a bad profile refused at admission", testMutatingWebhook)
-	run(t, "4 rolling change within maxUnavailable; paused freezes it", testRollingChange)
-	run(t, "5 operator killed mid-rollout: budget kept, unchanged objects not rewritten", testOperatorKilledMidRollout)
-	run(t, "6 leader failover within the lease; webhooks keep answering", testLeaderFailover)
-	run(t, "8 removed beamline keeps its claims (released); re-added finds its data", testRemoveReadd)
-	run(t, "bad input: image pull, PostgreSQL never ready, config Tiled refuses -> named conditions", testBadInput)
-	run(t, "operator upgrade 2 (end): every object the operator owns at the same resourceVersion for 2 minutes", testOperatorUpgradeWindow)
-	run(t, "operator upgrade 3: prime -> this build, the leader killed mid-rolling-update: 0 pods replaced or restarted, 0 writes to the fleet", testOperatorUpgradeFailover)
-	run(t, "12 autoscaling: load scales Tiled 1 -> 2+ on the node's metrics API, back to 1 after the window; off prunes the autoscaler", testAutoscaling)
-	run(t, "operator upgrade 3 (end): every object the operator owns at the same resourceVersion for 2 minutes", testOperatorUpgradeWindow)
-	run(t, "operator upgrades: the data written under the previous release read back after three upgrades", testOperatorUpgradeData)
-	run(t, "9 Tiled upgrade 0.2.14 -> newest: backup, migrate once, hold, 2 replicas, failure undone", testTiledUpgrade)
-	run(t, "10 backups: taken while serving, a lost database restored (claim, S3), corrupt refused, schedule and retention", testBackupRestore)
-	run(t, "11 streaming: two replicas share the cache; no update lost to a deleted replica or a cache outage; password in no log; off means no cache", testStreaming)
-	run(t, "no Secret value in any container log", testNoSecretsInLogs)
-	run(t, "no forbidden in the operator's log; its peak memory", testOperatorLog)
-	// Last: every fleet left rolls its Tiled pods under the annotated build; the case watches the
-	// first fleet's.
-	run(t, "operator upgrade 4: a build that renders one more Tiled pod annotation rolls it one beamline at a time (maxUnavailable 1), an Event per instance naming it", testOperatorUpgradeRendersMore)
+}
+
+// e2eParallel is E2E_PARALLEL, the most cases at once: by default defaultParallel.
+func e2eParallel(t *testing.T) int {
+	v := os.Getenv("E2E_PARALLEL")
+	if v == "" {
+		return defaultParallel
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		t.Fatalf("E2E_PARALLEL=%q: want a whole number of cases at once, 1 or more", v)
+	}
+	return n
 }
 
 func testInstall(t *testing.T) {
@@ -593,6 +649,10 @@ func testOperatorKilledMidRollout(t *testing.T) {
 		fig.KillRolloutWritesByKind[rk]++
 		switch {
 		case ev.ObjectRef == nil:
+		// The first fleet's objects and the cluster's (PersistentVolumes): the other fleets left
+		// by the cases before this one are judged by their own cases, and the upgrade fleet's by
+		// the operator-upgrade window this case runs in (every object at its resourceVersion).
+		case ev.ObjectRef.Namespace != "" && ev.ObjectRef.Namespace != tenantNS && ev.ObjectRef.Namespace != operatorNS:
 		case ev.ObjectRef.Subresource == "status", rk == "events", rk == "leases", rk == "configmaps" && ev.ObjectRef.Namespace == operatorNS,
 			rk == "secrets" && ev.ObjectRef.Namespace == operatorNS, rk == "tokenreviews", rk == "subjectaccessreviews":
 		case allowed[rk+"/"+ev.ObjectRef.Name]:

@@ -31,6 +31,10 @@ type Figures struct {
 	Cases                         []CaseResult       `json:"cases"`
 	Passed                        int                `json:"passed"`
 	Failed                        int                `json:"failed"`
+	// SuiteSeconds is the suite's wall time (the cases, not the node's start or teardown) and
+	// Parallel the most cases it let run at once (E2E_PARALLEL).
+	SuiteSeconds float64 `json:"suite_seconds"`
+	Parallel     int     `json:"parallel"`
 
 	// The Tiled upgrade (case 9): the most seconds an upgraded instance had no Ready Tiled pod (the
 	// last old pod unready -> the first new pod Ready, seen by a watch), the same for the upgrade done
@@ -106,9 +110,16 @@ type Figures struct {
 	NetworkPolicyOnSeconds         float64 `json:"network_policy_on_seconds,omitempty"`
 }
 
-// CaseResult is one case's verdict and duration.
+// CaseResult is one case's verdict and duration, what it shares with the others (Needs, see
+// schedule.go), when it started from the suite's start, and the most other cases that ran beside
+// it (0: its timings were taken alone).
 type CaseResult struct {
 	Name    string  `json:"name"`
 	Passed  bool    `json:"passed"`
 	Seconds float64 `json:"seconds"`
+	Needs   string  `json:"needs,omitempty"`
+	Start   float64 `json:"start"`
+	Beside  int     `json:"beside"`
+	// NotRun: a required case before it failed.
+	NotRun bool `json:"notRun,omitempty"`
 }

@@ -83,12 +83,19 @@ func TestMain(m *testing.M) {
 	fmt.Printf("\ne2e cases:\n")
 	for _, c := range fig.Cases {
 		mark := "PASS"
-		if !c.Passed {
+		switch {
+		case c.NotRun:
+			mark = "----"
+		case !c.Passed:
 			mark = "FAIL"
 		}
-		fmt.Printf("  %s  %-60s %6.1fs\n", mark, c.Name, c.Seconds)
+		name := c.Name
+		if len(name) > 60 {
+			name = name[:60]
+		}
+		fmt.Printf("  %s  %-60s %-13s start %6.1fs %6.1fs  beside %d\n", mark, name, c.Needs, c.Start, c.Seconds, c.Beside)
 	}
-	fmt.Printf("%d passed, %d failed\n", fig.Passed, fig.Failed)
+	fmt.Printf("%d passed, %d failed; the suite took %.0fs with up to %d cases at once\n", fig.Passed, fig.Failed, fig.SuiteSeconds, fig.Parallel)
 	if e.results != "" {
 		b, _ := json.MarshalIndent(fig, "", "  ")
 		if err := os.WriteFile(e.results, append(b, '\n'), 0o644); err != nil {
@@ -100,16 +107,6 @@ func TestMain(m *testing.M) {
 		code = 1
 	}
 	os.Exit(code)
-}
-
-// run runs one numbered case as a subtest and records its verdict and duration.
-func run(t *testing.T, name string, f func(t *testing.T)) bool {
-	start := time.Now()
-	ok := t.Run(name, f)
-	figMu.Lock()
-	fig.Cases = append(fig.Cases, CaseResult{Name: name, Passed: ok, Seconds: time.Since(start).Seconds()})
-	figMu.Unlock()
-	return ok
 }
 
 // kubectl runs the cluster's kubectl with the admin kubeconfig; stdin may be nil.

@@ -1,0 +1,150 @@
+package e2e
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+)
+
+// span is one run of a case: the order in which it started and ended among all starts and ends.
+type span struct{ start, end int }
+
+// recorder records the order of starts and ends, and the most cases running at once.
+type recorder struct {
+	mu      sync.Mutex
+	clock   int
+	spans   map[int]*span
+	order   []int
+	running int
+	most    int
+	started map[int]chan struct{}
+}
+
+func newRecorder(n int) *recorder {
+	r := &recorder{spans: map[int]*span{}, started: map[int]chan struct{}{}}
+	for i := 0; i < n; i++ {
+		r.started[i] = make(chan struct{})
+	}
+	return r
+}
+
+func (r *recorder) begin(i int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.clock++
+	r.spans[i] = &span{start: r.clock}
+	r.order = append(r.order, i)
+	r.running++
+	r.most = max(r.most, r.running)
+	close(r.started[i])
+}
+
+func (r *recorder) finish(i int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.clock++
+	r.spans[i].end = r.clock
+	r.running--
+}
+
+func overlap(a, b *span) bool { return a.start < b.end && b.start < a.end }
+
+func TestSchedule(t *testing.T) {
+	// Cases: 0 alone (required), 1 and 2 own namespace (each waits, up to a second, for the other to
+	// start: they must run at once), 3 and 4 first fleet, 5 alone, 6 own namespace.
+	cases := []Case{
+		{Name: "install", Needs: Alone, Required: true},
+		{Name: "own a", Needs: OwnNamespace},
+		{Name: "own b", Needs: OwnNamespace},
+		{Name: "fleet 1", Needs: FirstFleet},
+		{Name: "fleet 2", Needs: FirstFleet},
+		{Name: "upgrade", Needs: Alone},
+		{Name: "own c", Needs: OwnNamespace},
+	}
+	tests := []struct {
+		name     string
+		parallel int
+	}{
+		{"three at once", 3},
+		{"two at once", 2},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			r := newRecorder(len(cases))
+			met := map[int]bool{}
+			var metMu sync.Mutex
+			out := Schedule(cases, tc.parallel, func(i int) bool {
+				r.begin(i)
+				defer r.finish(i)
+				if other, ok := map[int]int{1: 2, 2: 1}[i]; ok {
+					select {
+					case <-r.started[other]:
+						metMu.Lock()
+						met[i] = true
+						metMu.Unlock()
+					case <-time.After(time.Second):
+					}
+				}
+				time.Sleep(5 * time.Millisecond)
+				return true
+			})
+			g.Expect(r.order).To(HaveLen(len(cases)))
+			for i := range cases {
+				g.Expect(out[i].Ran).To(BeTrue(), cases[i].Name)
+				g.Expect(out[i].Passed).To(BeTrue(), cases[i].Name)
+			}
+			g.Expect(r.most).To(BeNumerically("<=", tc.parallel), "more cases at once than parallel")
+			// The own-namespace pair ran at once.
+			g.Expect(met).To(Equal(map[int]bool{1: true, 2: true}), "own-namespace cases 1 and 2 did not run beside each other")
+			g.Expect(out[1].Beside).To(BeNumerically(">=", 1))
+			// Nothing overlaps an Alone case.
+			for _, a := range []int{0, 5} {
+				g.Expect(out[a].Beside).To(BeZero(), cases[a].Name)
+				for j := range cases {
+					if j != a {
+						g.Expect(overlap(r.spans[a], r.spans[j])).To(BeFalse(), "%s overlaps %s", cases[a].Name, cases[j].Name)
+					}
+				}
+			}
+			// First-fleet cases one after another, in their order.
+			g.Expect(r.spans[3].end).To(BeNumerically("<", r.spans[4].start))
+			// Every case before an Alone one ended before it started; every one after it started after.
+			for j := 1; j < 5; j++ {
+				g.Expect(r.spans[j].end).To(BeNumerically("<", r.spans[5].start))
+			}
+			g.Expect(r.spans[6].start).To(BeNumerically(">", r.spans[5].end))
+		})
+	}
+}
+
+func TestScheduleOneAtATimeKeepsTheOrder(t *testing.T) {
+	g := NewWithT(t)
+	cases := []Case{{Name: "a", Needs: OwnNamespace}, {Name: "b", Needs: FirstFleet}, {Name: "c", Needs: OwnNamespace},
+		{Name: "d", Needs: Alone}, {Name: "e", Needs: OwnNamespace}}
+	r := newRecorder(len(cases))
+	Schedule(cases, 1, func(i int) bool { r.begin(i); r.finish(i); return true })
+	g.Expect(r.most).To(Equal(1))
+	g.Expect(r.order).To(ConsistOf(0, 1, 2, 3, 4))
+	g.Expect(r.order[3:]).To(Equal([]int{3, 4}), "the Alone case and the one after it keep their places")
+}
+
+func TestScheduleStopsAfterARequiredCaseFails(t *testing.T) {
+	g := NewWithT(t)
+	cases := []Case{{Name: "ok", Needs: OwnNamespace}, {Name: "fleet", Needs: FirstFleet, Required: true},
+		{Name: "later", Needs: OwnNamespace}, {Name: "alone", Needs: Alone}}
+	var mu sync.Mutex
+	var ran []int
+	out := Schedule(cases, 4, func(i int) bool {
+		mu.Lock()
+		ran = append(ran, i)
+		mu.Unlock()
+		return i != 1
+	})
+	g.Expect(ran).To(Equal([]int{0, 1}), "a required case runs after every case before it, and nothing after it once it failed")
+	g.Expect(out[1].Passed).To(BeFalse())
+	g.Expect(out[2].Ran).To(BeFalse())
+	g.Expect(out[3].Ran).To(BeFalse())
+}
