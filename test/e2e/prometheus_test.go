@@ -588,7 +588,7 @@ func promSelectors(expr string) ([]promSelector, error) {
 }
 
 // promAlerts returns the active (pending or firing) alerts named name, as
-// "state namespace/instance cluster=<cluster>".
+// "state namespace/instance tiled_cluster=<cluster>".
 func promAlerts(name string) ([]string, error) {
 	var data struct {
 		Alerts []struct {
@@ -602,7 +602,7 @@ func promAlerts(name string) ([]string, error) {
 	var out []string
 	for _, a := range data.Alerts {
 		if a.Labels["alertname"] == name {
-			out = append(out, a.State+" "+a.Labels["namespace"]+"/"+a.Labels["instance"]+" cluster="+a.Labels["cluster"])
+			out = append(out, a.State+" "+a.Labels["namespace"]+"/"+a.Labels["instance"]+" tiled_cluster="+a.Labels["tiled_cluster"])
 		}
 	}
 	slices.Sort(out)
@@ -682,7 +682,7 @@ spec:
 		notReadyAt = c.LastTransitionTime.Time
 		return true, ""
 	})
-	want := fmt.Sprintf("firing %s/%s cluster=%s", tenantNS, instance, clusterName)
+	want := fmt.Sprintf("firing %s/%s tiled_cluster=%s", tenantNS, instance, clusterName)
 	eventually(t, 2*time.Minute, time.Second, "TiledInstanceNotReady firing for "+instance, func() (bool, string) {
 		active, err := promAlerts("TiledInstanceNotReady")
 		return err == nil && slices.Contains(active, want), fmt.Sprint(active, err)
