@@ -208,7 +208,9 @@ func TestFleetMetricsReadTheCacheOnTheLeader(t *testing.T) {
 	state := func(s string) string {
 		return fmt.Sprintf("tiled_operator_cluster_instances{namespace=%q,state=%q,tiled_cluster=%q}", ns, s, "nsls2")
 	}
-	cl := func(metric string) string { return fmt.Sprintf("%s{namespace=%q,tiled_cluster=%q}", metric, ns, "nsls2") }
+	cl := func(metric string) string {
+		return fmt.Sprintf("%s{namespace=%q,tiled_cluster=%q}", metric, ns, "nsls2")
+	}
 	want := map[string]float64{
 		"tiled_operator_leader{}": 1,
 		inst("tiled_operator_instance_info", "nsls2-amx", `database_mode="Managed"`, `image="ghcr.io/bluesky/tiled:0.1.0"`, `version="0.1.0"`): 1,
