@@ -35,8 +35,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		migrations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tiled_operator_migrations_total",
 			Help: "Database migrations of TiledInstances that ended, by result: succeeded, or failed (rolled back from the backup taken before it). " +
-				"cluster is the owning TiledCluster, empty for a standalone instance.",
-		}, []string{"namespace", "cluster", "instance", "result"}),
+				"tiled_cluster is the owning TiledCluster, empty for a standalone instance.",
+		}, []string{"namespace", "tiled_cluster", "instance", "result"}),
 	}
 	m.expansions = register(reg, m.expansions)
 	m.expansionDuration = register(reg, m.expansionDuration)

@@ -33,10 +33,10 @@ func TestMigrationsAreCountedByResult(t *testing.T) {
 	m.migrationEnded(lab, nil)
 	(*Metrics)(nil).migrationEnded(lab, &tiledv1alpha1.MigrationRecord{Result: upgrade.ResultSucceeded})
 	g.Expect(testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP tiled_operator_migrations_total Database migrations of TiledInstances that ended, by result: succeeded, or failed (rolled back from the backup taken before it). cluster is the owning TiledCluster, empty for a standalone instance.
+# HELP tiled_operator_migrations_total Database migrations of TiledInstances that ended, by result: succeeded, or failed (rolled back from the backup taken before it). tiled_cluster is the owning TiledCluster, empty for a standalone instance.
 # TYPE tiled_operator_migrations_total counter
-tiled_operator_migrations_total{cluster="",instance="tiled",namespace="lab",result="failed"} 1
-tiled_operator_migrations_total{cluster="nsls2",instance="nsls2-bmm",namespace="nsls2",result="succeeded"} 2
+tiled_operator_migrations_total{instance="tiled",namespace="lab",result="failed",tiled_cluster=""} 1
+tiled_operator_migrations_total{instance="nsls2-bmm",namespace="nsls2",result="succeeded",tiled_cluster="nsls2"} 2
 `), "tiled_operator_migrations_total")).To(Succeed())
 }
 

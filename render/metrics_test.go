@@ -40,6 +40,31 @@ var monitoringCases = []struct {
 	{"oidc, on", func() *v1alpha1.TiledInstance { return monitored(oidcExternal()) }, Inputs{ExternalSecretKeys: []string{ExternalKeyAuthURI}}, true},
 }
 
+// TestMetricsSecretKeptWhenTurnedOff: monitoring turned off while the metrics Secret exists (its data
+// given) renders the Secret as it is, and nothing that reads it: no sidecar, no ServiceMonitor, no
+// metrics port. The Secret is kept, not pruned, on purpose (MetricsSecret; docs/observability.md says
+// why); without data it is not rendered at all.
+func TestMetricsSecretKeptWhenTurnedOff(t *testing.T) {
+	for _, tc := range monitoringCases {
+		if tc.monitor {
+			continue
+		}
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			in := tc.in
+			in.SecretData, in.MetricsSecretData, in.ServiceMonitorAvailable = secretData, metricsSecretData, true
+			o, err := Render(tc.ti(), in)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(o.MetricsSecret).NotTo(BeNil(), "kept while it exists")
+			g.Expect(*o.MetricsSecret.Name).To(Equal(o.Names.MetricsSecret))
+			g.Expect(o.MetricsSecret.Data).To(Equal(metricsSecretData), "the same token, for monitoring turned on again")
+			g.Expect(o.ServiceMonitor).To(BeNil())
+			g.Expect(podTemplates(g, o)["tiled"].Spec.Containers).To(HaveLen(1), "no sidecar reads it")
+			g.Expect(o.Service.Spec.Ports).To(HaveLen(1))
+		})
+	}
+}
+
 // TestMetricsObjects: with spec.monitoring.serviceMonitor the Tiled pod gets the metrics sidecar,
 // the Tiled container the metrics directory and the wrapper, the Service the metrics port, the
 // ConfigMap metrics.py, and the metrics Secret exists; without it none of them, in both auth modes.

@@ -149,9 +149,11 @@ func GenerateMetricsSecretData(ti *v1alpha1.TiledInstance, existing map[string][
 
 // MetricsSecret returns the Secret holding the metrics sidecar's bearer token (in.MetricsSecretData,
 // the complete data, as for Secret): when the instance asks for a ServiceMonitor, and also after it
-// stopped asking while the Secret exists (in.MetricsSecretData not empty), since the operator may not
-// delete Secrets (no delete verb: it would prune it otherwise); the garbage collector removes it with
-// the instance, and a ServiceMonitor asked for again gets the same token. Nil otherwise. It holds
+// stopped asking while the Secret exists (in.MetricsSecretData not empty). It is kept on purpose,
+// not pruned as the other optional children are: pruning would need delete on every Secret (RBAC
+// cannot narrow it to the operator's), and the pods the rollout is replacing still read the token
+// (docs/observability.md, Tiled's own metrics); the garbage collector removes it with the instance,
+// and a ServiceMonitor asked for again gets the same token. Nil otherwise. It holds
 // nothing else, so that Prometheus, which reads it, never reads the instance's API key.
 func MetricsSecret(ti *v1alpha1.TiledInstance, in Inputs) *corev1ac.SecretApplyConfiguration {
 	if !Monitored(ti) && len(in.MetricsSecretData) == 0 {

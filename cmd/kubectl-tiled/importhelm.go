@@ -230,6 +230,7 @@ func importHelm(values map[string]any) *helmImport {
 	}
 
 	h.image()
+	h.autoscaling()
 	h.pod()
 	h.service()
 	h.ingress()
@@ -294,7 +295,12 @@ func (h *helmImport) image() {
 }
 
 func (h *helmImport) pod() {
-	if v, ok := h.get("replicaCount"); ok {
+	switch v, ok := h.get("replicaCount"); {
+	case ok && truthy(h.get("autoscaling.enabled")):
+		// The chart's Deployment has no replicas while its autoscaler is on; so too the operator's
+		// StatefulSet, and a spec.tiled.replicas beside spec.tiled.autoscaling would only draw a warning.
+		h.mark("replicaCount", handled, "ignored while autoscaling is enabled, as by the chart: the autoscaler sets the number of Tiled pods")
+	case ok:
 		if n, ok := v.(float64); ok && n >= 1 {
 			h.server().Replicas = ptr.To(int32(n))
 			h.mark("replicaCount", carried, "spec.tiled.replicas")
@@ -868,13 +874,62 @@ func (h *helmImport) restOfConfig() {
 	}
 }
 
+// autoscalingBounds are the values of the chart's autoscaling that the operator's
+// spec.tiled.autoscaling has, with the most each may be there (the least is 1).
+var autoscalingBounds = []struct {
+	key string
+	max int32
+	to  func(*v1alpha1.AutoscalingSpec) **int32
+}{
+	{"minReplicas", 100, func(a *v1alpha1.AutoscalingSpec) **int32 { return &a.MinReplicas }},
+	{"maxReplicas", 100, func(a *v1alpha1.AutoscalingSpec) **int32 { return &a.MaxReplicas }},
+	{"targetCPUUtilizationPercentage", 1000, func(a *v1alpha1.AutoscalingSpec) **int32 { return &a.TargetCPUUtilizationPercentage }},
+}
+
+// autoscaling carries the chart's HorizontalPodAutoscaler (autoscaling.enabled: an autoscaling/v2
+// autoscaler of the Deployment between minReplicas and maxReplicas, on CPU and optionally memory
+// use) to spec.tiled.autoscaling, from which the operator renders one of the StatefulSet on the Tiled
+// container's CPU use. Disabled, its keys are left at the chart's default (importHelm).
+func (h *helmImport) autoscaling() {
+	if !truthy(h.get("autoscaling.enabled")) {
+		return
+	}
+	a := &v1alpha1.AutoscalingSpec{Enabled: ptr.To(true)}
+	h.server().Autoscaling = a
+	h.mark("autoscaling.enabled", carried, "spec.tiled.autoscaling.enabled")
+	for _, b := range autoscalingBounds {
+		v, ok := h.get("autoscaling." + b.key)
+		if !ok {
+			continue
+		}
+		n, isNumber := v.(float64)
+		if !isNumber || n != float64(int32(n)) || n < 1 || n > float64(b.max) {
+			h.mark("autoscaling."+b.key, notCarried, fmt.Sprintf("spec.tiled.autoscaling.%s takes a whole number from 1 to %d", b.key, b.max))
+			continue
+		}
+		*b.to(a) = ptr.To(int32(n))
+		h.mark("autoscaling."+b.key, carried, "spec.tiled.autoscaling."+b.key)
+	}
+	if a.MinReplicas != nil && a.MaxReplicas != nil && *a.MinReplicas > *a.MaxReplicas {
+		a.MinReplicas, a.MaxReplicas = nil, nil
+		for _, k := range []string{"autoscaling.minReplicas", "autoscaling.maxReplicas"} {
+			h.got[k] = disposition{notCarried, "minReplicas exceeds maxReplicas, which the API refuses", ""}
+		}
+	}
+	if h.nonEmpty("autoscaling.targetMemoryUtilizationPercentage") {
+		h.mark("autoscaling.targetMemoryUtilizationPercentage", notCarried, "the operator's autoscaler scales on CPU use only")
+	} else if _, ok := h.get("autoscaling.targetCPUUtilizationPercentage"); !ok {
+		// The chart's autoscaler then has no metrics, for which Kubernetes scales on CPU at 80%.
+		a.TargetCPUUtilizationPercentage = ptr.To[int32](80)
+	}
+}
+
 // notEquivalent gives reasons for keys that have none in the operator, when they are set.
 func (h *helmImport) notEquivalent() {
 	reasons := map[string]string{
 		"command":                    "the operator runs tiled serve config with its own arguments",
 		"args":                       "the operator runs tiled serve config with its own arguments",
 		"serviceAccount.create":      "the operator creates no service account; create one and set spec.tiled.serviceAccountName",
-		"autoscaling":                "no HorizontalPodAutoscaler; set spec.tiled.replicas",
 		"nameOverride":               "objects are named <cluster>-<instance> by the operator",
 		"fullnameOverride":           "objects are named <cluster>-<instance> by the operator",
 		"service.port":               "the operator serves Tiled on port 8000",
@@ -884,9 +939,6 @@ func (h *helmImport) notEquivalent() {
 		"serviceAccount.automount":   "the operator decides token mounting",
 	}
 	for key, why := range reasons {
-		if key == "autoscaling" && !truthy(h.get("autoscaling.enabled")) {
-			continue
-		}
 		if v, ok := h.get(key); ok {
 			if def, isDefault := chartDefaults[key]; isDefault && reflect.DeepEqual(normalize(def), normalize(v)) {
 				continue

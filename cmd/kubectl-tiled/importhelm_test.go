@@ -13,6 +13,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/bluesky/tiled-operator/apis/v1alpha1"
@@ -122,7 +123,9 @@ func TestImportHelmCustomised(t *testing.T) {
 	s := ti.Spec
 	g.Expect(s.Tiled.Image).To(Equal("ghcr.io/bluesky/tiled:0.2.3"))
 	g.Expect(s.Tiled.ImagePullPolicy).To(Equal(corev1.PullIfNotPresent))
-	g.Expect(*s.Tiled.Replicas).To(Equal(int32(2)))
+	// The chart's autoscaler (2 to 6 pods at 70% CPU), whose replicaCount the chart then ignores.
+	g.Expect(s.Tiled.Autoscaling).To(Equal(&v1alpha1.AutoscalingSpec{Enabled: ptr.To(true), MinReplicas: ptr.To[int32](2),
+		MaxReplicas: ptr.To[int32](6), TargetCPUUtilizationPercentage: ptr.To[int32](70), ScaleDownStabilizationSeconds: ptr.To[int32](300)}))
 	g.Expect(s.Tiled.Resources.Requests.Cpu().Equal(resource.MustParse("2"))).To(BeTrue())
 	g.Expect(s.Tiled.Resources.Limits.Memory().Equal(resource.MustParse("16Gi"))).To(BeTrue())
 	g.Expect(s.Tiled.ServiceAccountName).To(Equal("tiled-chx"))
@@ -142,7 +145,10 @@ func TestImportHelmCustomised(t *testing.T) {
 
 	// The workload.
 	pod := tiledPod(t, rendered)
-	g.Expect(*rendered.StatefulSet.Spec.Replicas).To(Equal(int32(2)))
+	g.Expect(rendered.StatefulSet.Spec.Replicas).To(BeNil(), "left to the autoscaler")
+	g.Expect(rendered.HPA).NotTo(BeNil())
+	g.Expect(rendered.HPA.Spec.MinReplicas).To(HaveValue(Equal(int32(2))))
+	g.Expect(*rendered.HPA.Spec.MaxReplicas).To(Equal(int32(6)))
 	g.Expect(pod.NodeSelector).To(HaveKeyWithValue("nsls2.bnl.gov/zone", "chx"))
 	g.Expect(pod.Tolerations).To(ContainElement(corev1.Toleration{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "tiled", Effect: corev1.TaintEffectNoSchedule}))
 	g.Expect(pod.ServiceAccountName).To(Equal("tiled-chx"))
@@ -170,11 +176,11 @@ func TestImportHelmCustomised(t *testing.T) {
 	g.Expect(pod.Affinity.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution).To(HaveLen(1))
 
 	// What has no equivalent is listed, each key once, on standard error.
-	for _, key := range []string{"autoscaling", "config.uvicorn", "config.authentication.secret_keys",
+	for _, key := range []string{"config.uvicorn", "config.authentication.secret_keys",
 		"config.object_cache", "fullnameOverride", "extraEnvVars[0]", "extraEnvVars[4]"} {
 		g.Expect(stderr).To(ContainSubstring("\n  "+key+": "), key)
 	}
-	g.Expect(stderr).To(ContainSubstring("7 keys"))
+	g.Expect(stderr).To(ContainSubstring("6 keys"))
 }
 
 // Every key of the values appears in the report with what became of it: none is dropped silently.
@@ -400,6 +406,78 @@ func TestImportHelmFacilityOIDC(t *testing.T) {
 		g.Expect(stderr).To(ContainSubstring("\n  "+key), key)
 	}
 	g.Expect(stderr).To(ContainSubstring("warning: 6 keys"))
+}
+
+// The chart's HorizontalPodAutoscaler becomes spec.tiled.autoscaling, from which the operator renders
+// its own; what it cannot do (scale on memory, bounds the API refuses) is reported not carried, and
+// the chart's replicaCount, which its Deployment ignores while autoscaling, is not carried to
+// spec.tiled.replicas.
+func TestImportHelmAutoscaling(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		values string
+		want   *v1alpha1.AutoscalingSpec // nil: no autoscaler
+		fates  map[string]string         // key: disposition kind
+	}{{
+		name:   "disabled: the chart's defaults",
+		values: "replicaCount: 2\nautoscaling: {enabled: false, minReplicas: 1, maxReplicas: 100, targetCPUUtilizationPercentage: 80}\n",
+		fates: map[string]string{"replicaCount": carried, "autoscaling.enabled": chartValue, "autoscaling.minReplicas": chartValue,
+			"autoscaling.maxReplicas": chartValue, "autoscaling.targetCPUUtilizationPercentage": chartValue},
+	}, {
+		name:   "enabled: carried, replicaCount left to the autoscaler",
+		values: "replicaCount: 2\nautoscaling: {enabled: true, minReplicas: 2, maxReplicas: 100, targetCPUUtilizationPercentage: 80}\n",
+		want: &v1alpha1.AutoscalingSpec{Enabled: ptr.To(true), MinReplicas: ptr.To[int32](2), MaxReplicas: ptr.To[int32](100),
+			TargetCPUUtilizationPercentage: ptr.To[int32](80)},
+		fates: map[string]string{"replicaCount": handled, "autoscaling.enabled": carried, "autoscaling.minReplicas": carried,
+			"autoscaling.maxReplicas": carried, "autoscaling.targetCPUUtilizationPercentage": carried},
+	}, {
+		name:   "enabled with no target: Kubernetes' 80% CPU, as the chart's autoscaler without metrics",
+		values: "autoscaling: {enabled: true, maxReplicas: 4}\n",
+		want:   &v1alpha1.AutoscalingSpec{Enabled: ptr.To(true), MaxReplicas: ptr.To[int32](4), TargetCPUUtilizationPercentage: ptr.To[int32](80)},
+		fates:  map[string]string{"autoscaling.enabled": carried, "autoscaling.maxReplicas": carried},
+	}, {
+		name:   "a memory target: not carried, the operator scales on CPU",
+		values: "autoscaling: {enabled: true, maxReplicas: 4, targetMemoryUtilizationPercentage: 80}\n",
+		want:   &v1alpha1.AutoscalingSpec{Enabled: ptr.To(true), MaxReplicas: ptr.To[int32](4)},
+		fates:  map[string]string{"autoscaling.enabled": carried, "autoscaling.maxReplicas": carried, "autoscaling.targetMemoryUtilizationPercentage": notCarried},
+	}, {
+		name:   "bounds the API refuses: not carried",
+		values: "autoscaling: {enabled: true, minReplicas: 0, maxReplicas: 500, targetCPUUtilizationPercentage: 75.5}\n",
+		want:   &v1alpha1.AutoscalingSpec{Enabled: ptr.To(true)},
+		fates: map[string]string{"autoscaling.enabled": carried, "autoscaling.minReplicas": notCarried,
+			"autoscaling.maxReplicas": notCarried, "autoscaling.targetCPUUtilizationPercentage": notCarried},
+	}, {
+		name:   "minReplicas above maxReplicas: neither carried",
+		values: "autoscaling: {enabled: true, minReplicas: 5, maxReplicas: 3, targetCPUUtilizationPercentage: 60}\n",
+		want:   &v1alpha1.AutoscalingSpec{Enabled: ptr.To(true), TargetCPUUtilizationPercentage: ptr.To[int32](60)},
+		fates: map[string]string{"autoscaling.enabled": carried, "autoscaling.minReplicas": notCarried,
+			"autoscaling.maxReplicas": notCarried, "autoscaling.targetCPUUtilizationPercentage": carried},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			var values map[string]any
+			g.Expect(yaml.Unmarshal([]byte(tc.values), &values)).To(Succeed())
+			h := importHelm(values)
+			if tc.want == nil {
+				g.Expect(h.tpl.Tiled.Autoscaling).To(BeNil())
+			} else {
+				g.Expect(h.tpl.Tiled.Autoscaling).To(Equal(tc.want))
+				g.Expect(h.tpl.Tiled.Replicas).To(BeNil(), "replicaCount is the autoscaler's to set")
+			}
+			for key, kind := range tc.fates {
+				g.Expect(h.got[key].kind).To(Equal(kind), key+": "+h.got[key].note)
+			}
+			profile, _ := h.objects("tiled", "tiled", "")
+			wrong, err := h.verify(profile)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(wrong).To(BeEmpty(), "the profile holds what is reported carried")
+
+			// The command accepts what it prints, and no longer claims the operator has no autoscaler.
+			code, _, stderr := runCmd(tc.values, "import-helm", "-")
+			g.Expect(code).To(Equal(0), stderr)
+			g.Expect(stderr).NotTo(ContainSubstring("no HorizontalPodAutoscaler"))
+		})
+	}
 }
 
 // verify turns a carried claim whose target the output lacks into "not carried".

@@ -2,19 +2,13 @@ package applier
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"sort"
-	"strings"
 	"sync"
 	"time"
-	"unique"
 
 	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -43,11 +37,6 @@ const AnnotationIntent = "tiled.blueskyproject.io/intent"
 // applier's own create. Deletions normally arrive as informer events (Deleted); this bound covers an
 // informer that relisted and never showed the object at all.
 const unseenGrace = 30 * time.Second
-
-// systemManagers are field managers of Kubernetes itself, whose fields are not edits by people.
-var systemManagers = map[string]bool{
-	"kube-controller-manager": true, "kube-scheduler": true, "kubelet": true, "kube-apiserver": true,
-}
 
 type record struct {
 	intent   [32]byte
@@ -101,77 +90,6 @@ func New(c client.Client, owner string, reg prometheus.Registerer) *Applier {
 	return a
 }
 
-// Trust adds field managers whose fields on an object are the operator's own doing (e.g. a second
-// field owner the operator labels objects with), so they never count as edits by someone else.
-func (a *Applier) Trust(managers ...string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for _, m := range managers {
-		a.trusted[m] = true
-	}
-}
-
-// ForeignManagers returns, sorted, the field managers of o's spec and metadata other than the
-// applier's own, the trusted ones and Kubernetes' own controllers: the writers whose edits the
-// operator did not make.
-func (a *Applier) ForeignManagers(o client.Object) []string {
-	a.mu.Lock()
-	out := a.foreignManagersLocked(o)
-	a.mu.Unlock()
-	sort.Strings(out)
-	return out
-}
-
-// meta is the part of an object the applier reads.
-type meta struct {
-	APIVersion string `json:"apiVersion"`
-	Kind       string `json:"kind"`
-	Metadata   struct {
-		Name            string                      `json:"name"`
-		Namespace       string                      `json:"namespace"`
-		UID             types.UID                   `json:"uid"`
-		ResourceVersion string                      `json:"resourceVersion"`
-		Generation      int64                       `json:"generation"`
-		Labels          map[string]string           `json:"labels"`
-		Annotations     map[string]string           `json:"annotations"`
-		ManagedFields   []metav1.ManagedFieldsEntry `json:"managedFields"`
-	} `json:"metadata"`
-}
-
-func (m *meta) key() Key {
-	// The applier keeps a record per object: the strings its keys repeat are shared.
-	return Key{APIVersion: intern(m.APIVersion), Kind: intern(m.Kind), Namespace: intern(m.Metadata.Namespace), Name: m.Metadata.Name}
-}
-
-func intern(s string) string { return unique.Make(s).Value() }
-
-// token is an object's version as far as the operator's intent is concerned: the fingerprint of
-// the field set the applier's field owner manages on it, and the other writers of its spec and
-// metadata. Anyone who changes or removes a field the operator set takes it over (or shares it),
-// which changes one or the other; Kubernetes' own controllers writing status, binding annotations
-// or finalizers change neither, so they cause no re-apply.
-func (a *Applier) token(managed []metav1.ManagedFieldsEntry) string {
-	var b strings.Builder
-	var foreign []string
-	for _, mf := range managed {
-		switch {
-		case mf.Subresource != "":
-		case mf.Manager == a.owner:
-			if mf.FieldsV1 != nil {
-				b.Write(Fingerprint(mf.FieldsV1.GetRawBytes()))
-			}
-			b.WriteString("@" + mf.APIVersion)
-		case !a.trusted[mf.Manager] && !systemManagers[mf.Manager]:
-			foreign = append(foreign, mf.Manager+"/"+string(mf.Operation))
-		}
-	}
-	sort.Strings(foreign)
-	b.WriteString("|" + strings.Join(foreign, ","))
-	// The objects of one kind in a fleet mostly share a token (the same field set, no other
-	// manager): the records hold one copy of it.
-	return intern(b.String())
-}
-
 // Result says what Apply did.
 type Result struct {
 	// Key is the object applied.
@@ -198,45 +116,6 @@ func (a *Applier) Apply(ctx context.Context, ac runtime.ApplyConfiguration, curr
 		return Result{}, err
 	}
 	return a.ApplyPrepared(ctx, p, func() (runtime.ApplyConfiguration, error) { return ac, nil }, current, opts...)
-}
-
-// Prepared is what the applier needs of an apply configuration to decide whether it must be sent:
-// the object it names and the hash of its content. A controller that applies the same intent on
-// every reconcile (the cluster controller, its instances) keeps this — a few dozen bytes — instead
-// of the object, and builds the object again only when ApplyPrepared must send it.
-type Prepared struct {
-	// Key is the object the apply configuration names.
-	Key    Key
-	intent [32]byte
-}
-
-// Annotation is the value AnnotationIntent carries on an object that holds p's intent: comparing it
-// with the annotation of the object as it is tells whether applying p would change it.
-func (p Prepared) Annotation() string { return encodeIntent(p.intent) }
-
-// Holds reports whether the applier itself applied p's intent to p's object, or found it applied,
-// since it started (and has not forgotten it since).
-func (a *Applier) Holds(p Prepared) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	rec := a.records[p.Key]
-	return rec != nil && rec.intent == p.intent
-}
-
-// Prepare computes ac's Prepared form.
-func Prepare(ac runtime.ApplyConfiguration) (Prepared, error) {
-	intent, m, err := intentOf(ac)
-	if err != nil {
-		return Prepared{}, err
-	}
-	return Prepared{Key: m.key(), intent: intent}, nil
-}
-
-// PrepareUnstructured is Prepare of the apply configuration of an unstructured object
-// (client.ApplyConfigurationFromUnstructured), for callers that build intents without a client's
-// package (package desired).
-func PrepareUnstructured(u *unstructured.Unstructured) (Prepared, error) {
-	return Prepare(client.ApplyConfigurationFromUnstructured(u))
 }
 
 // ApplyPrepared is Apply of the apply configuration p was prepared from, which build returns again
@@ -361,125 +240,6 @@ func (a *Applier) ApplyStatus(ctx context.Context, ac runtime.ApplyConfiguration
 	a.status[key] = &record{intent: intent, statusOf: uid, group: intern(o.group)}
 	a.mu.Unlock()
 	return Result{Key: key, Sent: true}, nil
-}
-
-// Forget drops what the applier remembers of an object, e.g. after the operator deleted it.
-func (a *Applier) Forget(key Key) { a.forget(key) }
-
-// Deleted tells the applier that the cache saw the object deleted, by whoever: its next Apply sends
-// the intent again even if the cache never showed the object after the applier created it.
-func (a *Applier) Deleted(key Key) { a.forget(key) }
-
-// ForgetGroup drops what the applier remembers of the objects applied for the owner g (see Group).
-func (a *Applier) ForgetGroup(g string) {
-	a.ForgetWhere(func(_ Key, group string) bool { return group == g })
-}
-
-// ForgetWhere drops what the applier remembers of every object for which drop returns true; used
-// when an owner goes, so that records do not outlive their objects.
-func (a *Applier) ForgetWhere(drop func(k Key, group string) bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	for _, m := range []map[Key]*record{a.records, a.status} {
-		for k, r := range m {
-			if drop(k, r.group) {
-				delete(m, k)
-			}
-		}
-	}
-}
-
-// Len returns how many objects the applier remembers (objects and statuses).
-func (a *Applier) Len() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return len(a.records) + len(a.status)
-}
-
-func (a *Applier) forget(key Key) {
-	a.mu.Lock()
-	delete(a.records, key)
-	delete(a.status, key)
-	a.mu.Unlock()
-}
-
-func intentOf(ac runtime.ApplyConfiguration) ([32]byte, *meta, error) {
-	data, err := json.Marshal(ac)
-	if err != nil {
-		return [32]byte{}, nil, fmt.Errorf("encoding an apply configuration: %w", err)
-	}
-	m := &meta{}
-	if content, ok := ac.(interface{ UnstructuredContent() map[string]any }); ok {
-		// Read from the object itself: decoding the whole encoding again for four strings costs
-		// more than encoding it did.
-		u := unstructured.Unstructured{Object: content.UnstructuredContent()}
-		m.APIVersion, m.Kind = u.GetAPIVersion(), u.GetKind()
-		m.Metadata.Name, m.Metadata.Namespace = u.GetName(), u.GetNamespace()
-	} else if err := json.Unmarshal(data, m); err != nil {
-		return [32]byte{}, nil, err
-	}
-	if m.Kind == "" || m.Metadata.Name == "" {
-		return [32]byte{}, nil, fmt.Errorf("apply configuration without kind or name: %s", truncate(data))
-	}
-	return sha256.Sum256(data), m, nil
-}
-
-func encodeIntent(intent [32]byte) string { return hex.EncodeToString(intent[:16]) }
-
-func (a *Applier) foreignManagersLocked(o client.Object) []string {
-	var out []string
-	for _, mf := range o.GetManagedFields() {
-		if mf.Subresource != "" || a.trusted[mf.Manager] || systemManagers[mf.Manager] {
-			continue
-		}
-		out = append(out, mf.Manager)
-	}
-	return out
-}
-
-// withIntent returns ac as an unstructured object carrying AnnotationIntent.
-func withIntent(ac runtime.ApplyConfiguration, intent [32]byte) (*unstructured.Unstructured, error) {
-	u, ok := copyUnstructured(ac)
-	if !ok {
-		data, err := json.Marshal(ac)
-		if err != nil {
-			return nil, fmt.Errorf("encoding an apply configuration: %w", err)
-		}
-		u = &unstructured.Unstructured{}
-		if err := json.Unmarshal(data, &u.Object); err != nil {
-			return nil, err
-		}
-	}
-	ann := u.GetAnnotations()
-	if ann == nil {
-		ann = map[string]string{}
-	}
-	ann[AnnotationIntent] = encodeIntent(intent)
-	u.SetAnnotations(ann)
-	return u, nil
-}
-
-// copyUnstructured returns a deep copy of an apply configuration made from an unstructured object
-// (client.ApplyConfigurationFromUnstructured), without encoding it; ok is false for other apply
-// configurations, or an object holding a value JSON has no type for.
-func copyUnstructured(ac runtime.ApplyConfiguration) (u *unstructured.Unstructured, ok bool) {
-	content, isU := ac.(interface{ UnstructuredContent() map[string]any })
-	if !isU {
-		return nil, false
-	}
-	defer func() {
-		if recover() != nil { // runtime.DeepCopyJSON panics on a value of another type
-			u, ok = nil, false
-		}
-	}()
-	return &unstructured.Unstructured{Object: runtime.DeepCopyJSON(content.UnstructuredContent())}, true
-}
-
-func truncate(b []byte) string {
-	if len(b) > 200 {
-		return string(b[:200]) + "…"
-	}
-	return string(b)
 }
 
 // applyPatch is a server-side apply of an encoded apply configuration. The applier sends it through

@@ -50,3 +50,51 @@ func TestLastWriteByResource(t *testing.T) {
 	}))
 	g.Expect(c.Last).To(Equal(at(2000)), "the end of the phase is its last request but watches and the Lease")
 }
+
+// TestPhaseAuditCountsTheOperatorOnce: a phase's figure (startup_requests, restart_requests, …)
+// counts each of the operator's requests after the mark once — a watch at ResponseStarted, not again
+// at ResponseComplete — and nothing of kube-controller-manager's or the harness's. Requests that name
+// no resource (discovery: GET /api, /apis) are the operator's too and are counted, under
+// "(non-resource)", although the operator's own count (operator/traffic) leaves them out: the four
+// of the committed restart detail were the REST mapper's discovery before ed1ca77.
+func TestPhaseAuditCountsTheOperatorOnce(t *testing.T) {
+	g := NewWithT(t)
+	path := filepath.Join(t.TempDir(), "audit.log")
+	event := func(id, stage, verb, ua, resource string) string {
+		ref := ""
+		if resource != "" {
+			ref = `,"objectRef":{"resource":"` + resource + `","namespace":"system","name":"x"}`
+		}
+		return `{"auditID":"` + id + `","stage":"` + stage + `","verb":"` + verb + `","userAgent":"` + ua + `"` + ref +
+			`,"requestReceivedTimestamp":"2026-12-01T00:00:00Z"}` + "\n"
+	}
+	const operator, kcm, harness = "manager/v0.0.0 (linux/amd64)", "kube-controller-manager/v1.37.2", "bench/v0.0.0"
+	before := event("0", "ResponseComplete", "get", operator, "leases")
+	g.Expect(os.WriteFile(path, []byte(before), 0o600)).To(Succeed())
+	a, err := openAuditLog(path)
+	g.Expect(err).NotTo(HaveOccurred())
+	defer a.close()
+	mark, err := a.mark()
+	g.Expect(err).NotTo(HaveOccurred())
+
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_WRONLY, 0)
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, e := range []string{
+		event("1", "ResponseStarted", "watch", operator, "secrets"),
+		event("2", "ResponseComplete", "get", operator, ""), // discovery
+		event("3", "ResponseComplete", "update", operator, "leases"),
+		event("4", "ResponseComplete", "create", kcm, "pods"),
+		event("5", "ResponseComplete", "list", harness, "tiledinstances"),
+		event("1", "ResponseComplete", "watch", operator, "secrets"), // the same watch, ended
+	} {
+		_, err := f.WriteString(e)
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	g.Expect(f.Close()).To(Succeed())
+
+	c, err := phaseAudit(a, mark)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(c.Total).To(Equal(int64(3)))
+	g.Expect(c.ByKey).To(Equal(map[string]int64{"watch secrets": 1, "get (non-resource)": 1, "update leases": 1}))
+	g.Expect(c.objectWrites()).To(BeZero(), "the Lease is not an object write")
+}

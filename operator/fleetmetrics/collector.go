@@ -45,8 +45,8 @@ func newDesc(name, help string, labels []string) *prometheus.Desc {
 }
 
 var (
-	instanceLabels = []string{"namespace", "cluster", "instance"}
-	clusterLabels  = []string{"namespace", "cluster"}
+	instanceLabels = []string{"namespace", "tiled_cluster", "instance"}
+	clusterLabels  = []string{"namespace", "tiled_cluster"}
 
 	descLeader = newDesc("tiled_operator_leader",
 		"1 on the replica that leads (and reports the fleet), 0 on a standby.", nil)

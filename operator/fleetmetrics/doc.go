@@ -19,9 +19,11 @@
 // replica leads; it waits for the two kinds' informers to sync and then turns the Collector on. Until
 // then, and after the manager stops, Collect emits only tiled_operator_leader 0.
 //
-// Label sets are bounded: namespace, cluster (the TiledCluster that controls the instance through
-// its controller ownerReference, "" for a standalone instance), instance, and small enums (a
-// condition's reason, a state, a result). The info metric's version, image and database_mode
+// Label sets are bounded: namespace, tiled_cluster (the TiledCluster that controls the instance
+// through its controller ownerReference, "" for a standalone instance), instance, and small enums
+// (a condition's reason, a state, a result). The TiledCluster's label is tiled_cluster, not
+// cluster: Prometheus setups commonly use cluster for the Kubernetes cluster (an external or target
+// label), which a series' own cluster label would shadow or be renamed to exported_cluster by. The info metric's version, image and database_mode
 // change only when the instance does.
 //
 // A read from the cache that fails (a scrape that times out waiting for it) is counted in

@@ -115,12 +115,12 @@ func checkScrapes(scrapes map[string]string) []string {
 		case strings.Contains(text, "\ntiled_operator_leader 1"):
 			leaders++
 			for _, b := range beamlines {
-				want := fmt.Sprintf(`tiled_operator_instance_ready{cluster=%q,instance=%q,namespace=%q} 1`, clusterName, instanceName(b), tenantNS)
+				want := fmt.Sprintf(`tiled_operator_instance_ready{instance=%q,namespace=%q,tiled_cluster=%q} 1`, instanceName(b), tenantNS, clusterName)
 				if !strings.Contains(text, want) {
 					problems = append(problems, fmt.Sprintf("the leader %s does not report %s", pod, want))
 				}
 			}
-			want := fmt.Sprintf(`tiled_operator_cluster_instances{cluster=%q,namespace=%q,state="ready"} %d`, clusterName, tenantNS, len(beamlines))
+			want := fmt.Sprintf(`tiled_operator_cluster_instances{namespace=%q,state="ready",tiled_cluster=%q} %d`, tenantNS, clusterName, len(beamlines))
 			if !strings.Contains(text, want) {
 				problems = append(problems, fmt.Sprintf("the leader %s does not report %s", pod, want))
 			}

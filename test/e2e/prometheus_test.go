@@ -593,7 +593,7 @@ func promSelectors(expr string) ([]promSelector, error) {
 }
 
 // promAlerts returns the first fleet's active (pending or firing) alerts named name, as
-// "state namespace/instance cluster=<cluster>".
+// "state namespace/instance tiled_cluster=<cluster>".
 func promAlerts(name string) ([]string, error) {
 	var data struct {
 		Alerts []struct {
@@ -609,7 +609,7 @@ func promAlerts(name string) ([]string, error) {
 		// The first fleet's: the instances of the cases that run beside this one are not Ready
 		// at times (upgrades, restores), as they must be.
 		if a.Labels["alertname"] == name && a.Labels["namespace"] == tenantNS {
-			out = append(out, a.State+" "+a.Labels["namespace"]+"/"+a.Labels["instance"]+" cluster="+a.Labels["cluster"])
+			out = append(out, a.State+" "+a.Labels["namespace"]+"/"+a.Labels["instance"]+" tiled_cluster="+a.Labels["tiled_cluster"])
 		}
 	}
 	slices.Sort(out)
@@ -689,7 +689,7 @@ spec:
 		notReadyAt = c.LastTransitionTime.Time
 		return true, ""
 	})
-	want := fmt.Sprintf("firing %s/%s cluster=%s", tenantNS, instance, clusterName)
+	want := fmt.Sprintf("firing %s/%s tiled_cluster=%s", tenantNS, instance, clusterName)
 	eventually(t, 2*time.Minute, time.Second, "TiledInstanceNotReady firing for "+instance, func() (bool, string) {
 		active, err := promAlerts("TiledInstanceNotReady")
 		return err == nil && slices.Contains(active, want), fmt.Sprint(active, err)

@@ -40,7 +40,7 @@ func metricValue(g Gomega, name string, want map[string]string) (value float64, 
 // metrics (package operator/fleetmetrics) report whether it failed.
 func expectMigrationCounted(t *testing.T, g Gomega, ns, name, result string) {
 	t.Helper()
-	labels := map[string]string{"namespace": ns, "cluster": "", "instance": name}
+	labels := map[string]string{"namespace": ns, "tiled_cluster": "", "instance": name}
 	counted := map[string]string{"result": result}
 	for k, v := range labels {
 		counted[k] = v

@@ -198,17 +198,19 @@ func TestFleetMetricsReadTheCacheOnTheLeader(t *testing.T) {
 	g.Expect(env.Client.Status().Update(ctx, tc)).To(Succeed())
 
 	inst := func(metric, name string, extra ...string) string {
-		labels := append([]string{fmt.Sprintf("cluster=%q", "nsls2"), fmt.Sprintf("instance=%q", name), fmt.Sprintf("namespace=%q", ns)}, extra...)
+		labels := append([]string{fmt.Sprintf("tiled_cluster=%q", "nsls2"), fmt.Sprintf("instance=%q", name), fmt.Sprintf("namespace=%q", ns)}, extra...)
 		if name == "lab" {
-			labels[0] = `cluster=""`
+			labels[0] = `tiled_cluster=""`
 		}
 		sort.Strings(labels)
 		return metric + "{" + strings.Join(labels, ",") + "}"
 	}
 	state := func(s string) string {
-		return fmt.Sprintf("tiled_operator_cluster_instances{cluster=%q,namespace=%q,state=%q}", "nsls2", ns, s)
+		return fmt.Sprintf("tiled_operator_cluster_instances{namespace=%q,state=%q,tiled_cluster=%q}", ns, s, "nsls2")
 	}
-	cl := func(metric string) string { return fmt.Sprintf("%s{cluster=%q,namespace=%q}", metric, "nsls2", ns) }
+	cl := func(metric string) string {
+		return fmt.Sprintf("%s{namespace=%q,tiled_cluster=%q}", metric, ns, "nsls2")
+	}
 	want := map[string]float64{
 		"tiled_operator_leader{}": 1,
 		inst("tiled_operator_instance_info", "nsls2-amx", `database_mode="Managed"`, `image="ghcr.io/bluesky/tiled:0.1.0"`, `version="0.1.0"`): 1,
@@ -275,21 +277,21 @@ func TestOperatorRegistersTheFleetMetrics(t *testing.T) {
 	fixture.WaitStampedOut(ctx, t, env.Client, ns, tc.Name, 2, 250*time.Millisecond, 2*time.Minute)
 
 	first := tc.Name + "-" + tc.Spec.Instances[0].Name
-	held := fmt.Sprintf("tiled_operator_instance_held{cluster=%q,instance=%q,namespace=%q}", tc.Name, first, ns)
-	heldState := fmt.Sprintf("tiled_operator_cluster_instances{cluster=%q,namespace=%q,state=%q}", tc.Name, ns, fleetmetrics.StateHeld)
+	held := fmt.Sprintf("tiled_operator_instance_held{instance=%q,namespace=%q,tiled_cluster=%q}", first, ns, tc.Name)
+	heldState := fmt.Sprintf("tiled_operator_cluster_instances{namespace=%q,state=%q,tiled_cluster=%q}", ns, fleetmetrics.StateHeld, tc.Name)
 	g.Eventually(func(g Gomega) {
 		got := series(g, crmetrics.Registry, ns)
 		g.Expect(got).To(HaveKeyWithValue("tiled_operator_leader{}", 1.0))
 		total := 0.0
 		for _, s := range []string{fleetmetrics.StateReady, fleetmetrics.StateUnready} {
-			k := fmt.Sprintf("tiled_operator_cluster_instances{cluster=%q,namespace=%q,state=%q}", tc.Name, ns, s)
+			k := fmt.Sprintf("tiled_operator_cluster_instances{namespace=%q,state=%q,tiled_cluster=%q}", ns, s, tc.Name)
 			g.Expect(got).To(HaveKey(k))
 			total += got[k]
 		}
 		g.Expect(total).To(Equal(2.0))
 		infos := 0
 		for k := range got {
-			if strings.HasPrefix(k, "tiled_operator_instance_info{") && strings.Contains(k, fmt.Sprintf("cluster=%q", tc.Name)) {
+			if strings.HasPrefix(k, "tiled_operator_instance_info{") && strings.Contains(k, fmt.Sprintf("tiled_cluster=%q", tc.Name)) {
 				infos++
 			}
 		}
