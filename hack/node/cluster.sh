@@ -909,7 +909,9 @@ cmd_up() {
     { tail_log bootstrap; fail_up "applying the StorageClass, PersistentVolumes, kube-router's RBAC and CoreDNS failed"; }
 
   # NetworkPolicy enforcement: kube-router's firewall controller only (no routing, no service proxy:
-  # the bridge plugin and kube-proxy do those), no health or metrics listener. It reads its own Node
+  # the bridge plugin and kube-proxy do those), no health or metrics listener. --v=1 logs each full
+  # sync's start and end, which the e2e suite waits on before a client pod runs
+  # (test/e2e/netpolsettle_test.go). It reads its own Node
   # once at start (for the node IP) and exits when it is not there yet, so it starts once kubelet
   # has registered the node; its first sync is awaited further down, overlapping CoreDNS's start.
   node_registered() { kc get node "$NODE_NAME" -o name; }
@@ -919,7 +921,7 @@ cmd_up() {
   start kube-router "$krbin" --run-firewall=true --run-router=false --run-service-proxy=false \
     --health-port 0 --metrics-port 0 \
     --kubeconfig "$c/kube-router.kubeconfig" --hostname-override "$NODE_NAME" \
-    --service-cluster-ip-range "$SERVICE_CIDR"
+    --service-cluster-ip-range "$SERVICE_CIDR" --v=1
 
   node_ready() { [ "$(kc get node "$NODE_NAME" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}')" = True ]; }
   wait_until 120 "node $NODE_NAME Ready" kubelet,containerd node_ready

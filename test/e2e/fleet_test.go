@@ -228,18 +228,8 @@ type pythonPod struct {
 	env string
 }
 
-// networkPolicySettleSeconds is how long a client pod waits, in an init container, before its
-// script runs. A NetworkPolicy implementation admits a new pod's address asynchronously, after the pod
-// has its IP: kube-router's next sync (0.2 s on a quiet node, longer under the suite's load) adds it
-// to the sets of the policies whose peers select it. A script that connects at once may be refused
-// by a policy that admits it (seen: case 14's traffic pod, plain urllib, refused at its first
-// request). Kubernetes documents the same of every implementation: a starting pod may lack
-// connectivity the policies grant it. The probe pods of case 15 wait too, so a refusal they count is
-// one the policies decided.
-const networkPolicySettleSeconds = 3
-
-// pythonPodYAML is the pod p as YAML: an init container that waits networkPolicySettleSeconds, then
-// the script.
+// pythonPodYAML is the pod p as YAML: an init container that waits until the node's NetworkPolicy
+// implementation holds the pod's address (netpolsettle_test.go), then the script.
 func pythonPodYAML(p pythonPod) string {
 	var ind strings.Builder
 	for _, l := range strings.Split(strings.TrimSpace(p.script), "\n") {
@@ -261,15 +251,7 @@ spec:
     runAsUser: 999
     runAsGroup: 999
     seccompProfile: {type: RuntimeDefault}
-  initContainers:
-  - name: network-policies
-    image: %[4]s
-    imagePullPolicy: IfNotPresent
-    command: [python, -c, "import time; time.sleep(%[8]d)"]
-    securityContext:
-      allowPrivilegeEscalation: false
-      capabilities: {drop: [ALL]}
-  containers:
+%[8]s  containers:
   - name: client
     image: %[4]s
     imagePullPolicy: IfNotPresent
@@ -279,7 +261,7 @@ spec:
 %[5]s%[6]s%[7]s    securityContext:
       allowPrivilegeEscalation: false
       capabilities: {drop: [ALL]}
-`, p.name, p.namespace, p.specExtra, p.image, ind.String(), argv.String(), p.env, networkPolicySettleSeconds)
+`, p.name, p.namespace, p.specExtra, p.image, ind.String(), argv.String(), p.env, settleInitContainerYAML(p.image))
 }
 
 // runPythonPod runs the pod p (replacing one of its name) to its end within timeout and returns its

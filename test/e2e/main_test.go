@@ -71,7 +71,14 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "e2e: client: %v\n", err)
 		os.Exit(2)
 	}
+	if err := checkKubeRouterLogsSyncs(); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: %v\n", err)
+		os.Exit(2)
+	}
+	stopReleaser := make(chan struct{})
+	go releaser(stopReleaser)
 	code := m.Run()
+	close(stopReleaser)
 	fig.Passed, fig.Failed = 0, 0
 	for _, c := range fig.Cases {
 		if c.Passed {
