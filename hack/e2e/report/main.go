@@ -61,14 +61,25 @@ func render(f *e2e.Figures, src string) string {
 	w("Measured by `make test-e2e` (docs/e2e.md): the operator installed with `kubectl apply --server-side -k config/default`\n")
 	w("(two replicas, leader election, webhooks), a %d-beamline TiledCluster `%s` with real Tiled and PostgreSQL pods,\n", f.Beamlines, f.Cluster)
 	w("on one node of this machine (2 shared cores), images already imported.\n\n")
-	w("Cases: **%d passed, %d failed**.\n\n", f.Passed, f.Failed)
-	w("| case | result | seconds |\n|---|---|--:|\n")
+	w("Cases: **%d passed, %d failed**", f.Passed, f.Failed)
+	if f.SuiteSeconds > 0 {
+		w(", in **%.0f s** (%.1f min) with up to %d cases at once (`E2E_PARALLEL`)", f.SuiteSeconds, f.SuiteSeconds/60, f.Parallel)
+	}
+	w(".\n\n")
+	w("A case's *needs* say what may run beside it (docs/e2e.md, \"Cases in parallel\"): *alone* (the\n")
+	w("operator itself), *first fleet* (one at a time) or *own namespace*. *Beside* is the most other cases\n")
+	w("that ran at some moment during it: 0 means its timings were taken alone; a figure and its floor\n")
+	w("measured in one case were taken under the same conditions.\n\n")
+	w("| case | result | needs | start (s) | seconds | beside |\n|---|---|---|--:|--:|--:|\n")
 	for _, c := range f.Cases {
 		r := "passed"
-		if !c.Passed {
+		switch {
+		case c.NotRun:
+			r = "**not run**"
+		case !c.Passed:
 			r = "**failed**"
 		}
-		w("| %s | %s | %.1f |\n", c.Name, r, c.Seconds)
+		w("| %s | %s | %s | %.0f | %.1f | %d |\n", c.Name, r, c.Needs, c.Start, c.Seconds, c.Beside)
 	}
 	w("\n| figure | value | goal |\n|---|--:|---|\n")
 	w("| apply → every pod Ready (operator) | %.1f s | |\n", f.FleetReadySeconds)
