@@ -630,7 +630,6 @@ func testOperatorKilledMidRollout(t *testing.T) {
 	// Every write the operator sent in the window, from the apiserver's audit log. Only the objects
 	// the change touches may be written: the instances, their Tiled StatefulSets, statuses, events
 	// and the leader Lease. Anything else is an unchanged object rewritten.
-	time.Sleep(2 * time.Second) // the audit log is written asynchronously
 	evs := auditSince(t, operatorUser, start, end.Add(time.Second))
 	fig.KillRolloutRequests = map[string]int{}
 	fig.KillRolloutWritesByKind = map[string]int{}

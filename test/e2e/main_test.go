@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -184,9 +185,11 @@ type auditEvent struct {
 	RequestReceived time.Time `json:"requestReceivedTimestamp"`
 }
 
-// auditSince returns the completed requests of user received in [from, to).
+// auditSince returns the completed requests of user received in [from, to), once the audit log
+// holds every request received before to (auditThrough).
 func auditSince(t *testing.T, user string, from, to time.Time) []auditEvent {
 	t.Helper()
+	auditThrough(t, to)
 	f, err := os.Open(e.auditLog)
 	if err != nil {
 		t.Fatalf("audit log: %v", err)
@@ -209,6 +212,45 @@ func auditSince(t *testing.T, user string, from, to time.Time) []auditEvent {
 		out = append(out, ev)
 	}
 	return out
+}
+
+// auditThrough waits until the apiserver's audit log, written asynchronously, holds a completed
+// request received at or after to: the requests received before to are in it by then (the suite's
+// own polling makes requests all the time, so one comes within a poll or two).
+func auditThrough(t *testing.T, to time.Time) {
+	t.Helper()
+	eventually(t, time.Minute, 200*time.Millisecond, "the audit log written through "+to.Format(time.RFC3339Nano), func() (bool, string) {
+		last, err := lastAuditReceived()
+		if err != nil {
+			return false, err.Error()
+		}
+		return !last.Before(to), "last request received at " + last.Format(time.RFC3339Nano)
+	})
+}
+
+// lastAuditReceived is the receive time of the last completed request in the audit log (read from
+// its last megabyte).
+func lastAuditReceived() (time.Time, error) {
+	f, err := os.Open(e.auditLog)
+	if err != nil {
+		return time.Time{}, err
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Size() > 1<<20 {
+		if _, err := f.Seek(st.Size()-1<<20, io.SeekStart); err != nil {
+			return time.Time{}, err
+		}
+	}
+	var last time.Time
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		var ev auditEvent
+		if json.Unmarshal(sc.Bytes(), &ev) == nil && ev.Stage == "ResponseComplete" && ev.RequestReceived.After(last) {
+			last = ev.RequestReceived
+		}
+	}
+	return last, sc.Err()
 }
 
 // resourceKey is "resource" or "resource/subresource" of an audit event.

@@ -322,7 +322,6 @@ func judgeReviewedWrites(t *testing.T, writes []string) ([]string, int) {
 // other than status and Events (its Lease and Events live in its own namespace), from the audit log.
 func childWrites(t *testing.T, from, to time.Time) []string {
 	t.Helper()
-	time.Sleep(2 * time.Second) // the audit log is written asynchronously
 	var out []string
 	for _, ev := range auditSince(t, operatorUser, from, to) {
 		if !isWrite(ev.Verb) || ev.ObjectRef == nil {
