@@ -2,7 +2,7 @@
 # build.sh builds the container images a real node needs, without any registry or container engine,
 # as docker-archive tarballs that `ctr -n k8s.io images import` (and `docker load`) read:
 #
-#   ${TILED_OPERATOR_CACHE:-~/.cache/tiled-operator}/images/current/
+#   ${TILED_OPERATOR_CACHE:-${XDG_CACHE_HOME:-~/.cache}/tiled-operator}/images/current/
 #     pause.tar           docker.io/local/pause:3.10            static Go sandbox program, FROM scratch
 #     coredns.tar         docker.io/local/coredns:v1.15.0       CoreDNS from the Go module proxy, FROM scratch
 #     tiled-operator.tar  docker.io/local/tiled-operator:e2e    ./cmd/manager of this checkout, static base
@@ -27,11 +27,11 @@
 #
 # Each image except the manager (and its prime and annotated builds) is cached by a hash of its inputs (its recipe in this script, its
 # files under hack/images/, mkimage, the pinned versions) and reused while they are unchanged; the
-# manager is rebuilt on every run (Go's build cache makes that a few seconds). The CoreDNS, versitygw
-# and metrics-server binaries are cached by version in images/bin/ (versitygw's version and build are
-# those of hack/s3/versitygw.sh, which host-side tests use too; metrics-server's those of
-# hack/node/metrics-server.sh, which hack/node/cluster.sh reads the tag from); Prometheus's in
-# prometheus/<version>/ beside promtool (hack/prometheus/prometheus.sh). The Debian base
+# manager is rebuilt on every run (Go's build cache makes that a few seconds). The CoreDNS binary is
+# cached by version in images/bin/; the versitygw, metrics-server and Prometheus binaries in
+# tools/<name>/<version>-<recipe hash>/ (hack/lib/gotool.sh), built by hack/s3/versitygw.sh (which
+# host-side tests use too), hack/node/metrics-server.sh (which hack/node/cluster.sh reads the tag from)
+# and hack/prometheus/prometheus.sh (beside promtool). The Debian base
 # (debootstrap --variant=minbase) is built once and shared by the two Tiled images, PostgreSQL and
 # Redis.
 # Archives are written by hack/images/mkimage (one layer per image, see docs/images.md).
@@ -40,7 +40,9 @@
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-CACHE_ROOT=${TILED_OPERATOR_CACHE:-$HOME/.cache/tiled-operator}
+# shellcheck source=hack/lib/cache.sh
+source hack/lib/cache.sh
+CACHE_ROOT=$(tiled_cache_root)
 CACHE=$CACHE_ROOT/images
 OUT=$CACHE/current
 STORE=$CACHE/store
@@ -578,12 +580,11 @@ KEY_FILES=("${MKIMAGE_SRC[@]}" hack/images/pause/main.go)
 KEYS[pause]=pause-$(key "$GO_VERSION" "$PAUSE_TAG" "$(declare -f build_pause)")
 KEY_FILES=("${MKIMAGE_SRC[@]}")
 KEYS[coredns]=coredns-$(key "$GO_VERSION" "$COREDNS_VERSION" "$(declare -f build_coredns)")
-# The binary is cached by version alone (images/bin/versitygw-<version>), so its build is not hashed.
-KEYS[versitygw]=versitygw-$(key "$VERSITYGW_VERSION" "$(declare -f build_versitygw nonroot_files)")
-# Likewise images/bin/metrics-server-<version>.
-KEYS[metrics-server]=metrics-server-$(key "$METRICS_SERVER_VERSION" "$(declare -f build_metrics_server nonroot_files)")
-# Likewise prometheus/<version>/prometheus (its build flags are prometheus.sh's, pinned with the version).
-KEYS[prometheus]=prometheus-$(key "$PROMETHEUS_MODULE_VERSION" "$(declare -f build_prometheus nonroot_files)")
+# The binaries come from hack/lib/gotool.sh's cache, keyed VERSION-RECIPEHASH (gotool_key): that key
+# stands for the binary's whole recipe (pin, dependency raises, tags, flags).
+KEYS[versitygw]=versitygw-$(key "$(versitygw_recipe gotool_key)" "$(declare -f build_versitygw nonroot_files)")
+KEYS[metrics-server]=metrics-server-$(key "$(metrics_server_recipe gotool_key)" "$(declare -f build_metrics_server nonroot_files)")
+KEYS[prometheus]=prometheus-$(key "$(prometheus_recipe gotool_key prometheus "$PROMETHEUS_TAGS")" "$(declare -f build_prometheus nonroot_files)")
 KEY_FILES=("${MKIMAGE_SRC[@]}" hack/images/postgres/docker-entrypoint.sh)
 KEYS[postgres]=postgres-$(key "$DEB_COMMON" "$PG_MAJOR" "$(declare -f build_postgres)")
 KEY_FILES=("${MKIMAGE_SRC[@]}")
