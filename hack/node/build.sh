@@ -4,7 +4,7 @@
 #
 #   - the control plane (kube-apiserver, etcd, kube-controller-manager) through hack/controlplane.sh;
 #   - kubelet, kube-scheduler, kube-proxy and kubectl at the k8s.io/kubernetes version of the
-#     hack/controlplane module, and CoreDNS $coredns_version, built from the Go module proxy into
+#     hack/controlplane module, built from the Go module proxy, and CoreDNS (hack/node/coredns.sh) into
 #     $(tiled_cache_root)/node/<kubernetes version>-<inputs hash>/, the hash (node_inputs below) being
 #     that of what shapes these binaries: the pins, hack/controlplane's go.mod and go.sum,
 #     hack/controlplane/gobuild.sh and the build below (not the Debian pins, which shape the host);
@@ -28,7 +28,9 @@ module="$hack/controlplane"
 version=$(kube_module_version "$module")
 [ -n "$version" ] || { echo "build.sh: cannot read the k8s.io/kubernetes version from $module/go.mod" >&2; exit 1; }
 
-coredns_version=v1.15.0
+# COREDNS_VERSION and coredns_build (hack/lib/gotool.sh's cache), shared with hack/images/build.sh.
+# shellcheck source=hack/node/coredns.sh
+. "$here/coredns.sh"
 # Debian 12 (bookworm) packages, checked with `apt-cache policy` on this machine kind. A security update
 # that replaces one of them makes apt-get refuse the old version: update the pin here (and in
 # docs/real-node.md) after checking the new one runs the cluster.
@@ -58,14 +60,10 @@ node_build() {
     kube_build "$b" "k8s.io/kubernetes/cmd/$b"
     mv "$tmp/$b" "$dest/$b"
   done
-  if ! "$dest/coredns" -version 2>/dev/null | grep -qx "CoreDNS-${coredns_version#v}"; then
-    echo "build.sh: building coredns ($coredns_version) into $dest" >&2
-    # go install with an explicit version ignores any enclosing module; GOFLAGS from the caller must not
-    # force -mod=vendor or similar onto it.
-    if ! (cd "$tmp" && CGO_ENABLED=0 GOFLAGS="" GOBIN="$tmp" go install -trimpath -ldflags "-s -w" "github.com/coredns/coredns@$coredns_version"); then
-      echo "build.sh: building coredns failed (see the go output above); check that the Go module proxy is reachable (GOPROXY=$(go env GOPROXY))" >&2
-      exit 1
-    fi
+  if ! "$dest/coredns" -version 2>/dev/null | grep -qx "CoreDNS-${COREDNS_VERSION#v}"; then
+    local cdns
+    cdns=$(coredns_build) || { echo "build.sh: hack/node/coredns.sh failed (see above)" >&2; exit 1; }
+    cp "$cdns" "$tmp/coredns"
     mv "$tmp/coredns" "$dest/coredns"
   fi
 }
@@ -73,7 +71,7 @@ node_build() {
 # node_inputs prints what shapes the node's binaries; their folder is keyed by its hash. Raise the
 # first line's number when something outside it changes them.
 node_inputs() {
-  printf '%s\n' "node inputs 1" "kubernetes $version" "coredns $coredns_version" "bins ${bins[*]}"
+  printf '%s\n' "node inputs 1" "kubernetes $version" "coredns $(coredns_recipe gotool_key)" "bins ${bins[*]}"
   declare -f node_build
   cat "$module/gobuild.sh" "$module/go.mod" "$module/go.sum"
 }
@@ -121,7 +119,7 @@ done
 # 3. Node binaries.
 complete() {
   for b in "${bins[@]}"; do [ -x "$dest/$b" ] || return 1; done
-  "$dest/coredns" -version 2>/dev/null | grep -qx "CoreDNS-${coredns_version#v}" || return 1
+  "$dest/coredns" -version 2>/dev/null | grep -qx "CoreDNS-${COREDNS_VERSION#v}" || return 1
 }
 
 if complete; then
