@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # gotool.sh: the one way hack/ builds a pinned tool from the Go module proxy (sourced). Used by
-# hack/s3/versitygw.sh, hack/node/metrics-server.sh, hack/node/kube-router.sh and
+# hack/node/coredns.sh, hack/s3/versitygw.sh, hack/node/metrics-server.sh, hack/node/kube-router.sh and
 # hack/prometheus/prometheus.sh (the server and promtool); a new tool is one call. See hack/README.md,
 # "lib/".
 #
