@@ -56,6 +56,11 @@ controlplane: ## Build kube-apiserver, etcd and kube-controller-manager into the
 promtool: ## Build promtool into the cache (once per version) for the tests of the alerts and the dashboard.
 	@hack/prometheus/promtool.sh
 
+.PHONY: tools
+tools: ## Build every pinned tool of hack/lib/gotool.sh into the cache (CoreDNS, versitygw, metrics-server, kube-router, Prometheus, promtool), once per recipe.
+	@for t in hack/node/coredns.sh hack/s3/versitygw.sh hack/node/metrics-server.sh hack/node/kube-router.sh \
+	  hack/prometheus/prometheus.sh hack/prometheus/promtool.sh; do $$t; done
+
 .PHONY: test
 test: ## Run unit and integration tests on the real control plane (built if needed).
 	hack/test.sh

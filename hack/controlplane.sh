@@ -4,7 +4,7 @@
 # folder (the value for KUBEBUILDER_ASSETS).
 #
 #   hack/controlplane.sh            build if needed, print the assets folder
-#   TILED_OPERATOR_CACHE=/path ...  use another cache root (default: $XDG_CACHE_HOME or ~/.cache)
+#   TILED_OPERATOR_CACHE=/path ...  use another cache root (default: ${XDG_CACHE_HOME:-~/.cache}/tiled-operator)
 #
 # Every clone on the machine shares the cache, so only the first build pays (about 10 minutes for
 # kube-apiserver and etcd, about 3 more for kube-controller-manager, on 2 cores from a cold cache).
@@ -17,7 +17,9 @@ module="$here/controlplane"
 version=$(kube_module_version "$module")
 [ -n "$version" ] || { echo "controlplane.sh: cannot read the k8s.io/kubernetes version from $module/go.mod" >&2; exit 1; }
 
-cache_root=${TILED_OPERATOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tiled-operator}
+# shellcheck source=hack/lib/cache.sh
+. "$here/lib/cache.sh"
+cache_root=$(tiled_cache_root)
 dest="$cache_root/controlplane/$version"
 bins=(kube-apiserver etcd kube-controller-manager)
 

@@ -55,6 +55,7 @@ mkdir -p bench
 # KUBECONFIG, KUBECTL, STATE, AUDIT_LOG, ... of the running cluster.
 set -a; . "$state/env"; set +a
 # The previous release's tree (its config/default), extracted by hack/images/build.sh.
-previous=${TILED_OPERATOR_CACHE:-$HOME/.cache/tiled-operator}/releases/$(head -n1 hack/previous-release)
+# shellcheck source=hack/lib/cache.sh
+previous=$(. hack/lib/cache.sh && tiled_cache_root)/releases/$(head -n1 hack/previous-release)
 hack/node/cluster.sh exec env E2E_REPO="$repo" E2E_RESULTS="$repo/bench/e2e.json" E2E_PREVIOUS_RELEASE="$previous" \
   "$repo/bin/e2e.test" -test.v -test.timeout "${E2E_TIMEOUT:-50m}" ${E2E_RUN:+-test.run "$E2E_RUN"} 2>&1 | tee "$state/e2e.log"

@@ -2,7 +2,7 @@
 # build.sh builds the container images a real node needs, without any registry or container engine,
 # as docker-archive tarballs that `ctr -n k8s.io images import` (and `docker load`) read:
 #
-#   ${TILED_OPERATOR_CACHE:-~/.cache/tiled-operator}/images/current/
+#   ${TILED_OPERATOR_CACHE:-${XDG_CACHE_HOME:-~/.cache}/tiled-operator}/images/current/
 #     pause.tar           docker.io/local/pause:3.10            static Go sandbox program, FROM scratch
 #     coredns.tar         docker.io/local/coredns:v1.15.0       CoreDNS from the Go module proxy, FROM scratch
 #     tiled-operator.tar  docker.io/local/tiled-operator:e2e    ./cmd/manager of this checkout, static base
@@ -27,11 +27,12 @@
 #
 # Each image except the manager (and its prime and annotated builds) is cached by a hash of its inputs (its recipe in this script, its
 # files under hack/images/, mkimage, the pinned versions) and reused while they are unchanged; the
-# manager is rebuilt on every run (Go's build cache makes that a few seconds). The CoreDNS, versitygw
-# and metrics-server binaries are cached by version in images/bin/ (versitygw's version and build are
-# those of hack/s3/versitygw.sh, which host-side tests use too; metrics-server's those of
-# hack/node/metrics-server.sh, which hack/node/cluster.sh reads the tag from); Prometheus's in
-# prometheus/<version>/ beside promtool (hack/prometheus/prometheus.sh). The Debian base
+# manager is rebuilt on every run (Go's build cache makes that a few seconds). The CoreDNS,
+# versitygw, metrics-server and Prometheus binaries are cached in tools/<name>/<version>-<recipe
+# hash>/ (hack/lib/gotool.sh), built by hack/node/coredns.sh (which hack/node/build.sh uses too),
+# hack/s3/versitygw.sh (which host-side tests use too), hack/node/metrics-server.sh (which
+# hack/node/cluster.sh reads the tag from) and hack/prometheus/prometheus.sh (beside promtool). The
+# Debian base
 # (debootstrap --variant=minbase) is built once and shared by the two Tiled images, PostgreSQL and
 # Redis.
 # Archives are written by hack/images/mkimage (one layer per image, see docs/images.md).
@@ -40,7 +41,9 @@
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-CACHE_ROOT=${TILED_OPERATOR_CACHE:-$HOME/.cache/tiled-operator}
+# shellcheck source=hack/lib/cache.sh
+source hack/lib/cache.sh
+CACHE_ROOT=$(tiled_cache_root)
 CACHE=$CACHE_ROOT/images
 OUT=$CACHE/current
 STORE=$CACHE/store
@@ -51,7 +54,9 @@ MIRROR=http://deb.debian.org/debian
 SECURITY_MIRROR=http://deb.debian.org/debian-security
 DEBOOTSTRAP_VERSION=1.0.128+nmu2+deb12u2
 PAUSE_TAG=3.10
-COREDNS_VERSION=v1.15.0
+# COREDNS_VERSION and coredns_build, shared with hack/node/build.sh.
+# shellcheck source=hack/node/coredns.sh
+source hack/node/coredns.sh
 PG_MAJOR=15
 # The tag of the Redis image: the major.minor of Debian's redis-server in bookworm(-security), which
 # the build checks (docs/images.md: why Redis 7.0 from Debian).
@@ -224,14 +229,8 @@ build_go() {
 	managerbuild "$TMP/manager/manager" "$MANAGER_VERSION"
 	managerbuild "$TMP/manager/manager-prime" "$MANAGER_VERSION-prime"
 	managerbuild "$TMP/manager/manager-annotated" "$MANAGER_VERSION-annotated" "$BUILD_ANNOTATION"
-	local cdns=$CACHE/bin/coredns-$COREDNS_VERSION
-	if [[ ! -x $cdns ]]; then
-		mkdir -p "$CACHE/bin" "$TMP/gobin"
-		# Outside this module, so that its go.mod plays no part.
-		(cd / && CGO_ENABLED=0 GOBIN=$TMP/gobin go install -trimpath -ldflags="-s -w" \
-			"github.com/coredns/coredns@$COREDNS_VERSION")
-		mv "$TMP/gobin/coredns" "$cdns"
-	fi
+	local cdns
+	cdns=$(coredns_build)
 	cp "$cdns" "$TMP/coredns/coredns"
 }
 
@@ -577,13 +576,12 @@ declare -A KEYS
 KEY_FILES=("${MKIMAGE_SRC[@]}" hack/images/pause/main.go)
 KEYS[pause]=pause-$(key "$GO_VERSION" "$PAUSE_TAG" "$(declare -f build_pause)")
 KEY_FILES=("${MKIMAGE_SRC[@]}")
-KEYS[coredns]=coredns-$(key "$GO_VERSION" "$COREDNS_VERSION" "$(declare -f build_coredns)")
-# The binary is cached by version alone (images/bin/versitygw-<version>), so its build is not hashed.
-KEYS[versitygw]=versitygw-$(key "$VERSITYGW_VERSION" "$(declare -f build_versitygw nonroot_files)")
-# Likewise images/bin/metrics-server-<version>.
-KEYS[metrics-server]=metrics-server-$(key "$METRICS_SERVER_VERSION" "$(declare -f build_metrics_server nonroot_files)")
-# Likewise prometheus/<version>/prometheus (its build flags are prometheus.sh's, pinned with the version).
-KEYS[prometheus]=prometheus-$(key "$PROMETHEUS_MODULE_VERSION" "$(declare -f build_prometheus nonroot_files)")
+KEYS[coredns]=coredns-$(key "$(coredns_recipe gotool_key)" "$(declare -f build_coredns)")
+# The binaries come from hack/lib/gotool.sh's cache, keyed VERSION-RECIPEHASH (gotool_key): that key
+# stands for the binary's whole recipe (pin, dependency raises, tags, flags).
+KEYS[versitygw]=versitygw-$(key "$(versitygw_recipe gotool_key)" "$(declare -f build_versitygw nonroot_files)")
+KEYS[metrics-server]=metrics-server-$(key "$(metrics_server_recipe gotool_key)" "$(declare -f build_metrics_server nonroot_files)")
+KEYS[prometheus]=prometheus-$(key "$(prometheus_recipe gotool_key prometheus "$PROMETHEUS_TAGS")" "$(declare -f build_prometheus nonroot_files)")
 KEY_FILES=("${MKIMAGE_SRC[@]}" hack/images/postgres/docker-entrypoint.sh)
 KEYS[postgres]=postgres-$(key "$DEB_COMMON" "$PG_MAJOR" "$(declare -f build_postgres)")
 KEY_FILES=("${MKIMAGE_SRC[@]}")
@@ -634,10 +632,10 @@ go build -o "$TMP/mkimage" ./hack/images/mkimage || die "cannot build hack/image
 say "building pause, the manager and CoreDNS $COREDNS_VERSION (go $GO_VERSION) in the background"
 build_go >"$TMP/go.log" 2>&1 &
 go_pid=$!
-# versitygw: a cold build is one long go install (nice, one core), beside everything else.
+# versitygw: a cold build is one long go build (hack/lib/gotool.sh; nice 19, one core), beside everything else.
 build versitygw &
 versitygw_pid=$!
-# metrics-server: likewise one go install on a cold cache (the Kubernetes 1.33 libraries).
+# metrics-server: likewise one go build on a cold cache (the Kubernetes 1.33 libraries).
 build metrics-server build_metrics_server &
 metrics_server_pid=$!
 # Prometheus: likewise one go build on a cold cache (a few minutes, shares promtool's module cache).

@@ -344,9 +344,14 @@ func TestImages(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// The root of hack/lib/cache.sh.
 		cache := os.Getenv("TILED_OPERATOR_CACHE")
 		if cache == "" {
-			cache = filepath.Join(home, ".cache", "tiled-operator")
+			xdg := os.Getenv("XDG_CACHE_HOME")
+			if xdg == "" {
+				xdg = filepath.Join(home, ".cache")
+			}
+			cache = filepath.Join(xdg, "tiled-operator")
 		}
 		dir = filepath.Join(cache, "images", "current")
 	}

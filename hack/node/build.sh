@@ -4,12 +4,17 @@
 #
 #   - the control plane (kube-apiserver, etcd, kube-controller-manager) through hack/controlplane.sh;
 #   - kubelet, kube-scheduler, kube-proxy and kubectl at the k8s.io/kubernetes version of the
-#     hack/controlplane module, and CoreDNS $coredns_version, built from the Go module proxy into
-#     ${TILED_OPERATOR_CACHE:-~/.cache/tiled-operator}/node/<kubernetes version>/;
+#     hack/controlplane module, built from the Go module proxy, and CoreDNS (hack/node/coredns.sh) into
+#     $(tiled_cache_root)/node/<kubernetes version>-<inputs hash>/, the hash (node_inputs below) being
+#     that of what shapes these binaries: the pins, hack/controlplane's go.mod and go.sum,
+#     hack/controlplane/gobuild.sh and the build below (not the Debian pins, which shape the host);
 #   - kube-router (the node's NetworkPolicy enforcer, its firewall controller only) through
-#     hack/node/kube-router.sh, into ${TILED_OPERATOR_CACHE:-~/.cache/tiled-operator}/kube-router/<version>/;
+#     hack/node/kube-router.sh, into $(tiled_cache_root)/tools/kube-router/<version>-<recipe hash>/;
 #   - containerd, runc, the CNI plugins, iptables, iproute2, conntrack and ipset (which kube-router
 #     runs) from Debian, at the versions pinned below (installed with apt-get when missing or different).
+#
+#   hack/node/build.sh          build or check everything, print the node's folder
+#   hack/node/build.sh --dest   only print that folder (nothing installed, built or checked)
 #
 # Idempotent: with everything in place it only checks and prints (well under a second). Every clone on
 # the machine shares the cache; a second caller waits on the lock and reuses the first one's build.
@@ -23,7 +28,9 @@ module="$hack/controlplane"
 version=$(kube_module_version "$module")
 [ -n "$version" ] || { echo "build.sh: cannot read the k8s.io/kubernetes version from $module/go.mod" >&2; exit 1; }
 
-coredns_version=v1.15.0
+# COREDNS_VERSION and coredns_build (hack/lib/gotool.sh's cache), shared with hack/images/build.sh.
+# shellcheck source=hack/node/coredns.sh
+. "$here/coredns.sh"
 # Debian 12 (bookworm) packages, checked with `apt-cache policy` on this machine kind. A security update
 # that replaces one of them makes apt-get refuse the old version: update the pin here (and in
 # docs/real-node.md) after checking the new one runs the cluster.
@@ -39,9 +46,42 @@ debs=(
   libipset13=7.17-1
 )
 
-cache_root=${TILED_OPERATOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tiled-operator}
-dest="$cache_root/node/$version"
+# shellcheck source=hack/lib/cache.sh
+. "$hack/lib/cache.sh"
+cache_root=$(tiled_cache_root)
 bins=(kubelet kube-scheduler kube-proxy kubectl coredns)
+
+# node_build builds what $dest lacks (step 3 below), in $tmp.
+node_build() {
+  kube_init "$module" "$version" "$tmp" "$dest" hack/node/build.sh
+  mkdir -p "$dest"
+  for b in kubelet kube-scheduler kube-proxy kubectl; do
+    [ -x "$dest/$b" ] && continue
+    kube_build "$b" "k8s.io/kubernetes/cmd/$b"
+    mv "$tmp/$b" "$dest/$b"
+  done
+  if ! "$dest/coredns" -version 2>/dev/null | grep -qx "CoreDNS-${COREDNS_VERSION#v}"; then
+    local cdns
+    cdns=$(coredns_build) || { echo "build.sh: hack/node/coredns.sh failed (see above)" >&2; exit 1; }
+    cp "$cdns" "$tmp/coredns"
+    mv "$tmp/coredns" "$dest/coredns"
+  fi
+}
+
+# node_inputs prints what shapes the node's binaries; their folder is keyed by its hash. Raise the
+# first line's number when something outside it changes them.
+node_inputs() {
+  printf '%s\n' "node inputs 1" "kubernetes $version" "coredns $(coredns_recipe gotool_key)" "bins ${bins[*]}"
+  declare -f node_build
+  cat "$module/gobuild.sh" "$module/go.mod" "$module/go.sum"
+}
+node_key=$(node_inputs | sha256sum | cut -c1-12)
+dest="$cache_root/node/$version-$node_key"
+# --dest: print the folder and do nothing else (to find or warm the cache).
+if [ "${1:-}" = --dest ]; then
+  echo "$dest"
+  exit 0
+fi
 
 # 1. Debian packages.
 missing=()
@@ -79,7 +119,7 @@ done
 # 3. Node binaries.
 complete() {
   for b in "${bins[@]}"; do [ -x "$dest/$b" ] || return 1; done
-  "$dest/coredns" -version 2>/dev/null | grep -qx "CoreDNS-${coredns_version#v}" || return 1
+  "$dest/coredns" -version 2>/dev/null | grep -qx "CoreDNS-${COREDNS_VERSION#v}" || return 1
 }
 
 if complete; then
@@ -105,25 +145,7 @@ fi
 
 tmp=$(mktemp -d "$cache_root/node/.build-$version.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
-kube_init "$module" "$version" "$tmp" "$dest" hack/node/build.sh
-
-mkdir -p "$dest"
-for b in kubelet kube-scheduler kube-proxy kubectl; do
-  [ -x "$dest/$b" ] && continue
-  kube_build "$b" "k8s.io/kubernetes/cmd/$b"
-  mv "$tmp/$b" "$dest/$b"
-done
-
-if ! "$dest/coredns" -version 2>/dev/null | grep -qx "CoreDNS-${coredns_version#v}"; then
-  echo "build.sh: building coredns ($coredns_version) into $dest" >&2
-  # go install with an explicit version ignores any enclosing module; GOFLAGS from the caller must not
-  # force -mod=vendor or similar onto it.
-  if ! (cd "$tmp" && CGO_ENABLED=0 GOFLAGS="" GOBIN="$tmp" go install -trimpath -ldflags "-s -w" "github.com/coredns/coredns@$coredns_version"); then
-    echo "build.sh: building coredns failed (see the go output above); check that the Go module proxy is reachable (GOPROXY=$(go env GOPROXY))" >&2
-    exit 1
-  fi
-  mv "$tmp/coredns" "$dest/coredns"
-fi
+node_build
 
 complete || { echo "build.sh: $dest is still incomplete after the build" >&2; exit 1; }
 echo "$dest"

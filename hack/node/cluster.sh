@@ -13,9 +13,9 @@
 #   TILED_E2E_NETNS   network namespace name (default tiled-e2e); also the node's name
 #   TILED_E2E_STATE   folder for everything at run time (default /tmp/tiled-e2e)
 #   TILED_E2E_IMAGES  folder of docker-archive *.tar imported at `up`
-#                     (default ${TILED_OPERATOR_CACHE:-~/.cache/tiled-operator}/images/current)
+#                     (default $(tiled_cache_root)/images/current, hack/lib/cache.sh)
 #   TILED_E2E_TMPFS   auto (default): containerd's root on a tmpfs when memory allows; 1 always; 0 never
-#   TILED_OPERATOR_CACHE  cache root of hack/controlplane.sh, hack/node/build.sh and hack/node/kube-router.sh
+#   TILED_OPERATOR_CACHE  the cache root of every tool (default ${XDG_CACHE_HOME:-~/.cache}/tiled-operator)
 #
 # NetworkPolicy is enforced: kube-router's firewall controller (hack/node/kube-router.sh) runs in the
 # namespace beside kube-proxy, and `up` waits for its first sync. It filters traffic between pods only;
@@ -29,7 +29,9 @@ hack=$(dirname "$here")
 
 NETNS=${TILED_E2E_NETNS:-tiled-e2e}
 STATE=${TILED_E2E_STATE:-/tmp/tiled-e2e}
-cache_root=${TILED_OPERATOR_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tiled-operator}
+# shellcheck source=hack/lib/cache.sh
+. "$hack/lib/cache.sh"
+cache_root=$(tiled_cache_root)
 IMAGES=${TILED_E2E_IMAGES:-$cache_root/images/current}
 
 case $NETNS in

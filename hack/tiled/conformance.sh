@@ -4,7 +4,7 @@
 #   hack/tiled/conformance.sh [go test flags...]
 #
 # Installs tiled[server]==<expansion.TiledVersion> into a virtual environment cached under
-# ${TILED_OPERATOR_CACHE:-$HOME/.cache/tiled-operator}, installs PostgreSQL from Debian when absent,
+# ${TILED_OPERATOR_CACHE:-${XDG_CACHE_HOME:-~/.cache}/tiled-operator}, installs PostgreSQL from Debian when absent,
 # starts it on loopback on a free port in a temporary directory, starts an S3 server (versitygw, from
 # hack/s3/versitygw.sh, posix backend in a temporary directory) on loopback for the backup tests,
 # installs Redis (redis-server, with redis-cli) from Debian when absent and starts one of its own for
@@ -28,7 +28,9 @@ set -euo pipefail
 
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
-CACHE=${TILED_OPERATOR_CACHE:-$HOME/.cache/tiled-operator}
+# shellcheck source=hack/lib/cache.sh
+. hack/lib/cache.sh
+CACHE=$(tiled_cache_root)
 say() { printf '[tiled-conformance] %s\n' "$*" >&2; }
 die() { say "FAIL: $*"; exit 1; }
 START=$(date +%s)
