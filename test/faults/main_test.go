@@ -137,11 +137,15 @@ func newPool(n int) *pool {
 	return p
 }
 
-// trial queues trial(t, name, f).
-func (p *pool) trial(t *testing.T, name string, f func(t *testing.T, g Gomega)) {
+// trial queues trial(t, name, f); done, when given, is called once it has returned (also when -run
+// left it out).
+func (p *pool) trial(t *testing.T, name string, f func(t *testing.T, g Gomega), done ...func()) {
 	p.wg.Add(1)
 	p.queue <- func() {
 		defer p.wg.Done()
+		for _, d := range done {
+			defer d()
+		}
 		trial(t, name, f)
 	}
 }
@@ -194,10 +198,7 @@ func TestFaults(t *testing.T) {
 				var stops sync.WaitGroup
 				testStopDuringStampOut(t, func(name string, f func(t *testing.T, g Gomega)) {
 					stops.Add(1)
-					p.trial(t, name, func(t *testing.T, g Gomega) {
-						defer stops.Done()
-						f(t, g)
-					})
+					p.trial(t, name, f, stops.Done)
 				})
 				markQueued()
 				stops.Wait()
