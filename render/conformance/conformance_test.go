@@ -36,12 +36,13 @@ import (
 
 // suiteEnv is what hack/tiled/conformance.sh prepares.
 type suiteEnv struct {
-	venv       string // Python virtual environment with tiled[server]
-	pg         string // host:port of the PostgreSQL server
-	pgPassword string // password of its superuser "postgres"
-	psql       string // psql binary
-	pgctl      string // script taking stop, start or restart for that server
-	roundtrip  string // hack/tiled/roundtrip.py
+	venv       string   // Python virtual environment with tiled[server]
+	pg         string   // host:port of the PostgreSQL server
+	pgPassword string   // password of its superuser "postgres"
+	psql       string   // psql binary
+	pgctl      []string // command taking stop, start, restart or ensure for that server
+	pgserver   string   // script starting another server (ownPostgres)
+	roundtrip  string   // hack/tiled/roundtrip.py
 }
 
 func getEnv(t *testing.T) suiteEnv {
@@ -63,18 +64,47 @@ func getEnv(t *testing.T) suiteEnv {
 		pg:         get("TILED_CONFORMANCE_PG"),
 		pgPassword: get("TILED_CONFORMANCE_PG_PASSWORD"),
 		psql:       get("TILED_CONFORMANCE_PSQL"),
-		pgctl:      get("TILED_CONFORMANCE_PGCTL"),
+		pgctl:      []string{get("TILED_CONFORMANCE_PGCTL")},
+		pgserver:   get("TILED_CONFORMANCE_PGSERVER"),
 		roundtrip:  filepath.Join(root, "hack", "tiled", "roundtrip.py"),
 	}
 }
 
+// ownPostgres is getEnv with a PostgreSQL server of the test's own (the script's pgserver.sh new: a
+// copy of the suite's server as initdb left it, same superuser and password, on another port),
+// removed when the test ends. A case needs one when it provisions the managed database's fixed names
+// (catalog, storage, auth, the tiled role) or stops and restarts the server; with it, it runs
+// concurrently with the others.
+func ownPostgres(t *testing.T) suiteEnv {
+	t.Helper()
+	e := getEnv(t)
+	out, err := exec.Command(e.pgserver, "new").CombinedOutput()
+	if err != nil {
+		t.Fatalf("a PostgreSQL server of the test's own: %v\n%s", err, out)
+	}
+	f := strings.Fields(string(out))
+	if len(f) != 2 {
+		t.Fatalf("pgserver.sh new printed %q, not DIR PORT", out)
+	}
+	dir, port := f[0], f[1]
+	e.pg = net.JoinHostPort("127.0.0.1", port)
+	e.pgctl = []string{e.pgserver, dir, port}
+	t.Cleanup(func() {
+		if out, err := exec.Command(e.pgserver, dir, port, "remove").CombinedOutput(); err != nil {
+			t.Errorf("removing the PostgreSQL server on %s: %v\n%s", e.pg, err, out)
+		}
+	})
+	t.Logf("PostgreSQL of its own on %s", e.pg)
+	return e
+}
+
 func (e suiteEnv) bin(name string) string { return filepath.Join(e.venv, "bin", name) }
 
-// postgres stops, starts or restarts the suite's PostgreSQL server (fast shutdown: connections are
+// postgres stops, starts or restarts the test's PostgreSQL server (fast shutdown: connections are
 // cut, as when the managed database's pod is deleted).
 func (e suiteEnv) postgres(t *testing.T, action string) {
 	t.Helper()
-	out, err := exec.Command(e.pgctl, action).CombinedOutput()
+	out, err := exec.Command(e.pgctl[0], append(e.pgctl[1:], action)...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("PostgreSQL %s: %v\n%s", action, err, out)
 	}
@@ -519,6 +549,7 @@ func (d *deployment) lifecycle() {
 }
 
 func TestTiledVersion(t *testing.T) {
+	t.Parallel()
 	g := NewWithT(t)
 	e := getEnv(t)
 	out, err := exec.Command(e.bin("tiled"), "--version").CombinedOutput()
@@ -528,7 +559,8 @@ func TestTiledVersion(t *testing.T) {
 }
 
 func TestSingleUserManagedDatabase(t *testing.T) {
-	e := getEnv(t)
+	t.Parallel()
+	e := ownPostgres(t)
 	ti := instance("managed")
 	d := deploy(t, e, ti, render.Inputs{}, nil)
 	e.provisionManaged(t, string(d.secrets[d.objs.Names.Secret][render.SecretKeyDatabasePassword]))
@@ -536,6 +568,7 @@ func TestSingleUserManagedDatabase(t *testing.T) {
 }
 
 func TestExternalDatabaseSecret(t *testing.T) {
+	t.Parallel()
 	e := getEnv(t)
 	const user, pw = "beamline_ext", "Ext3rnalPassw0rd"
 	e.sql(t,
@@ -563,7 +596,8 @@ func TestExternalDatabaseSecret(t *testing.T) {
 }
 
 func TestReadOnlyDetectorMount(t *testing.T) {
-	e := getEnv(t)
+	t.Parallel()
+	e := ownPostgres(t)
 	g := NewWithT(t)
 	root := t.TempDir()
 	detector := filepath.Join(root, "detector")
@@ -587,7 +621,8 @@ func TestReadOnlyDetectorMount(t *testing.T) {
 }
 
 func TestOIDCProviders(t *testing.T) {
-	e := getEnv(t)
+	t.Parallel()
+	e := ownPostgres(t)
 	g := NewWithT(t)
 	ti := instance("oidc")
 	ti.Spec.Auth = &v1alpha1.AuthSpec{
@@ -635,7 +670,8 @@ func TestOIDCProviders(t *testing.T) {
 }
 
 func TestReplicas(t *testing.T) {
-	e := getEnv(t)
+	t.Parallel()
+	e := ownPostgres(t)
 	g := NewWithT(t)
 	ti := instance("replicas")
 	ti.Spec.Tiled.Replicas = ptr.To[int32](3)
@@ -655,7 +691,8 @@ func TestReplicas(t *testing.T) {
 }
 
 func TestBrokenRenderIsCaught(t *testing.T) {
-	e := getEnv(t)
+	t.Parallel()
+	e := ownPostgres(t)
 	g := NewWithT(t)
 	ti := instance("broken")
 	ti.Spec.Config = &apiextensionsv1.JSON{Raw: []byte(`{"bogus_key": true}`)}
@@ -728,7 +765,8 @@ func kubeletTail(log string) string {
 // migrates once it accepts connections, instead of failing into a restart back-off; the wait is
 // bounded and ends with a line saying why.
 func TestMigrateWaitsForTheDatabase(t *testing.T) {
-	e := getEnv(t)
+	t.Parallel()
+	e := ownPostgres(t)
 	g := NewWithT(t)
 	d := deploy(t, e, instance("wait"), render.Inputs{}, nil)
 	e.provisionManaged(t, string(d.secrets[d.objs.Names.Secret][render.SecretKeyDatabasePassword]))
@@ -771,7 +809,8 @@ func TestMigrateWaitsForTheDatabase(t *testing.T) {
 // creates the tables (the other waits for its advisory lock, then finds the catalog at the latest
 // revision).
 func TestOneReplicaMigratesANewDatabase(t *testing.T) {
-	e := getEnv(t)
+	t.Parallel()
+	e := ownPostgres(t)
 	g := NewWithT(t)
 	ti := instance("pair")
 	ti.Spec.Tiled.Replicas = ptr.To[int32](2)
@@ -799,7 +838,8 @@ func TestOneReplicaMigratesANewDatabase(t *testing.T) {
 // PostgreSQL restarts under a running Tiled (every pooled connection is cut): the requests after it
 // succeed, on the catalog and on the SQL storage database alike.
 func TestDatabaseRestartUnderTiled(t *testing.T) {
-	e := getEnv(t)
+	t.Parallel()
+	e := ownPostgres(t)
 	d := deploy(t, e, instance("restart"), render.Inputs{}, nil)
 	e.provisionManaged(t, string(d.secrets[d.objs.Names.Secret][render.SecretKeyDatabasePassword]))
 	d.runInit()
@@ -844,7 +884,8 @@ const tiled0214CatalogHead = "b93c79d197f4"
 // (DatabaseUpgradeNeeded) before any upgrade could run. The revisions step reports the database's
 // revision and the one this Tiled requires, before and after, and changes nothing.
 func TestMigrateUpgradesAnOlderCatalog(t *testing.T) {
-	e := getEnv(t)
+	t.Parallel()
+	e := ownPostgres(t)
 	g := NewWithT(t)
 	d := deploy(t, e, instance("older"), render.Inputs{}, nil)
 	password := string(d.secrets[d.objs.Names.Secret][render.SecretKeyDatabasePassword])

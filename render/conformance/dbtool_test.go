@@ -19,6 +19,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -643,11 +644,15 @@ func listed(t *testing.T, in *dbtoolInstance, tg *dbtoolTarget) []string {
 
 func nameAt(t time.Time) string { return t.UTC().Format(dbtoolTimeLayout) }
 
-// forEachTarget runs a case against both targets, each with fresh databases and target.
+// forEachTarget runs a case against both targets, each with fresh databases and target, concurrently
+// with the other cases (on the suite's PostgreSQL and S3 servers: the databases, roles and buckets
+// are the case's own).
 func forEachTarget(t *testing.T, f func(t *testing.T, e suiteEnv, in *dbtoolInstance, tg *dbtoolTarget)) {
+	t.Parallel()
 	e := getEnv(t)
 	for _, kind := range dbtoolTargets {
 		t.Run(kind, func(t *testing.T) {
+			t.Parallel() // each its own databases and target
 			f(t, e, newInstance(t, e), newTarget(t, kind))
 		})
 	}
@@ -916,14 +921,19 @@ func unreadableDump(t *testing.T, dump []byte) []byte {
 		return d
 	}
 	// The same data dumps the same way: the offset found for one case serves the next.
-	if off, ok := unreadableAt[len(dump)]; ok {
+	unreadableMu.Lock()
+	off, ok := unreadableAt[len(dump)]
+	unreadableMu.Unlock()
+	if ok {
 		if d := try(off); d != nil {
 			return d
 		}
 	}
 	for off := len(dump) / 10; off < len(dump)-16; off += 16 {
 		if d := try(off); d != nil {
+			unreadableMu.Lock()
 			unreadableAt[len(dump)] = off
+			unreadableMu.Unlock()
 			return d
 		}
 	}
@@ -931,8 +941,11 @@ func unreadableDump(t *testing.T, dump []byte) []byte {
 	return nil
 }
 
-// unreadableAt remembers unreadableDump's offset by the dump's size.
-var unreadableAt = map[int]int{}
+// unreadableAt remembers unreadableDump's offset by the dump's size (the targets' cases run at once).
+var (
+	unreadableMu sync.Mutex
+	unreadableAt = map[int]int{}
+)
 
 // A corrupt backup is refused before any database is touched, with a message naming it; a dump that
 // passes its checksums but that pg_restore cannot read to the end leaves its database as it was. A
@@ -1118,6 +1131,7 @@ func (s s3Server) putMany(t *testing.T, bucket string, keys []string, data []byt
 // manifest begins the second page and its dumps are on both. Listing, "latest", the report's sizes
 // and pruning all follow the continuation token, and lose no key at a page's end.
 func TestDBToolS3ListingPages(t *testing.T) {
+	t.Parallel()
 	e := getEnv(t)
 	g := NewWithT(t)
 	in := newInstance(t, e)
@@ -1206,7 +1220,8 @@ func (d *deployment) runRendered(c *corev1ac.ContainerApplyConfiguration) dbtool
 // was written before the backup (arrays and tables, and the appendable table's rows in the storage
 // database). A second run of the bootstrap Job leaves the now non-empty catalog alone.
 func TestDBToolTiledBackupAndBootstrap(t *testing.T) {
-	e := getEnv(t)
+	t.Parallel()
+	e := ownPostgres(t)
 	g := NewWithT(t)
 	s3 := getS3(t)
 	bucket := "dbtool-tiled-" + randomHex(t, 4)

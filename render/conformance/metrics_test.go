@@ -95,6 +95,7 @@ func scrape(t *testing.T, url, authorization string) (int, string) {
 // Tiled's own /api/v1/metrics still answers the API key. No log shows the token (checkNoSecretsInLogs).
 // The catalog is SQLite: this case needs no PostgreSQL.
 func TestMetricsSidecar(t *testing.T) {
+	t.Parallel()
 	e := getEnv(t)
 	g := NewWithT(t)
 	db := t.TempDir()

@@ -8,11 +8,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -46,6 +48,88 @@ func getRedis(t *testing.T) redisEnv {
 		return v
 	}
 	return redisEnv{addr: get("TILED_CONFORMANCE_REDIS_ADDR"), password: get("TILED_CONFORMANCE_REDIS_PASSWORD")}
+}
+
+// ownRedis is a redis-server of the test's own, with the suite's configuration and password on another
+// port (the script's redisnew.sh, run in the foreground as the test's child), stopped when the test
+// ends. Tiled keys its streaming cache by node, and every case's catalog numbers its nodes from one:
+// two cases on one Redis would see each other's sequences.
+func ownRedis(t *testing.T) redisEnv {
+	t.Helper()
+	r := getRedis(t)
+	launcher := os.Getenv("TILED_CONFORMANCE_REDISNEW")
+	if launcher == "" {
+		t.Fatal("TILED_CONFORMANCE_REDISNEW is not set: run hack/tiled/conformance.sh (make test-tiled)")
+	}
+	// Not t.TempDir: its parents are the test user's only, and the server may run as the redis user.
+	dir, err := os.MkdirTemp("", "tiled-conformance-redis-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	r.addr = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	_, port, _ := net.SplitHostPort(r.addr)
+	cmd := exec.Command(launcher, dir, port)
+	log := &output{}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	})
+	// Up once it answers AUTH and PING.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		select {
+		case err := <-done:
+			t.Fatalf("redis-server on %s exited (%v):\n%s", r.addr, err, log)
+		default:
+		}
+		if redisPing(r) == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redis-server on %s did not answer in 30 s: %v\n%s", r.addr, redisPing(r), log)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("Redis of its own on %s", r.addr)
+	return r
+}
+
+// redisPing authenticates and pings (RESP inline commands).
+func redisPing(r redisEnv) error {
+	c, err := net.DialTimeout("tcp", r.addr, time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := fmt.Fprintf(c, "AUTH %s\r\nPING\r\n", r.password); err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	b := make([]byte, 64)
+	for !strings.Contains(buf.String(), "+PONG\r\n") {
+		n, err := c.Read(b)
+		buf.Write(b[:n])
+		if err != nil {
+			return fmt.Errorf("%w (read %q)", err, buf.String())
+		}
+	}
+	if !strings.HasPrefix(buf.String(), "+OK\r\n") {
+		return fmt.Errorf("AUTH: %q", buf.String())
+	}
+	return nil
 }
 
 // streamingInstance is instance(name) with the managed streaming cache on.
@@ -165,7 +249,8 @@ func expectAllArrived(g Gomega, res map[string]any, updates int) {
 // subscriber sees every update of an array patched row by row, of an appendable table appended row
 // by row, and of a container gaining children, in order and numbered without a gap.
 func TestStreamingSubscription(t *testing.T) {
-	e, r := getEnv(t), getRedis(t)
+	t.Parallel()
+	e, r := ownPostgres(t), ownRedis(t)
 	g := NewWithT(t)
 	d := deployStreaming(t, e, r, streamingInstance("stream"), r.password)
 
@@ -197,7 +282,8 @@ func TestStreamingSubscription(t *testing.T) {
 // Two Tiled servers of one instance share the cache: what is written through one reaches the
 // subscribers of the other, both ways.
 func TestStreamingAcrossReplicas(t *testing.T) {
-	e, r := getEnv(t), getRedis(t)
+	t.Parallel()
+	e, r := ownPostgres(t), ownRedis(t)
 	g := NewWithT(t)
 	ti := streamingInstance("stream-replicas")
 	ti.Spec.Tiled.Replicas = ptr.To[int32](2)
@@ -221,7 +307,8 @@ func TestStreamingAcrossReplicas(t *testing.T) {
 // served by a Tiled process started after the writes: the updates are in the cache, not in the
 // memory of the server that published them.
 func TestStreamingReplay(t *testing.T) {
-	e, r := getEnv(t), getRedis(t)
+	t.Parallel()
+	e, r := ownPostgres(t), ownRedis(t)
 	g := NewWithT(t)
 	d := deployStreaming(t, e, r, streamingInstance("stream-replay"), r.password)
 	d.runInit()
@@ -254,7 +341,8 @@ func TestStreamingReplay(t *testing.T) {
 // Subscription.start_in_thread() then never returns; stream.py reports the refusal. This is what an
 // instance without the cache gives a beamline's live viewers.
 func TestStreamingOffRefusesSubscriptions(t *testing.T) {
-	e := getEnv(t)
+	t.Parallel()
+	e := ownPostgres(t)
 	g := NewWithT(t)
 	ti := instance("stream-off")
 	ti.Spec.Streaming = &v1alpha1.StreamingSpec{Enabled: ptr.To(false), Managed: &v1alpha1.ManagedCache{Image: "redis:7"}}
@@ -286,7 +374,8 @@ func TestStreamingOffRefusesSubscriptions(t *testing.T) {
 // the server's log, on that request, names Redis' refusal (AuthenticationError). Neither password
 // appears in any log or output (checkNoSecretsInLogs covers the Secret's values on cleanup).
 func TestStreamingWrongPasswordIsNamed(t *testing.T) {
-	e, r := getEnv(t), getRedis(t)
+	t.Parallel()
+	e, r := ownPostgres(t), ownRedis(t)
 	g := NewWithT(t)
 	const wrong = "NotTheCachePassword0123456789"
 	d := deployStreaming(t, e, r, streamingInstance("stream-wrongpw"), wrong)

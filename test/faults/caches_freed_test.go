@@ -26,9 +26,12 @@ func testCachesFreed(t *testing.T, g Gomega) {
 	heap := make([]uint64, 0, rounds)
 	for round := 1; round <= rounds; round++ {
 		c := defaultCluster(n)(ns)
+		start := time.Now()
 		g.Expect(env.Client.Create(ctxT(t), c)).To(Succeed())
 		waitStampedOut(t, g, op, ns, n)
+		stamped := time.Since(start)
 		full := op.Applier.Len()
+		start = time.Now()
 		g.Expect(env.Client.Delete(ctxT(t), getCluster(t, g, ns), client.PropagationPolicy(metav1.DeletePropagationBackground))).To(Succeed())
 		g.Eventually(func(g Gomega) {
 			var tis tiledv1alpha1.TiledInstanceList
@@ -37,6 +40,7 @@ func testCachesFreed(t *testing.T, g Gomega) {
 			g.Expect(op.Applier.Len()).To(BeNumerically("<=", base), "applier records left")
 		}).WithTimeout(5 * time.Minute).WithPolling(time.Second).Should(Succeed())
 		g.Expect(fleet.WaitQuiet(ctxT(t), op.Traffic, 2*time.Second, 2*time.Minute)).To(Succeed())
+		t.Logf("round %d: stamped out (and quiet) in %s, deleted (and quiet) in %s", round, stamped.Round(time.Second), time.Since(start).Round(time.Second))
 		runtime.GC()
 		runtime.GC()
 		var ms runtime.MemStats

@@ -15,11 +15,12 @@ import (
 // The manager is stopped at a random point of the stamp-out (after a random number of writes,
 // seeded), then a new manager starts: it converges to exactly the expected objects, with no
 // duplicate or orphan, and no Secret that existed when the first manager stopped is regenerated.
-func testStopDuringStampOut(t *testing.T) {
+// run runs each trial (trial, or a pool's); each has its namespace and its managers.
+func testStopDuringStampOut(t *testing.T, run func(name string, f func(t *testing.T, g Gomega))) {
 	rng := rand.New(rand.NewPCG(uint64(seed), 0x7f4a7c15))
 	for i := 0; i < trials; i++ {
 		frac := rng.Float64()
-		trial(t, fmt.Sprintf("trial-%02d", i+1), func(t *testing.T, g Gomega) {
+		run(fmt.Sprintf("trial-%02d", i+1), func(t *testing.T, g Gomega) {
 			ns, _ := newFleet(t, g, "faults-stop", nil)
 			c := defaultCluster(fleetN)(ns)
 			expected := len(expectedKeys(g, c))
