@@ -118,15 +118,11 @@ func TestE2E(t *testing.T) {
 	}
 }
 
-// e2eParallel is E2E_PARALLEL, the most cases at once: by default defaultParallel.
+// e2eParallel is E2E_PARALLEL, the most cases at once (ParseParallel).
 func e2eParallel(t *testing.T) int {
-	v := os.Getenv("E2E_PARALLEL")
-	if v == "" {
-		return defaultParallel
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 {
-		t.Fatalf("E2E_PARALLEL=%q: want a whole number of cases at once, 1 or more", v)
+	n, err := ParseParallel(os.Getenv("E2E_PARALLEL"))
+	if err != nil {
+		t.Fatal(err)
 	}
 	return n
 }

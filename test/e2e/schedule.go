@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"fmt"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -161,3 +163,16 @@ func closedChan() chan struct{} {
 // case's time is spent waiting for pods, so four fit the node's two cores and 24 GiB without a
 // case's own deadlines running out (docs/e2e.md, "Cases in parallel").
 const defaultParallel = 4
+
+// ParseParallel reads E2E_PARALLEL's value: defaultParallel when empty, else a whole number of cases
+// at once, 1 or more.
+func ParseParallel(v string) (int, error) {
+	if v == "" {
+		return defaultParallel, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		return 0, fmt.Errorf("E2E_PARALLEL=%q: want a whole number of cases at once, 1 or more", v)
+	}
+	return n, nil
+}

@@ -148,3 +148,27 @@ func TestScheduleStopsAfterARequiredCaseFails(t *testing.T) {
 	g.Expect(out[2].Ran).To(BeFalse())
 	g.Expect(out[3].Ran).To(BeFalse())
 }
+
+func TestParseParallel(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int
+		err  bool
+	}{
+		{"", defaultParallel, false},
+		{"1", 1, false},
+		{"6", 6, false},
+		{"0", 0, true},
+		{"-2", 0, true},
+		{"many", 0, true},
+	} {
+		g := NewWithT(t)
+		n, err := ParseParallel(tc.in)
+		if tc.err {
+			g.Expect(err).To(MatchError(ContainSubstring("E2E_PARALLEL")), tc.in)
+			continue
+		}
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(n).To(Equal(tc.want))
+	}
+}
