@@ -455,7 +455,7 @@ func testBackupRestore(t *testing.T) {
 		t.Fatalf("kubectl tiled backup %s --wait (while writes go on): %v\n%s", b1, err, out)
 	}
 	t.Logf("kubectl tiled backup %s --wait, while a client writes:\n%s", b1, out)
-	eventually(t, 3*time.Minute, time.Second, "the writer finished", func() (bool, string) {
+	eventually(t, clientPodTimeout, time.Second, "the writer finished", func() (bool, string) {
 		var p corev1.Pod
 		if err := cl.Get(context.Background(), types.NamespacedName{Namespace: backupNS, Name: "writer-b1"}, &p); err != nil {
 			return false, err.Error()

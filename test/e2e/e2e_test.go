@@ -43,9 +43,10 @@ type e2eCase struct {
 
 // suite lists the cases in their order. Schedule runs those whose Needs allow it beside each other
 // (E2E_PARALLEL at once): the cases that change the operator run alone, the first fleet's one after
-// another, the rest — each in a namespace and fleet of its own — beside them. The order places the
-// long own-namespace cases (9, 10, 11) where they overlap the first fleet's cases, and fills each
-// operator upgrade's two-minute window with cases that do not touch the upgrade fleet.
+// another and the upgrade fleet's one after another, the rest — each in a namespace and fleet of
+// its own — beside them. The order places the long own-namespace cases (9 to 12) where they overlap
+// the first fleet's cases, and fills each operator upgrade's two-minute window with cases that do
+// not touch the upgrade fleet.
 func suite() []e2eCase {
 	c := func(name string, needs Needs, f func(*testing.T)) e2eCase {
 		return e2eCase{Case{Name: name, Needs: needs}, f}
@@ -60,33 +61,34 @@ func suite() []e2eCase {
 		required(c("1 fleet Ready: tc Ready, every instance Ready with its URL, every pod Ready, 0 restarts", Alone, testFleetReady)),
 		c("floor: the same children applied without the operator, time to all pods Ready", Alone, testFloor),
 
-		// Upgrade 1's window: the long cases in namespaces of their own beside the first fleet's.
+		// The long cases in namespaces of their own beside the first fleet's (upgrade 1's window
+		// ends among them, two minutes after its upgrade).
 		c("9 Tiled upgrade 0.2.14 -> newest: backup, migrate once, hold, 2 replicas, failure undone", OwnNamespace, testTiledUpgrade),
 		c("10 backups: taken while serving, a lost database restored (claim, S3), corrupt refused, schedule and retention", OwnNamespace, testBackupRestore),
 		c("11 streaming: two replicas share the cache; no update lost to a deleted replica or a cache outage; password in no log; off means no cache", OwnNamespace, testStreaming),
+		c("12 autoscaling: load scales Tiled 1 -> 2+ on the node's metrics API, back to 1 after the window; off prunes the autoscaler", OwnNamespace, testAutoscaling),
 		c("2 Tiled serves an array and a table through Service DNS; catalog in PostgreSQL", FirstFleet, testTiledServes),
 		c("3 data survives deleting the Tiled and PostgreSQL pods", FirstFleet, testDataSurvives),
 		c("13 observability: kubectl tiled status shows the fleet Ready (text, -o json); the leader's /metrics reports it, the standby's does not", FirstFleet, testObservability),
 		c("14 prometheus: a real Prometheus scrapes the operator and each Tiled through the shipped ServiceMonitors; every dashboard query and alert series has data; a stopped database fires TiledInstanceNotReady", FirstFleet, testPrometheus),
 		c("15 network policies: the databases and caches refuse every pod but their instance's, Tiled admits its namespace and the ingress controller's only; webhooks answer; a profile turns them off and on; egress restricted keeps DNS and the database", FirstFleet, testNetworkPolicies),
-		c("7 mutating webhook on the real path; a bad profile refused at admission", OwnNamespace, testMutatingWebhook),
 		c("4 rolling change within maxUnavailable; paused freezes it", FirstFleet, testRollingChange),
-		c("operator upgrade 1 (end): every object the operator owns at the same resourceVersion for 2 minutes after the new manager led", OwnNamespace, testOperatorUpgradeWindow),
+		c("7 mutating webhook on the real path; a bad profile refused at admission", OwnNamespace, testMutatingWebhook),
+		c("operator upgrade 1 (end): every object the operator owns at the same resourceVersion for 2 minutes after the new manager led", UpgradeFleet, testOperatorUpgradeWindow),
 
 		// The operator changed under the first fleet: alone.
 		c("operator upgrade 2: this build -> a prime build of itself: 0 pods replaced or restarted, 0 writes to the fleet", Alone, testOperatorUpgradePrime),
 		c("5 operator killed mid-rollout: budget kept, unchanged objects not rewritten", Alone, testOperatorKilledMidRollout),
 		c("6 leader failover within the lease; webhooks keep answering", Alone, testLeaderFailover),
 		// Upgrade 2's window.
-		c("12 autoscaling: load scales Tiled 1 -> 2+ on the node's metrics API, back to 1 after the window; off prunes the autoscaler", OwnNamespace, testAutoscaling),
-		c("operator upgrade 2 (end): every object the operator owns at the same resourceVersion for 2 minutes", OwnNamespace, testOperatorUpgradeWindow),
+		c("8 removed beamline keeps its claims (released); re-added finds its data", FirstFleet, testRemoveReadd),
+		c("operator upgrade 2 (end): every object the operator owns at the same resourceVersion for 2 minutes", UpgradeFleet, testOperatorUpgradeWindow),
 
 		c("operator upgrade 3: prime -> this build, the leader killed mid-rolling-update: 0 pods replaced or restarted, 0 writes to the fleet", Alone, testOperatorUpgradeFailover),
-		// Upgrade 3's window.
-		c("8 removed beamline keeps its claims (released); re-added finds its data", FirstFleet, testRemoveReadd),
+		// Upgrade 3's window; the upgrade fleet read back and removed after it.
 		c("bad input: image pull, PostgreSQL never ready, config Tiled refuses -> named conditions", FirstFleet, testBadInput),
-		c("operator upgrade 3 (end): every object the operator owns at the same resourceVersion for 2 minutes", OwnNamespace, testOperatorUpgradeWindow),
-		c("operator upgrades: the data written under the previous release read back after three upgrades", OwnNamespace, testOperatorUpgradeData),
+		c("operator upgrade 3 (end): every object the operator owns at the same resourceVersion for 2 minutes", UpgradeFleet, testOperatorUpgradeWindow),
+		c("operator upgrades: the data written under the previous release read back after three upgrades", UpgradeFleet, testOperatorUpgradeData),
 
 		// What every case left behind, then the last operator upgrade.
 		c("no Secret value in any container log", Alone, testNoSecretsInLogs),
@@ -339,7 +341,7 @@ func runClient(t *testing.T, name, url, secret, mode string) {
 	_, _ = kubectl(nil, "-n", tenantNS, "delete", "pod", name, "--ignore-not-found", "--wait=true")
 	mustKubectl(t, []byte(clientPodYAML(name, url, secret, mode)), "apply", "--server-side", "-f", "-")
 	var phase corev1.PodPhase
-	eventually(t, 3*time.Minute, time.Second, "client pod "+name+" finished", func() (bool, string) {
+	eventually(t, clientPodTimeout, time.Second, "client pod "+name+" finished", func() (bool, string) {
 		var p corev1.Pod
 		if err := cl.Get(context.Background(), types.NamespacedName{Namespace: tenantNS, Name: name}, &p); err != nil {
 			return false, err.Error()

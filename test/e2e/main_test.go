@@ -145,6 +145,11 @@ func mustKubectl(t *testing.T, stdin []byte, args ...string) string {
 	return out
 }
 
+// clientPodTimeout bounds a client pod's run (its Python client's start, the requests, the end).
+// Alone, one takes 10 to 20 s; beside the long cases (E2E_PARALLEL) the node's two cores are shared
+// by several fleets' pods starting at once, and one took more than 3 minutes in a loaded run.
+const clientPodTimeout = 6 * time.Minute
+
 // eventually polls f every interval until it returns true or the timeout passes; the last error or
 // reason f returned is in the failure message.
 func eventually(t *testing.T, timeout, interval time.Duration, what string, f func() (bool, string)) {

@@ -377,7 +377,7 @@ func testNetworkPolicies(t *testing.T) {
 		startPythonPod(t, p.pod)
 	}
 	for _, p := range probes {
-		logs := waitPythonPod(t, p.pod, 3*time.Minute)
+		logs := waitPythonPod(t, p.pod, clientPodTimeout)
 		judgeAttempts(t, "pod "+p.pod.namespace+"/"+p.pod.name, p.attempts, npResults(logs))
 	}
 

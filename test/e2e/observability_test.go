@@ -231,7 +231,7 @@ subjects:
 - {kind: ServiceAccount, name: scraper, namespace: %[1]s}
 `, metricsNS)), "apply", "--server-side", "-f", "-")
 	logs := runPythonPod(t, pythonPod{name: "scraper", namespace: metricsNS, image: tiledImg(),
-		script: scrapeScript, args: ips, specExtra: "  serviceAccountName: scraper\n"}, 3*time.Minute)
+		script: scrapeScript, args: ips, specExtra: "  serviceAccountName: scraper\n"}, clientPodTimeout)
 	line := regexp.MustCompile(`^E2E-METRIC (\S+) (.*)$`)
 	out := map[string]string{}
 	for _, l := range strings.Split(logs, "\n") {

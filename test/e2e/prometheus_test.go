@@ -326,7 +326,7 @@ print("E2E-OK")
 func trafficPod(t *testing.T, urls []string) {
 	t.Helper()
 	runPythonPod(t, pythonPod{name: "traffic", namespace: promNS, image: tiledImg(), script: trafficScript,
-		args: urls, specExtra: "  automountServiceAccountToken: false\n"}, 2*time.Minute)
+		args: urls, specExtra: "  automountServiceAccountToken: false\n"}, clientPodTimeout)
 }
 
 // promGet GETs a path of Prometheus's HTTP API through the API server's service proxy and decodes

@@ -24,7 +24,13 @@ const (
 	// OwnNamespace cases make a namespace and a fleet of their own (or only read): they run beside
 	// any case but an Alone one.
 	OwnNamespace
+	// UpgradeFleet cases read or remove the operator-upgrade cases' fleet (namespace e2e-opup):
+	// like FirstFleet, one at a time in their order, beside the others.
+	UpgradeFleet
 )
+
+// chained says whether cases of these needs run one after another in their order.
+func (n Needs) chained() bool { return n == FirstFleet || n == UpgradeFleet }
 
 func (n Needs) String() string {
 	switch n {
@@ -34,6 +40,8 @@ func (n Needs) String() string {
 		return "first fleet"
 	case OwnNamespace:
 		return "own namespace"
+	case UpgradeFleet:
+		return "upgrade fleet"
 	}
 	return "unknown"
 }
@@ -60,8 +68,8 @@ type Outcome struct {
 // Schedule runs cases through run, in their order, as many at once as parallel allows (at least 1)
 // and their Needs permit: an Alone case waits for every case before it to end and holds back every
 // case after it; FirstFleet cases run one after another in their order; OwnNamespace cases run
-// beside any but Alone ones. A Required case runs alone, as a barrier, and when it fails no later
-// case runs. run is called from several goroutines at once; Schedule returns when every case it
+// beside any but Alone ones; UpgradeFleet cases form a chain of their own like FirstFleet's. A
+// Required case runs alone, as a barrier, and when it fails no later case runs. run is called from several goroutines at once; Schedule returns when every case it
 // started has ended, with one Outcome per case.
 func Schedule(cases []Case, parallel int, run func(i int) bool) []Outcome {
 	if parallel < 1 {
@@ -73,7 +81,8 @@ func Schedule(cases []Case, parallel int, run func(i int) bool) []Outcome {
 		slots:   make(chan struct{}, parallel),
 		start:   time.Now(),
 	}
-	fleetDone := closedChan()
+	// The last case of each chain (FirstFleet, UpgradeFleet) ends when its channel closes.
+	chainDone := map[Needs]chan struct{}{FirstFleet: closedChan(), UpgradeFleet: closedChan()}
 	var wg sync.WaitGroup
 	for i, c := range cases {
 		if s.stopped() {
@@ -90,10 +99,10 @@ func Schedule(cases []Case, parallel int, run func(i int) bool) []Outcome {
 			continue
 		}
 		s.op.RLock() // released when the case ends: an Alone case after it waits for that
-		prev, mine := fleetDone, chan struct{}(nil)
-		if c.Needs == FirstFleet {
-			mine = make(chan struct{})
-			fleetDone = mine
+		var prev, mine chan struct{}
+		if c.Needs.chained() {
+			prev, mine = chainDone[c.Needs], make(chan struct{})
+			chainDone[c.Needs] = mine
 		}
 		wg.Add(1)
 		go func(i int, prev <-chan struct{}, mine chan struct{}) {
@@ -101,7 +110,7 @@ func Schedule(cases []Case, parallel int, run func(i int) bool) []Outcome {
 			defer s.op.RUnlock()
 			if mine != nil {
 				defer close(mine)
-				<-prev // the first fleet's previous case has ended
+				<-prev // the chain's previous case has ended
 			}
 			s.slots <- struct{}{}
 			defer func() { <-s.slots }()
@@ -158,11 +167,11 @@ func closedChan() chan struct{} {
 	return c
 }
 
-// defaultParallel is how many cases run at once when E2E_PARALLEL is not set: the three long
-// own-namespace cases (Tiled upgrade, backups, streaming) and one case of the first fleet. Most of a
-// case's time is spent waiting for pods, so four fit the node's two cores and 24 GiB without a
-// case's own deadlines running out (docs/e2e.md, "Cases in parallel").
-const defaultParallel = 4
+// defaultParallel is how many cases run at once when E2E_PARALLEL is not set: the four long
+// own-namespace cases (Tiled upgrade, backups, streaming, autoscaling) and one case of the first
+// fleet. Most of a case's time is spent waiting for pods, so five fit the node's two cores and
+// 24 GiB without a case's own deadlines running out (docs/e2e.md, "Cases in parallel").
+const defaultParallel = 5
 
 // ParseParallel reads E2E_PARALLEL's value: defaultParallel when empty, else a whole number of cases
 // at once, 1 or more.

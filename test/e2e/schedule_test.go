@@ -172,3 +172,25 @@ func TestParseParallel(t *testing.T) {
 		g.Expect(n).To(Equal(tc.want))
 	}
 }
+
+func TestScheduleChainsAreSeparate(t *testing.T) {
+	g := NewWithT(t)
+	// 0 and 2 are the upgrade fleet's (2 after 0, though 0 is slow), 1 the first fleet's: 1 runs
+	// beside 0, 2 only after 0 has ended.
+	cases := []Case{{Name: "window end", Needs: UpgradeFleet}, {Name: "fleet", Needs: FirstFleet}, {Name: "read back and remove", Needs: UpgradeFleet}}
+	r := newRecorder(len(cases))
+	Schedule(cases, 5, func(i int) bool {
+		r.begin(i)
+		defer r.finish(i)
+		if i == 0 {
+			select { // slow until the first fleet's case has started beside it
+			case <-r.started[1]:
+			case <-time.After(time.Second):
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		return true
+	})
+	g.Expect(overlap(r.spans[0], r.spans[1])).To(BeTrue(), "cases of different chains run beside each other")
+	g.Expect(r.spans[0].end).To(BeNumerically("<", r.spans[2].start), "the upgrade fleet's cases run in their order, one at a time")
+}

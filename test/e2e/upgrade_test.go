@@ -213,7 +213,7 @@ func runClientsIn(t *testing.T, ns string, runs []clientRun) map[string]string {
 	out := map[string]string{}
 	for _, r := range runs {
 		var phase corev1.PodPhase
-		eventually(t, 4*time.Minute, time.Second, "client pod "+r.pod+" finished", func() (bool, string) {
+		eventually(t, clientPodTimeout, time.Second, "client pod "+r.pod+" finished", func() (bool, string) {
 			var p corev1.Pod
 			if err := cl.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: r.pod}, &p); err != nil {
 				return false, err.Error()
