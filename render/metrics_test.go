@@ -40,6 +40,15 @@ var monitoringCases = []struct {
 	{"oidc, on", func() *v1alpha1.TiledInstance { return monitored(oidcExternal()) }, Inputs{ExternalSecretKeys: []string{ExternalKeyAuthURI}}, true},
 }
 
+// renderWithMetricsSecret renders ti with in's inputs, the instance's Secret and its metrics Secret
+// present and the ServiceMonitor kind served.
+func renderWithMetricsSecret(g Gomega, ti *v1alpha1.TiledInstance, in Inputs) *Objects {
+	in.SecretData, in.MetricsSecretData, in.ServiceMonitorAvailable = secretData, metricsSecretData, true
+	o, err := Render(ti, in)
+	g.Expect(err).NotTo(HaveOccurred())
+	return o
+}
+
 // TestMetricsSecretKeptWhenTurnedOff: monitoring turned off while the metrics Secret exists (its data
 // given) renders the Secret as it is, and nothing that reads it: no sidecar, no ServiceMonitor, no
 // metrics port. The Secret is kept, not pruned, on purpose (MetricsSecret; docs/observability.md says
@@ -51,10 +60,7 @@ func TestMetricsSecretKeptWhenTurnedOff(t *testing.T) {
 		}
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
-			in := tc.in
-			in.SecretData, in.MetricsSecretData, in.ServiceMonitorAvailable = secretData, metricsSecretData, true
-			o, err := Render(tc.ti(), in)
-			g.Expect(err).NotTo(HaveOccurred())
+			o := renderWithMetricsSecret(g, tc.ti(), tc.in)
 			g.Expect(o.MetricsSecret).NotTo(BeNil(), "kept while it exists")
 			g.Expect(*o.MetricsSecret.Name).To(Equal(o.Names.MetricsSecret))
 			g.Expect(o.MetricsSecret.Data).To(Equal(metricsSecretData), "the same token, for monitoring turned on again")
@@ -181,10 +187,7 @@ func TestServiceMonitorPresentsTheMetricsToken(t *testing.T) {
 		}
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
-			in := tc.in
-			in.SecretData, in.MetricsSecretData, in.ServiceMonitorAvailable = secretData, metricsSecretData, true
-			o, err := Render(tc.ti(), in)
-			g.Expect(err).NotTo(HaveOccurred())
+			o := renderWithMetricsSecret(g, tc.ti(), tc.in)
 			sm := o.ServiceMonitor
 			g.Expect(sm).NotTo(BeNil())
 			eps := sm.Object["spec"].(map[string]any)["endpoints"].([]any)

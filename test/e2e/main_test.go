@@ -236,26 +236,35 @@ func auditThrough(t *testing.T, to time.Time) {
 // lastAuditReceived is the receive time of the last completed request in the audit log (read from
 // its last megabyte).
 func lastAuditReceived() (time.Time, error) {
-	f, err := os.Open(e.auditLog)
-	if err != nil {
-		return time.Time{}, err
-	}
-	defer f.Close()
-	if st, err := f.Stat(); err == nil && st.Size() > 1<<20 {
-		if _, err := f.Seek(st.Size()-1<<20, io.SeekStart); err != nil {
-			return time.Time{}, err
-		}
-	}
 	var last time.Time
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	for sc.Scan() {
+	err := scanTail(e.auditLog, func(line []byte) {
 		var ev auditEvent
-		if json.Unmarshal(sc.Bytes(), &ev) == nil && ev.Stage == "ResponseComplete" && ev.RequestReceived.After(last) {
+		if json.Unmarshal(line, &ev) == nil && ev.Stage == "ResponseComplete" && ev.RequestReceived.After(last) {
 			last = ev.RequestReceived
 		}
+	})
+	return last, err
+}
+
+// scanTail calls f on each line of the last megabyte of the file at path (a log the suite polls:
+// only its newest lines matter).
+func scanTail(path string, f func(line []byte)) error {
+	file, err := os.Open(path)
+	if err != nil {
+		return err
 	}
-	return last, sc.Err()
+	defer file.Close()
+	if st, err := file.Stat(); err == nil && st.Size() > 1<<20 {
+		if _, err := file.Seek(st.Size()-1<<20, io.SeekStart); err != nil {
+			return err
+		}
+	}
+	sc := bufio.NewScanner(file)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		f(sc.Bytes())
+	}
+	return sc.Err()
 }
 
 // resourceKey is "resource" or "resource/subresource" of an audit event.

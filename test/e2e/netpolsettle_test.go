@@ -3,10 +3,8 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -74,31 +72,18 @@ const (
 // lastSyncDone returns the start (Unix nanoseconds) of the latest full sync kube-router logged as
 // finished, reading the log's tail.
 func lastSyncDone() (int64, error) {
-	f, err := os.Open(kubeRouterLog())
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	if st, err := f.Stat(); err == nil && st.Size() > 1<<20 {
-		if _, err := f.Seek(st.Size()-1<<20, io.SeekStart); err != nil {
-			return 0, err
-		}
-	}
 	var started, done int64
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
+	err := scanTail(kubeRouterLog(), func(b []byte) {
+		line := string(b)
 		if i := strings.Index(line, syncStartPrefix); i >= 0 {
-			v, err := strconv.ParseInt(strings.TrimSpace(line[i+len(syncStartPrefix):]), 10, 64)
-			if err == nil {
+			if v, err := strconv.ParseInt(strings.TrimSpace(line[i+len(syncStartPrefix):]), 10, 64); err == nil {
 				started = v
 			}
 		} else if strings.Contains(line, syncEndMarker) && started > 0 {
 			done = started
 		}
-	}
-	return done, sc.Err()
+	})
+	return done, err
 }
 
 // checkKubeRouterLogsSyncs fails the suite at its start when kube-router's log holds no finished
