@@ -28,10 +28,19 @@ CGO_ENABLED=0 go test -c -tags e2e -o "$repo/bin/e2e.test" ./test/e2e/
 # The kubectl plugin the backup case runs as an admin would (kubectl tiled backup).
 CGO_ENABLED=0 go build -o "$repo/bin/kubectl-tiled" ./cmd/kubectl-tiled
 
+# failures prints what each failed case logged, from the suite's output: its cases run in parallel
+# and interleave their lines for half an hour, so this comes last, where a reader looks first.
+failures() {
+  if [ "$1" != 0 ] && [ -s "$state/e2e.log" ]; then
+    go run ./hack/testfailures -lines 60 "$state/e2e.log" || true
+  fi
+}
+
 teardown() {
   rc=$?
   if [ "${E2E_KEEP:-}" = 1 ]; then
     echo "e2e: E2E_KEEP=1: the cluster stays up; hack/node/cluster.sh exec kubectl get pods -A; make cluster-down"
+    failures "$rc"
     exit $rc
   fi
   step "teardown"
@@ -39,6 +48,7 @@ teardown() {
     echo "e2e: teardown left the host changed (see above)" >&2
     rc=1
   fi
+  failures "$rc"
   exit $rc
 }
 trap teardown EXIT

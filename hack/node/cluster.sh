@@ -1239,14 +1239,14 @@ cmd_down() {
   if [ -f "$before/paths" ] && grep -qxF "/run/netns: absent" "$before/paths"; then rmdir /run/netns 2>/dev/null || true; fi
 
   phase netns
-  # 7. $STATE: keep the logs, audit log, timings and the host records; remove the rest.
+  # 7. $STATE: keep the logs, audit log, the suite's output, timings and the host records; remove the rest.
   if [ -d "$STATE" ]; then
     if [ -n "$(mounts_under "$STATE")" ]; then
       problems+=("mounts remain under $STATE; not removing it: $(mounts_under "$STATE" | tr '\n' ' ')")
     else
       for a in "$STATE"/* "$STATE"/.[!.]*; do
         [ -e "$a" ] || continue
-        case ${a##*/} in logs | audit.log | timings | host-before | host-after | host-diff) ;; *) rm -rf --one-file-system "$a" ;; esac
+        case ${a##*/} in logs | audit.log | e2e.log | timings | host-before | host-after | host-diff) ;; *) rm -rf --one-file-system "$a" ;; esac
       done
     fi
   fi

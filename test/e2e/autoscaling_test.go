@@ -377,9 +377,11 @@ func testAutoscaling(t *testing.T) {
 	if maxRR < 2 {
 		t.Errorf("the instance's status.readyReplicas never showed the scale-up (at most %d)", maxRR)
 	}
+	// Scaled up, a new pod may wait for CPU on a node other cases share ("Insufficient cpu"): the
+	// instance says so (Unschedulable, not stalled: capacity may come), and the scale-up bound holds.
 	for s := range states {
-		if !strings.HasPrefix(s, "Ready=True") && s != "Ready=False WaitingForPods" {
-			t.Errorf("the instance's Ready condition while scaling: %s (%d samples), want True or False WaitingForPods", s, states[s])
+		if !strings.HasPrefix(s, "Ready=True") && s != "Ready=False WaitingForPods" && s != "Ready=False Unschedulable" {
+			t.Errorf("the instance's Ready condition while scaling: %s (%d samples), want True, or False WaitingForPods or Unschedulable", s, states[s])
 		}
 	}
 

@@ -14,6 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // A NetworkPolicy implementation admits a new pod's address asynchronously, after the pod has its
@@ -24,6 +25,13 @@ import (
 // starts with an init container, settleContainer, that waits to be released, and the releaser below
 // releases it once kube-router has finished a full sync that began after the pod had its IP: from
 // then on the node's rules hold its address. It replaces a fixed three-second wait per pod.
+//
+// kube-router syncs when a pod's IP, phase or labels change, and otherwise only every five minutes.
+// The sync the pod's IP caused may have begun before the releaser saw the pod (it looks once the
+// settle container runs), and on a quiet node nothing else comes for minutes (seen: a client pod
+// released 285 s after it started). So when no sync has begun within settleNudgeAfter of the
+// releaser seeing the pod, it asks for one the way kube-router listens: it changes a label of the
+// pod (settleSyncLabel, which no policy selects on), and asks again every settleNudgeEvery.
 
 const (
 	// settleContainer is the client pods' init container that waits for its release.
@@ -35,6 +43,12 @@ const (
 	settleTimeoutSeconds = 300
 	// settlePoll is how often the releaser looks for pods to release and kube-router's log.
 	settlePoll = 100 * time.Millisecond
+	// settleNudgeAfter is how long the releaser waits for a sync of kube-router's own before asking
+	// for one; settleNudgeEvery how often it asks again (a request coalesces with a sync under way).
+	settleNudgeAfter = time.Second
+	settleNudgeEvery = 5 * time.Second
+	// settleSyncLabel is the label the releaser changes on a waiting pod to have kube-router sync.
+	settleSyncLabel = "e2e.tiled.blueskyproject.io/netpol-sync"
 )
 
 // settleInitContainerYAML is the init container of the client pods (pythonPodYAML), indented for a
@@ -105,6 +119,7 @@ func releaser(stop <-chan struct{}) {
 	var mu sync.Mutex
 	seen := map[types.UID]time.Time{} // when the releaser first saw the pod with its IP
 	released := map[types.UID]bool{}
+	asked := map[types.UID]int{} // how many syncs the releaser asked for, for the pod
 	tick := time.NewTicker(settlePoll)
 	defer tick.Stop()
 	for {
@@ -133,7 +148,19 @@ func releaser(stop <-chan struct{}) {
 			if free {
 				released[p.UID] = true
 			}
+			nudge := 0
+			if !released[p.UID] && time.Since(at) > settleNudgeAfter+time.Duration(asked[p.UID])*settleNudgeEvery {
+				asked[p.UID]++
+				nudge = asked[p.UID]
+			}
 			mu.Unlock()
+			if nudge > 0 {
+				go func(ns, name string, n int) {
+					if err := askSync(ns, name, n); err != nil {
+						fmt.Fprintf(os.Stderr, "e2e: asking kube-router to sync for pod %s/%s: %v\n", ns, name, err)
+					}
+				}(p.Namespace, p.Name, nudge)
+			}
 			if free {
 				go func(uid types.UID, ns, name string) {
 					if err := release(ns, name); err != nil {
@@ -157,6 +184,15 @@ func settling(p *corev1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// askSync changes the pod's settleSyncLabel to n: kube-router requests a full sync on a pod's label
+// change, which begins after the releaser saw the pod's IP.
+func askSync(ns, name string, n int) error {
+	patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%q}}}`, settleSyncLabel, strconv.Itoa(n))
+	p := &corev1.Pod{}
+	p.Namespace, p.Name = ns, name
+	return cl.Patch(context.Background(), p, client.RawPatch(types.MergePatchType, []byte(patch)))
 }
 
 // release creates the settle file in the pod's settle container.
