@@ -35,6 +35,8 @@ type Figures struct {
 	// Parallel the most cases it let run at once (E2E_PARALLEL).
 	SuiteSeconds float64 `json:"suite_seconds"`
 	Parallel     int     `json:"parallel"`
+	// CPU is where the suite's CPU went, measured while it ran.
+	CPU *CPUUse `json:"cpu,omitempty"`
 
 	// The Tiled upgrade (case 9): the most seconds an upgraded instance had no Ready Tiled pod (the
 	// last old pod unready -> the first new pod Ready, seen by a watch), the same for the upgrade done
@@ -108,6 +110,17 @@ type Figures struct {
 	NetworkPolicyControlsFailed    int     `json:"network_policy_controls_failed"`
 	NetworkPolicyOffSeconds        float64 `json:"network_policy_off_seconds,omitempty"`
 	NetworkPolicyOnSeconds         float64 `json:"network_policy_on_seconds,omitempty"`
+}
+
+// CPUUse is the CPU the suite used while it ran, in seconds: the machine's busy time (all its
+// cores), the node's pods summed by namespace (their cgroups), and the node's processes (and the
+// suite's own) by name.
+type CPUUse struct {
+	WallSeconds        float64            `json:"wall_seconds"`
+	MachineBusySeconds float64            `json:"machine_busy_seconds"`
+	PodSeconds         float64            `json:"pod_seconds"`
+	Namespaces         map[string]float64 `json:"namespaces"`
+	Processes          map[string]float64 `json:"processes"`
 }
 
 // CaseResult is one case's verdict and duration, what it shares with the others (Needs, see

@@ -78,7 +78,9 @@ func TestMain(m *testing.M) {
 	}
 	stopReleaser := make(chan struct{})
 	go releaser(stopReleaser)
+	cpu := startCPUSampler()
 	code := m.Run()
+	fig.CPU = cpu.finish()
 	close(stopReleaser)
 	fig.Passed, fig.Failed = 0, 0
 	for _, c := range fig.Cases {
@@ -104,6 +106,10 @@ func TestMain(m *testing.M) {
 		fmt.Printf("  %s  %-60s %-13s start %6.1fs %6.1fs  beside %d\n", mark, name, c.Needs, c.Start, c.Seconds, c.Beside)
 	}
 	fmt.Printf("%d passed, %d failed; the suite took %.0fs with up to %d cases at once\n", fig.Passed, fig.Failed, fig.SuiteSeconds, fig.Parallel)
+	if u := fig.CPU; u != nil && u.WallSeconds > 0 {
+		fmt.Printf("CPU: the machine busy %.0fs of %.0fs (%.2f of its cores); pods %.0fs: %s; processes: %s\n",
+			u.MachineBusySeconds, u.WallSeconds, u.MachineBusySeconds/u.WallSeconds, u.PodSeconds, secondsByName(u.Namespaces), secondsByName(u.Processes))
+	}
 	if e.results != "" {
 		b, _ := json.MarshalIndent(fig, "", "  ")
 		if err := os.WriteFile(e.results, append(b, '\n'), 0o644); err != nil {
@@ -115,6 +121,20 @@ func TestMain(m *testing.M) {
 		code = 1
 	}
 	os.Exit(code)
+}
+
+// secondsByName lists a map's entries largest first, "name 12s".
+func secondsByName(m map[string]float64) string {
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	sort.Slice(names, func(i, j int) bool { return m[names[i]] > m[names[j]] })
+	parts := make([]string, len(names))
+	for i, k := range names {
+		parts[i] = fmt.Sprintf("%s %.0fs", k, m[k])
+	}
+	return strings.Join(parts, ", ")
 }
 
 // kubectl runs the cluster's kubectl with the admin kubeconfig; stdin may be nil.
