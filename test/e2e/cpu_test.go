@@ -25,7 +25,6 @@ import (
 // read before it ended, so a pod deleted between two samples loses at most a period of use.
 const cpuSamplePeriod = 5 * time.Second
 
-
 type cpuSampler struct {
 	stop chan struct{}
 	done sync.WaitGroup
