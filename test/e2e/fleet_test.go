@@ -244,9 +244,10 @@ kind: Pod
 metadata:
   name: %s
   namespace: %s
+  labels: {%[9]s: "true"}
 spec:
   restartPolicy: Never
-%s  securityContext:
+%[3]s  securityContext:
     runAsNonRoot: true
     runAsUser: 999
     runAsGroup: 999
@@ -261,7 +262,7 @@ spec:
 %[5]s%[6]s%[7]s    securityContext:
       allowPrivilegeEscalation: false
       capabilities: {drop: [ALL]}
-`, p.name, p.namespace, p.specExtra, p.image, ind.String(), argv.String(), p.env, settleInitContainerYAML(p.image))
+`, p.name, p.namespace, p.specExtra, p.image, ind.String(), argv.String(), p.env, settleInitContainerYAML(p.image), settleLabel)
 }
 
 // runPythonPod runs the pod p (replacing one of its name) to its end within timeout and returns its
