@@ -23,4 +23,13 @@ fi
 export PROMTOOL
 echo "test.sh: promtool $PROMTOOL"
 
-go test -count=1 -timeout "${TEST_TIMEOUT:-30m}" "${@:-./...}"
+# The output is kept to end a failed run with what each failed test logged (hack/testfailures):
+# parallel tests and trials interleave their lines, and a reader may see only the end.
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+rc=0
+go test -count=1 -timeout "${TEST_TIMEOUT:-30m}" "${@:-./...}" 2>&1 | tee "$log" || rc=$?
+if [ "$rc" != 0 ]; then
+  go run ./hack/testfailures -lines 40 "$log" || true
+fi
+exit "$rc"

@@ -1,5 +1,6 @@
-// Command testfailures prints, from the output of `go test -v`, what each failed test logged: the
-// lines under its "=== RUN", "=== CONT" and "=== NAME" headers. A suite whose cases run in parallel
+// Command testfailures prints, from the output of `go test` (with or without -v), what each failed
+// test logged: the lines under its "=== RUN", "=== CONT" and "=== NAME" headers, and those after its
+// "--- FAIL" line (where go test prints them without -v). A suite whose cases run in parallel
 // interleaves their output for half an hour; printed at the end of a failed run, this is what a
 // reader needs first, whatever part of the output they are shown.
 //
@@ -42,7 +43,7 @@ type failure struct {
 	Lines []string
 }
 
-// parse reads `go test -v` output and returns the failed tests that have no failed subtest (a
+// parse reads `go test` output and returns the failed tests that have no failed subtest (a
 // parent fails with its child; the child's lines say why), in the order their results were printed.
 func parse(r io.Reader) ([]failure, error) {
 	out := map[string][]string{}
@@ -71,7 +72,8 @@ func parse(r io.Reader) ([]failure, error) {
 				failed[name] = true
 				failedOrder = append(failedOrder, name)
 			}
-			current = ""
+			// Without -v, a failed test's lines follow its result line.
+			current = name
 		case strings.HasPrefix(trimmed, "--- PASS: ") || strings.HasPrefix(trimmed, "--- SKIP: "):
 			current = ""
 		case current != "" && strings.HasPrefix(line, "    "):

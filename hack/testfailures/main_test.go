@@ -26,6 +26,19 @@ func TestParseKeepsEachFailedLeafsLines(t *testing.T) {
 	}))
 }
 
+func TestParseWithoutVerbose(t *testing.T) {
+	g := NewWithT(t)
+	f, err := os.Open("testdata/quiet.txt")
+	g.Expect(err).NotTo(HaveOccurred())
+	defer f.Close()
+	got, err := parse(f)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got).To(Equal([]failure{
+		{Name: "TestQuiet", Lines: []string{"    quiet_test.go:7: want 2, got 3"}},
+		{Name: "TestParent/child", Lines: []string{"        parent_test.go:9: child broke"}},
+	}))
+}
+
 func TestWrite(t *testing.T) {
 	tests := []struct {
 		name     string
