@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 )
@@ -54,4 +55,20 @@ func parseMachineBusy(stat string) (float64, error) {
 		busy += v
 	}
 	return busy / userHz, nil
+}
+
+// topN keeps the n entries of m with the largest values (ties by name).
+func topN(m map[string]float64, n int) map[string]float64 {
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	sort.Slice(names, func(i, j int) bool {
+		return m[names[i]] > m[names[j]] || (m[names[i]] == m[names[j]] && names[i] < names[j])
+	})
+	out := map[string]float64{}
+	for _, k := range names[:min(n, len(names))] {
+		out[k] = m[k]
+	}
+	return out
 }

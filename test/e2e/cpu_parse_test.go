@@ -38,3 +38,11 @@ func TestParseMachineBusy(t *testing.T) {
 	_, err = parseMachineBusy("intr 1 2 3\n")
 	g.Expect(err).To(MatchError(ContainSubstring("not the cpu line")))
 }
+
+func TestTopN(t *testing.T) {
+	g := NewWithT(t)
+	m := map[string]float64{"a": 1, "b": 5, "c": 3, "d": 3}
+	g.Expect(topN(m, 3)).To(Equal(map[string]float64{"b": 5, "c": 3, "d": 3}))
+	g.Expect(topN(m, 2)).To(Equal(map[string]float64{"b": 5, "c": 3}))
+	g.Expect(topN(m, 10)).To(HaveLen(4))
+}

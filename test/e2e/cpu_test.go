@@ -31,6 +31,7 @@ type cpuSampler struct {
 
 	mu        sync.Mutex
 	podNS     map[string]string  // pod UID -> namespace
+	podName   map[string]string  // pod UID -> name
 	podCPU    map[string]float64 // pod UID -> most CPU seconds read
 	procCPU   map[string]float64 // node process name -> most CPU seconds read
 	busy0     float64            // machine busy seconds at the start
@@ -44,6 +45,7 @@ func startCPUSampler() *cpuSampler {
 	s := &cpuSampler{
 		stop:      make(chan struct{}),
 		podNS:     map[string]string{},
+		podName:   map[string]string{},
 		podCPU:    map[string]float64{},
 		procCPU:   map[string]float64{},
 		start:     time.Now(),
@@ -78,6 +80,7 @@ func (s *cpuSampler) sample() {
 	if listed {
 		for _, p := range pods.Items {
 			s.podNS[string(p.UID)] = p.Namespace
+			s.podName[string(p.UID)] = p.Name
 		}
 	}
 	for uid, v := range cg {
@@ -102,6 +105,7 @@ func (s *cpuSampler) finish() *CPUUse {
 		Namespaces:         map[string]float64{},
 		Processes:          map[string]float64{},
 	}
+	var pods []podCPU
 	for uid, v := range s.podCPU {
 		ns := s.podNS[uid]
 		if ns == "" {
@@ -109,11 +113,26 @@ func (s *cpuSampler) finish() *CPUUse {
 		}
 		u.Namespaces[ns] += v
 		u.PodSeconds += v
+		pods = append(pods, podCPU{name: ns + "/" + s.podName[uid], seconds: v})
 	}
+	// The pods that used the most, by name (a StatefulSet's pod recreated under one name adds up).
+	byName := map[string]float64{}
+	for _, p := range pods {
+		byName[p.name] += p.seconds
+	}
+	u.TopPods = topN(byName, cpuTopPods)
 	for name, v := range s.procCPU {
 		u.Processes[name] = v
 	}
 	return u
+}
+
+// cpuTopPods is how many of the pods that used the most CPU bench/e2e.json names.
+const cpuTopPods = 15
+
+type podCPU struct {
+	name    string
+	seconds float64
 }
 
 // podCgroupCPU reads cpuacct.usage (nanoseconds) of every pod cgroup under dir (kubepods, and its

@@ -121,6 +121,8 @@ type CPUUse struct {
 	PodSeconds         float64            `json:"pod_seconds"`
 	Namespaces         map[string]float64 `json:"namespaces"`
 	Processes          map[string]float64 `json:"processes"`
+	// TopPods are the pods ("namespace/name") that used the most.
+	TopPods map[string]float64 `json:"top_pods,omitempty"`
 }
 
 // CaseResult is one case's verdict and duration, what it shares with the others (Needs, see

@@ -109,6 +109,7 @@ func TestMain(m *testing.M) {
 	if u := fig.CPU; u != nil && u.WallSeconds > 0 {
 		fmt.Printf("CPU: the machine busy %.0fs of %.0fs (%.2f of its cores); pods %.0fs: %s; processes: %s\n",
 			u.MachineBusySeconds, u.WallSeconds, u.MachineBusySeconds/u.WallSeconds, u.PodSeconds, secondsByName(u.Namespaces), secondsByName(u.Processes))
+		fmt.Printf("CPU of the pods that used the most: %s\n", secondsByName(u.TopPods))
 	}
 	if e.results != "" {
 		b, _ := json.MarshalIndent(fig, "", "  ")

@@ -101,6 +101,12 @@ func render(f *e2e.Figures, src string) string {
 		for _, r := range byValue(u.Processes) {
 			w("| %s | %.0f |\n", r, u.Processes[r])
 		}
+		if len(u.TopPods) > 0 {
+			w("\n| the pods that used the most | CPU seconds |\n|---|--:|\n")
+			for _, r := range byValue(u.TopPods) {
+				w("| %s | %.0f |\n", r, u.TopPods[r])
+			}
+		}
 	}
 	w("\n| figure | value | goal |\n|---|--:|---|\n")
 	w("| apply → every pod Ready (operator) | %.1f s | |\n", f.FleetReadySeconds)
