@@ -28,8 +28,8 @@ func main() {
 		fmt.Fprintln(os.Stderr, "testfailures:", err)
 		os.Exit(1)
 	}
-	defer f.Close()
 	failed, err := parse(f)
+	_ = f.Close()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "testfailures:", err)
 		os.Exit(1)
