@@ -176,7 +176,7 @@ FAULTS_SEED ?= 1
 # must return to their count before it, the heap stay flat).
 FAULTS_CACHE_N ?= 150
 # How many of the independent fault trials run at once (each in its namespace, with its manager): two
-# took 200 s where one took 257 s (with a benchmark running beside them), all passing.
+# were measured faster than one on this machine's two cores (docs/benchmarks.md).
 FAULTS_PARALLEL ?= 2
 
 .PHONY: test-faults
