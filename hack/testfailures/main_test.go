@@ -9,34 +9,38 @@ import (
 	. "github.com/onsi/gomega"
 )
 
-func TestParseKeepsEachFailedLeafsLines(t *testing.T) {
-	g := NewWithT(t)
-	f, err := os.Open("testdata/parallel.txt")
-	g.Expect(err).NotTo(HaveOccurred())
-	defer f.Close()
-	got, err := parse(f)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(got).To(Equal([]failure{
-		{Name: "TestE2E/case_a", Lines: []string{
-			"    a_test.go:10: a starts",
-			"    a_test.go:11: the instance's Ready condition while scaling: Ready=False Unschedulable",
-			"        continued on a second line",
+// TestParse: each failed leaf test's lines, with -v (parallel subtests interleaved under "=== NAME"
+// headers) and without (the lines after the "--- FAIL" line); a parent that failed with its child is
+// left out.
+func TestParse(t *testing.T) {
+	tests := []struct {
+		file string
+		want []failure
+	}{
+		{file: "testdata/parallel.txt", want: []failure{
+			{Name: "TestE2E/case_a", Lines: []string{
+				"    a_test.go:10: a starts",
+				"    a_test.go:11: the instance's Ready condition while scaling: Ready=False Unschedulable",
+				"        continued on a second line",
+			}},
+			{Name: "TestLonely"},
 		}},
-		{Name: "TestLonely"},
-	}))
-}
-
-func TestParseWithoutVerbose(t *testing.T) {
-	g := NewWithT(t)
-	f, err := os.Open("testdata/quiet.txt")
-	g.Expect(err).NotTo(HaveOccurred())
-	defer f.Close()
-	got, err := parse(f)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(got).To(Equal([]failure{
-		{Name: "TestQuiet", Lines: []string{"    quiet_test.go:7: want 2, got 3"}},
-		{Name: "TestParent/child", Lines: []string{"        parent_test.go:9: child broke"}},
-	}))
+		{file: "testdata/quiet.txt", want: []failure{
+			{Name: "TestQuiet", Lines: []string{"    quiet_test.go:7: want 2, got 3"}},
+			{Name: "TestParent/child", Lines: []string{"        parent_test.go:9: child broke"}},
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.file, func(t *testing.T) {
+			g := NewWithT(t)
+			f, err := os.Open(tc.file)
+			g.Expect(err).NotTo(HaveOccurred())
+			defer f.Close()
+			got, err := parse(f)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(got).To(Equal(tc.want))
+		})
+	}
 }
 
 func TestWrite(t *testing.T) {

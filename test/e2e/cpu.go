@@ -57,8 +57,9 @@ func parseMachineBusy(stat string) (float64, error) {
 	return busy / userHz, nil
 }
 
-// topN keeps the n entries of m with the largest values (ties by name).
-func topN(m map[string]float64, n int) map[string]float64 {
+// NamesByValue returns the keys of m, the largest value first (ties by name): the order in which
+// the suite's summary and the figures page list CPU seconds.
+func NamesByValue(m map[string]float64) []string {
 	names := make([]string, 0, len(m))
 	for k := range m {
 		names = append(names, k)
@@ -66,6 +67,12 @@ func topN(m map[string]float64, n int) map[string]float64 {
 	sort.Slice(names, func(i, j int) bool {
 		return m[names[i]] > m[names[j]] || (m[names[i]] == m[names[j]] && names[i] < names[j])
 	})
+	return names
+}
+
+// topN keeps the n entries of m with the largest values (ties by name).
+func topN(m map[string]float64, n int) map[string]float64 {
+	names := NamesByValue(m)
 	out := map[string]float64{}
 	for _, k := range names[:min(n, len(names))] {
 		out[k] = m[k]

@@ -126,11 +126,7 @@ func TestMain(m *testing.M) {
 
 // secondsByName lists a map's entries largest first, "name 12s".
 func secondsByName(m map[string]float64) string {
-	names := make([]string, 0, len(m))
-	for k := range m {
-		names = append(names, k)
-	}
-	sort.Slice(names, func(i, j int) bool { return m[names[i]] > m[names[j]] })
+	names := NamesByValue(m)
 	parts := make([]string, len(names))
 	for i, k := range names {
 		parts[i] = fmt.Sprintf("%s %.0fs", k, m[k])

@@ -53,16 +53,6 @@ func kv(m map[string]int) string {
 	return strings.Join(parts, ", ")
 }
 
-// byValue returns the map's keys, largest value first.
-func byValue(m map[string]float64) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Slice(ks, func(i, j int) bool { return m[ks[i]] > m[ks[j]] || (m[ks[i]] == m[ks[j]] && ks[i] < ks[j]) })
-	return ks
-}
-
 func render(f *e2e.Figures, src string) string {
 	var b strings.Builder
 	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
@@ -95,15 +85,15 @@ func render(f *e2e.Figures, src string) string {
 		w("\nWhere the CPU went while the suite ran (test/e2e/cpu_test.go): the machine was busy **%.0f s** of\n", u.MachineBusySeconds)
 		w("%.0f s, **%.2f** of its cores on average; the node's pods used %.0f s.\n\n", u.WallSeconds, u.MachineBusySeconds/u.WallSeconds, u.PodSeconds)
 		w("| pods of namespace, or process | CPU seconds |\n|---|--:|\n")
-		for _, r := range byValue(u.Namespaces) {
+		for _, r := range e2e.NamesByValue(u.Namespaces) {
 			w("| pods: %s | %.0f |\n", r, u.Namespaces[r])
 		}
-		for _, r := range byValue(u.Processes) {
+		for _, r := range e2e.NamesByValue(u.Processes) {
 			w("| %s | %.0f |\n", r, u.Processes[r])
 		}
 		if len(u.TopPods) > 0 {
 			w("\n| the pods that used the most | CPU seconds |\n|---|--:|\n")
-			for _, r := range byValue(u.TopPods) {
+			for _, r := range e2e.NamesByValue(u.TopPods) {
 				w("| %s | %.0f |\n", r, u.TopPods[r])
 			}
 		}
