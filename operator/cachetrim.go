@@ -1,6 +1,7 @@
 package operator
 
 import (
+	"crypto/sha256"
 	"runtime"
 	"slices"
 	"strconv"
@@ -30,8 +31,9 @@ import (
 //     (managers, and a fingerprint of the operator's own field set): the applier decides from
 //     those whether an intent is already applied, the prune and retention paths from the owner
 //     references and labels, the ExternalEdits condition from the managers;
-//   - StatefulSet: spec.replicas and the whole status (readiness: observedGeneration,
-//     readyReplicas, updatedReplicas); the pod template and claim templates are dropped;
+//   - StatefulSet: spec.replicas, the name and image of the Tiled container, and the whole status
+//     (readiness: observedGeneration, readyReplicas, updatedReplicas); the rest of the pod template
+//     and the claim templates are dropped;
 //   - ConfigMap, Service, PersistentVolumeClaim, Ingress, PodDisruptionBudget: watched as metadata
 //     only (controllers.ChildKinds), so the API server sends no content; were one read typed, its
 //     content would be dropped here all the same (a ConfigMap its data, the others spec and status);
@@ -110,16 +112,16 @@ var labelSets, provenanceSets = newSharedMaps(), newSharedMaps()
 // read.
 type sharedMaps struct {
 	mu   sync.Mutex
-	maps map[string]*sharedMap
+	maps map[[sha256.Size]byte]*sharedMap
 }
 
 type sharedMap struct {
-	key  string
+	key  [sha256.Size]byte
 	m    map[string]string
 	refs int
 }
 
-func newSharedMaps() *sharedMaps { return &sharedMaps{maps: map[string]*sharedMap{}} }
+func newSharedMaps() *sharedMaps { return &sharedMaps{maps: map[[sha256.Size]byte]*sharedMap{}} }
 
 // share returns the shared map equal to m (a copy of m, interned, if it is the first of its kind),
 // counting holder (the metadata of the object that will hold it) as one of its users until it is
@@ -128,7 +130,10 @@ func (s *sharedMaps) share(holder *metav1.ObjectMeta, m map[string]string) map[s
 	if len(m) == 0 {
 		return m
 	}
-	key := mapKey(m)
+	// The table is keyed by a hash of the canonical encoding (32 bytes), not the encoding itself
+	// (hundreds of bytes for a child's labels): there are thousands of distinct sets at a thousand
+	// instances.
+	key := sha256.Sum256(mapKey(m))
 	s.mu.Lock()
 	e, ok := s.maps[key]
 	if !ok {
@@ -157,7 +162,7 @@ func (s *sharedMaps) len() int {
 }
 
 // mapKey is a canonical encoding of m: its entries sorted by key, each string length-prefixed.
-func mapKey(m map[string]string) string {
+func mapKey(m map[string]string) []byte {
 	keys := make([]string, 0, len(m))
 	n := 0
 	for k, v := range m {
@@ -175,7 +180,7 @@ func mapKey(m map[string]string) string {
 		b = append(b, ':')
 		b = append(b, v...)
 	}
-	return string(b)
+	return b
 }
 
 // internMap returns m with its keys and values interned (a new map of the same size).
@@ -190,16 +195,23 @@ func internMap(m map[string]string) map[string]string {
 	return out
 }
 
+// tiledContainer is the name of the Tiled StatefulSet's Tiled container (render), the one container
+// whose image the controllers read from the cache.
+const tiledContainer = "tiled"
+
 // trimObject drops the fields of a child object the controllers never read from the cache (see
 // trimTransform); other objects are returned as they are. It changes obj in place and is idempotent.
 func trimObject(obj any) any {
 	switch o := obj.(type) {
 	case *appsv1.StatefulSet:
-		// The containers' names and images stay: the upgrade procedure compares the image the Tiled
-		// pods run with the spec's.
+		// The Tiled container's name and image stay: the upgrade procedure compares the image the
+		// Tiled pods run with the spec's. It reads no other container (a Container is 400 bytes
+		// before its strings, and every instance has three StatefulSets).
 		var containers []corev1.Container
 		for _, c := range o.Spec.Template.Spec.Containers {
-			containers = append(containers, corev1.Container{Name: c.Name, Image: c.Image})
+			if c.Name == tiledContainer {
+				containers = append(containers, corev1.Container{Name: c.Name, Image: c.Image})
+			}
 		}
 		o.Spec = appsv1.StatefulSetSpec{Replicas: o.Spec.Replicas}
 		o.Spec.Template.Spec.Containers = containers

@@ -53,11 +53,13 @@ func TestTrimTransform(t *testing.T) {
 		name    string
 		in, out func(metav1.ObjectMeta) any
 	}{
-		{"StatefulSet keeps replicas, its containers' names and images, and status",
+		{"StatefulSet keeps replicas, its Tiled container's name and image, and status",
 			func(m metav1.ObjectMeta) any {
 				return &appsv1.StatefulSet{ObjectMeta: m, Spec: appsv1.StatefulSetSpec{
 					Replicas: ptr.To(int32(2)), ServiceName: "nsls2-bmm",
 					Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{
+						Name: "metrics", Image: "exporter:1",
+					}, {
 						Name: "tiled", Image: "ghcr.io/bluesky/tiled:0.1.0", Command: []string{"tiled"}, Env: []corev1.EnvVar{{Name: "A", Value: "b"}},
 					}}}},
 				}, Status: stsStatus}
@@ -67,6 +69,16 @@ func TestTrimTransform(t *testing.T) {
 					Replicas: ptr.To(int32(2)),
 					Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "tiled", Image: "ghcr.io/bluesky/tiled:0.1.0"}}}},
 				}, Status: stsStatus}
+			}},
+		{"StatefulSet without a Tiled container keeps none",
+			func(m metav1.ObjectMeta) any {
+				return &appsv1.StatefulSet{ObjectMeta: m, Spec: appsv1.StatefulSetSpec{
+					Replicas: ptr.To(int32(1)),
+					Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "postgres", Image: "postgres:17"}}}},
+				}, Status: stsStatus}
+			},
+			func(m metav1.ObjectMeta) any {
+				return &appsv1.StatefulSet{ObjectMeta: m, Spec: appsv1.StatefulSetSpec{Replicas: ptr.To(int32(1))}, Status: stsStatus}
 			}},
 		{"ConfigMap loses its data",
 			func(m metav1.ObjectMeta) any {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -239,6 +240,30 @@ func TestSlimManagedFieldsOfAnUnstructuredObject(t *testing.T) {
 	g.Expect(string(mf[0].FieldsV1.GetRawBytes())).To(HavePrefix(`"fp:`), "the operator's field set is a fingerprint")
 	g.Expect(mf[1].FieldsV1).To(BeNil(), "another manager's field set is dropped")
 	g.Expect(a.token(mf)).To(Equal(before))
+}
+
+// TestSlimmedObjectsShareTheirFieldSet: typed objects whose operator's field sets are equal hold
+// one FieldsV1 between them once slimmed (a fleet's children repeat a few field sets), and slimming
+// again keeps it.
+func TestSlimmedObjectsShareTheirFieldSet(t *testing.T) {
+	g := NewWithT(t)
+	slim := SlimManagedFields("tiled-operator")
+	cm := func(fields string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{ManagedFields: []metav1.ManagedFieldsEntry{
+			{Manager: "tiled-operator", Operation: metav1.ManagedFieldsOperationApply, APIVersion: "v1", FieldsV1: metav1.NewFieldsV1(fields)},
+		}}}
+	}
+	a, b := cm(`{"f:data":{"f:x":{}}}`), cm(`{"f:data":{"f:x":{}}}`)
+	for _, o := range []*corev1.ConfigMap{a, b} {
+		_, err := slim(o)
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	g.Expect(a.ManagedFields[0].FieldsV1).To(BeIdenticalTo(b.ManagedFields[0].FieldsV1))
+	g.Expect(a.ManagedFields[0].FieldsV1.GetRawBytes()).To(Equal(Fingerprint([]byte(`{"f:data":{"f:x":{}}}`))))
+	shared := a.ManagedFields[0].FieldsV1
+	_, err := slim(a)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(a.ManagedFields[0].FieldsV1).To(BeIdenticalTo(shared), "idempotent")
 }
 
 // TestWithIntentCopiesUnstructured: the object sent is the apply configuration plus the intent

@@ -17,15 +17,30 @@ func Fingerprint(raw []byte) []byte {
 	if bytes.HasPrefix(raw, fingerprintPrefix) {
 		return raw
 	}
+	return fingerprint(raw).fp
+}
+
+// fingerprintFields is the fingerprint of raw as a field set the cached objects share: every object
+// whose field set has this fingerprint holds the same FieldsV1 (they are never written: the cache
+// hands out deep copies), instead of one of its own each.
+func fingerprintFields(raw []byte) *metav1.FieldsV1 { return fingerprint(raw).fields }
+
+// fingerprinted is a field set's fingerprint, as bytes and as the FieldsV1 that holds them.
+type fingerprinted struct {
+	fp     []byte
+	fields *metav1.FieldsV1
+}
+
+func fingerprint(raw []byte) fingerprinted {
 	// The objects of a fleet repeat a few field sets (every instance's StatefulSet has the operator
 	// manage the same fields), and the cache transform fingerprints every watch event: the canonical
 	// form of the same bytes is worked out once.
 	key := sha256.Sum256(raw)
 	fingerprints.Lock()
-	fp, ok := fingerprints.m[key]
+	f, ok := fingerprints.m[key]
 	fingerprints.Unlock()
 	if ok {
-		return fp
+		return f
 	}
 	var v any
 	canonical := raw
@@ -35,22 +50,24 @@ func Fingerprint(raw []byte) []byte {
 		}
 	}
 	sum := sha256.Sum256(canonical)
-	fp = append(append(append([]byte{}, fingerprintPrefix...), hex.EncodeToString(sum[:16])...), '"')
+	fp := append(append(append([]byte{}, fingerprintPrefix...), hex.EncodeToString(sum[:16])...), '"')
+	f = fingerprinted{fp: fp, fields: metav1.NewFieldsV1(string(fp))}
 	fingerprints.Lock()
 	if len(fingerprints.m) >= maxFingerprints {
 		clear(fingerprints.m)
 	}
-	fingerprints.m[key] = fp
+	fingerprints.m[key] = f
 	fingerprints.Unlock()
-	return fp
+	return f
 }
 
 // fingerprints remembers the fingerprints of the field sets seen last (by the SHA-256 of their
-// bytes), up to maxFingerprints of them. The slices are shared: callers copy, never write.
+// bytes), up to maxFingerprints of them. The slices and FieldsV1 are shared: callers copy, never
+// write.
 var fingerprints = struct {
 	sync.Mutex
-	m map[[32]byte][]byte
-}{m: map[[32]byte][]byte{}}
+	m map[[32]byte]fingerprinted
+}{m: map[[32]byte]fingerprinted{}}
 
 const maxFingerprints = 4096
 
@@ -72,7 +89,10 @@ func SlimManagedFields(owner string) func(any) (any, error) {
 					continue
 				}
 				if mf[i].Manager == owner && mf[i].Subresource == "" {
-					mf[i].FieldsV1 = metav1.NewFieldsV1(string(Fingerprint(mf[i].FieldsV1.GetRawBytes())))
+					// One FieldsV1 for all the objects with this fingerprint (most of a fleet's).
+					if raw := mf[i].FieldsV1.GetRawBytes(); !bytes.HasPrefix(raw, fingerprintPrefix) {
+						mf[i].FieldsV1 = fingerprintFields(raw)
+					}
 				} else {
 					mf[i].FieldsV1 = nil
 				}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -205,9 +206,10 @@ func truncate(s string) string {
 	return s[:cut] + "…"
 }
 
-// Trim is the cache transform of the operator's pods: it keeps the name, namespace, labels,
-// deletion mark and the status fields Diagnose reads, and drops the rest (spec, annotations,
-// managed fields, addresses, resources), so that the pods cost little memory.
+// Trim is the cache transform of the operator's pods: it keeps the name, namespace, labels (but
+// the ones the StatefulSet controller gives each pod of its own, podOnlyLabels), deletion mark and
+// the status fields Diagnose reads, and drops the rest (spec, annotations, managed fields,
+// addresses, resources), so that the pods cost little memory.
 func Trim(obj any) (any, error) {
 	p, ok := obj.(*corev1.Pod)
 	if !ok {
@@ -215,7 +217,7 @@ func Trim(obj any) (any, error) {
 	}
 	out := &corev1.Pod{TypeMeta: p.TypeMeta}
 	out.Name, out.Namespace, out.UID, out.ResourceVersion = p.Name, p.Namespace, p.UID, p.ResourceVersion
-	out.Generation, out.Labels, out.DeletionTimestamp = p.Generation, p.Labels, p.DeletionTimestamp
+	out.Generation, out.Labels, out.DeletionTimestamp = p.Generation, templateLabels(p.Labels), p.DeletionTimestamp
 	out.CreationTimestamp = p.CreationTimestamp
 	out.Status.Phase = p.Status.Phase
 	for _, c := range p.Status.Conditions {
@@ -226,6 +228,36 @@ func Trim(obj any) (any, error) {
 	out.Status.InitContainerStatuses = trimContainers(p.Status.InitContainerStatuses)
 	out.Status.ContainerStatuses = trimContainers(p.Status.ContainerStatuses)
 	return out, nil
+}
+
+// podOnlyLabels are the labels the StatefulSet controller adds to each of its pods (name, ordinal,
+// revision): the operator reads none, and without them a pod's labels are its template's — the
+// StatefulSet's own for PostgreSQL and the streaming cache — so that the cache keeps one map for
+// both (operator/cachetrim.go shares equal label maps) instead of one per pod.
+var podOnlyLabels = map[string]bool{
+	appsv1.StatefulSetPodNameLabel:        true,
+	appsv1.PodIndexLabel:                  true,
+	appsv1.ControllerRevisionHashLabelKey: true,
+}
+
+// templateLabels is labels without podOnlyLabels (labels itself when it has none of them).
+func templateLabels(labels map[string]string) map[string]string {
+	n := 0
+	for k := range podOnlyLabels {
+		if _, ok := labels[k]; ok {
+			n++
+		}
+	}
+	if n == 0 {
+		return labels
+	}
+	out := make(map[string]string, len(labels)-n)
+	for k, v := range labels {
+		if !podOnlyLabels[k] {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 func trimContainers(in []corev1.ContainerStatus) []corev1.ContainerStatus {

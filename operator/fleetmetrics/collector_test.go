@@ -464,3 +464,27 @@ func TestBackupInterval(t *testing.T) {
 	NewWithT(t).Expect(ok).To(BeTrue())
 	NewWithT(t).Expect(d).To(Equal(25 * time.Hour))
 }
+
+// The series of one read answer the scrapes of the next MinInterval: an instance deleted in between
+// is still reported until then; without a MinInterval every scrape reads the fleet.
+func TestCollectorReusesARecentRead(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		opts      []Option
+		wantAfter int
+	}{
+		{"within MinInterval", nil, 2},
+		{"MinInterval 0", []Option{WithMinInterval(0)}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			amx := member("nsls2", "amx", nil)
+			cl := fake.NewClientBuilder().WithScheme(scheme(t)).WithObjects(cluster("nsls2", nil, "amx", "bmm"), amx, member("nsls2", "bmm", nil)).Build()
+			c := New(cl, tc.opts...)
+			c.SetLeader(true)
+			g.Expect(testutil.CollectAndCount(c, "tiled_operator_instance_info")).To(Equal(2))
+			g.Expect(cl.Delete(t.Context(), amx)).To(Succeed())
+			g.Expect(testutil.CollectAndCount(c, "tiled_operator_instance_info")).To(Equal(tc.wantAfter))
+		})
+	}
+}
