@@ -8,6 +8,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -264,6 +265,30 @@ func TestSlimmedObjectsShareTheirFieldSet(t *testing.T) {
 	_, err := slim(a)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(a.ManagedFields[0].FieldsV1).To(BeIdenticalTo(shared), "idempotent")
+}
+
+// TestSlimManagedFieldsDropsWhatTheApplierSkips: the entries of a subresource and of Kubernetes'
+// own controllers leave the cache; the token the applier reads is the same.
+func TestSlimManagedFieldsDropsWhatTheApplierSkips(t *testing.T) {
+	g := NewWithT(t)
+	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{ManagedFields: []metav1.ManagedFieldsEntry{
+		{Manager: "tiled-operator", Operation: metav1.ManagedFieldsOperationApply, APIVersion: "apps/v1", FieldsV1: metav1.NewFieldsV1(`{"f:spec":{}}`)},
+		{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "apps/v1", Subresource: "status", FieldsV1: metav1.NewFieldsV1(`{"f:status":{}}`)},
+		{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "apps/v1", FieldsV1: metav1.NewFieldsV1(`{"f:metadata":{}}`)},
+		{Manager: "tiled-operator", Operation: metav1.ManagedFieldsOperationApply, APIVersion: "apps/v1", Subresource: "status", FieldsV1: metav1.NewFieldsV1(`{"f:status":{}}`)},
+		{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "apps/v1", FieldsV1: metav1.NewFieldsV1(`{"f:spec":{"f:replicas":{}}}`)},
+	}}}
+	a := New(&server{objects: map[string]*unstructured.Unstructured{}}, "tiled-operator", nil)
+	before, foreign := a.token(sts.ManagedFields), a.foreignManagersLocked(sts)
+	_, err := SlimManagedFields("tiled-operator")(sts)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(sts.ManagedFields).To(HaveLen(2))
+	g.Expect(cap(sts.ManagedFields)).To(Equal(2))
+	g.Expect(sts.ManagedFields[0].Manager).To(Equal("tiled-operator"))
+	g.Expect(sts.ManagedFields[1].Manager).To(Equal("kubectl"))
+	g.Expect(sts.ManagedFields[1].FieldsV1).To(BeNil())
+	g.Expect(a.token(sts.ManagedFields)).To(Equal(before))
+	g.Expect(a.foreignManagersLocked(sts)).To(Equal(foreign))
 }
 
 // TestWithIntentCopiesUnstructured: the object sent is the apply configuration plus the intent

@@ -79,26 +79,55 @@ var fingerprintPrefix = []byte(`"fp:`)
 // object enters the cache, keeping who manages what (manager, operation, subresource) and, for the
 // operator's own field owner, a fingerprint of its field set: enough for the applier to tell an
 // object it already wrote from one someone changed, without holding the field sets, which are most
-// of the memory a cached StatefulSet takes.
+// of the memory a cached StatefulSet takes. The entries the applier never reads go too: those of a
+// subresource (status writes) and those of Kubernetes' own controllers (systemManagers); what is
+// left is held in a slice of its own length.
 func SlimManagedFields(owner string) func(any) (any, error) {
 	return func(in any) (any, error) {
 		if obj, ok := in.(metav1.Object); ok {
 			mf := obj.GetManagedFields()
+			n := 0
 			for i := range mf {
-				if mf[i].FieldsV1 == nil {
-					continue
-				}
-				if mf[i].Manager == owner && mf[i].Subresource == "" {
-					// One FieldsV1 for all the objects with this fingerprint (most of a fleet's).
-					if raw := mf[i].FieldsV1.GetRawBytes(); !bytes.HasPrefix(raw, fingerprintPrefix) {
-						mf[i].FieldsV1 = fingerprintFields(raw)
-					}
-				} else {
-					mf[i].FieldsV1 = nil
+				if keepEntry(mf[i]) {
+					n++
 				}
 			}
-			obj.SetManagedFields(mf)
+			kept := mf
+			if n < len(mf) || n < cap(mf) {
+				kept = nil
+				if n > 0 {
+					kept = make([]metav1.ManagedFieldsEntry, 0, n)
+				}
+				for i := range mf {
+					if keepEntry(mf[i]) {
+						kept = append(kept, mf[i])
+					}
+				}
+			}
+			for i := range kept {
+				if kept[i].FieldsV1 == nil {
+					continue
+				}
+				if kept[i].Manager == owner {
+					// One FieldsV1 for all the objects with this fingerprint (most of a fleet's).
+					if raw := kept[i].FieldsV1.GetRawBytes(); !bytes.HasPrefix(raw, fingerprintPrefix) {
+						kept[i].FieldsV1 = fingerprintFields(raw)
+					}
+				} else {
+					kept[i].FieldsV1 = nil
+				}
+			}
+			if len(mf) > 0 {
+				obj.SetManagedFields(kept)
+			}
 		}
 		return in, nil
 	}
+}
+
+// keepEntry says whether the cache keeps a managedFields entry: the applier reads those of the
+// object itself (no subresource) by managers other than Kubernetes' own (token,
+// foreignManagersLocked).
+func keepEntry(e metav1.ManagedFieldsEntry) bool {
+	return e.Subresource == "" && !systemManagers[e.Manager]
 }
