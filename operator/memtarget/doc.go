@@ -10,10 +10,12 @@
 // it — the collector then runs at its default pace until the heap reaches the target, and more
 // often only past it — and a quarter above the live heap once the caches need more than the target.
 // That quarter is a floor, not a fixed pace: when the collector takes more than its budget of the
-// process's CPU (half), as it does when a large fleet's caches outgrow the target by far and the
-// allocations of a stamp-out keep filling so small a margin, the headroom grows, up to the default
-// pacing's (the heap doubles), and shrinks back once the load passes — a large fleet never makes
-// the collector run without pause (with a fixed quarter, the collector took most of the manager's
-// CPU through a stamp-out of three thousand instances). The limit never exceeds the ceiling (a
+// process's CPU (half) while the live heap itself is past the target, as it does when a large
+// fleet's caches outgrow the target by far and the allocations of a stamp-out keep filling so
+// small a margin, the headroom grows, up to the default pacing's (the heap doubles), and shrinks
+// back once the load passes — a large fleet never makes the collector run without pause (with a
+// fixed quarter, the collector took most of the manager's CPU through a stamp-out of three
+// thousand instances). A live heap under the target never grows it: a burst of reconciles would
+// otherwise let a fleet that fits the target double its heap. The limit never exceeds the ceiling (a
 // share of the container's memory limit), below which the kernel does not kill the pod.
 package memtarget

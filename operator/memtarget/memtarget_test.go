@@ -49,6 +49,9 @@ func TestPacerFollowsTheCollector(t *testing.T) {
 		live   int64
 	}{
 		{"under the target the collector works for it", s, []float64{0.9, 0.9, 0.9}, 0.25, 70 * mib},
+		// 90 MiB live: a quarter above it (112.5 MiB) passes the target, but the caches themselves
+		// fit in it: the headroom stays, however hard the collector works.
+		{"under the target, the headroom past it: still the target's pace", s, []float64{0.9, 0.9, 0.9}, 0.25, 90 * mib},
 		{"within the budget", s, []float64{0.2, 0.15, 0.25}, 0.25, 0},
 		{"past it once", s, []float64{0.6}, 0.375, 0},
 		{"past it for long: the most", s, []float64{0.6, 0.6, 0.6, 0.6, 0.6}, 1, 0},
