@@ -80,7 +80,7 @@ func (r *TiledInstanceReconciler) gateRender(ctx context.Context, cur *instanceS
 		return g, nil
 	}
 	hash := p.Annotation()
-	if was := live.Annotations[applier.AnnotationIntent]; was == "" || was == hash {
+	if was := applier.IntentOf(live); was == "" || was == hash {
 		return g, nil
 	}
 	ref := metav1.GetControllerOf(ti)

@@ -26,11 +26,14 @@ import (
 // object is decoded:
 //
 //   - every kind keeps its whole metadata (name, namespace, uid, resourceVersion, generation,
-//     labels, annotations — the applier reads tiled.blueskyproject.io/intent —, ownerReferences,
+//     labels, annotations, ownerReferences,
 //     deletionTimestamp, finalizers) and its managedFields slimmed by applier.SlimManagedFields
 //     (managers, and a fingerprint of the operator's own field set): the applier decides from
 //     those whether an intent is already applied, the prune and retention paths from the owner
-//     references and labels, the ExternalEdits condition from the managers;
+//     references and labels, the ExternalEdits condition from the managers; the applier's
+//     tiled.blueskyproject.io/intent annotation alone is moved out of the annotations into a table
+//     beside the cache (applier.StripIntent: its value differs on every object, and a map of one
+//     entry costs some 300 bytes), where applier.IntentOf reads it;
 //   - StatefulSet: spec.replicas, the name and image of the Tiled container, and the whole status
 //     (readiness: observedGeneration, readyReplicas, updatedReplicas); the rest of the pod template
 //     and the claim templates are dropped;
@@ -70,6 +73,9 @@ func internStrings(obj any) {
 	if m, ok := obj.(interface{ GetObjectMeta() metav1.Object }); ok {
 		if om, ok := m.GetObjectMeta().(*metav1.ObjectMeta); ok {
 			om.Labels = labelSets.share(om, om.Labels)
+			// The intent annotation differs on every object: kept beside the object, not in a map
+			// of its own (applier.IntentOf reads it back).
+			applier.StripIntent(om)
 		}
 	} else {
 		o.SetLabels(internMap(o.GetLabels()))

@@ -24,7 +24,7 @@ func childMeta() metav1.ObjectMeta {
 	return metav1.ObjectMeta{
 		Name: "nsls2-bmm", Namespace: "nsls2", UID: "uid-1", ResourceVersion: "42", Generation: 3,
 		Labels:      map[string]string{tiledv1alpha1.LabelManagedBy: tiledv1alpha1.ManagedByValue, "app.kubernetes.io/instance": "nsls2-bmm"},
-		Annotations: map[string]string{applier.AnnotationIntent: "0123456789abcdef"},
+		Annotations: map[string]string{applier.AnnotationIntent: "0123456789abcdef0123456789abcdef"},
 		OwnerReferences: []metav1.OwnerReference{{
 			APIVersion: "tiled.blueskyproject.io/v1alpha1", Kind: "TiledInstance", Name: "nsls2-bmm", UID: "owner", Controller: ptr.To(true),
 		}},
@@ -43,7 +43,9 @@ func TestTrimTransform(t *testing.T) {
 	slimMeta := func() metav1.ObjectMeta {
 		m := childMeta()
 		out, _ := applier.SlimManagedFields(tiledv1alpha1.FieldOwner)(&corev1.ConfigMap{ObjectMeta: m})
-		return out.(*corev1.ConfigMap).ObjectMeta
+		slim := out.(*corev1.ConfigMap).ObjectMeta
+		slim.Annotations = nil // the intent, its only annotation, is kept beside the cache
+		return slim
 	}
 	nfs := &corev1.NFSVolumeSource{Server: "nfs.nsls2.bnl.gov", Path: "/nsls2/data/bmm/proposals", ReadOnly: true}
 	claimRef := &corev1.ObjectReference{Namespace: "nsls2", Name: "nsls2-bmm-proposals"}
@@ -161,6 +163,10 @@ func TestTrimTransformKeepsWhatTheApplierReads(t *testing.T) {
 	g.Expect(a.ForeignManagers(trimmed)).To(Equal([]string{"ops-console"}))
 	g.Expect(trimmed.ManagedFields[0].FieldsV1.GetRawString()).To(Equal(string(applier.Fingerprint(full.ManagedFields[0].FieldsV1.GetRawBytes()))))
 	g.Expect(trimmed.ManagedFields[1].FieldsV1).To(BeNil())
+	// The intent annotation, out of the map, reads the same from a copy of the cached object.
+	g.Expect(trimmed.Annotations).To(BeNil())
+	g.Expect(applier.IntentOf(trimmed.DeepCopy())).To(Equal(full.Annotations[applier.AnnotationIntent]))
+	runtime.KeepAlive(trimmed)
 }
 
 // TestLabelMapsAreShared: cached objects with equal labels hold one map between them, objects with

@@ -151,7 +151,7 @@ func (a *Applier) ApplyPrepared(ctx context.Context, p Prepared, build func() (r
 			skip = true
 		}
 		gen = rec.gen
-	case rec == nil && current != nil && current.GetAnnotations()[AnnotationIntent] == encodeIntent(intent):
+	case rec == nil && current != nil && IntentOf(current) == encodeIntent(intent):
 		// No memory of this object (a restart, a new leader): the object says it holds this intent.
 		// Unless someone else has edited it since, nothing needs sending.
 		if len(a.foreignManagersLocked(current)) == 0 {

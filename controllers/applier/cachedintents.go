@@ -1,0 +1,100 @@
+package applier
+
+import (
+	"encoding/hex"
+	"runtime"
+	"sync"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// The intent annotation of a cached object, kept beside the object instead of in its annotations.
+//
+// Every object the applier writes carries AnnotationIntent, and its value differs from object to
+// object (a hash of the object's own content), so no two cached objects can share the map that
+// holds it: at a thousand instances that is 22,000 maps of one entry, ~7.5 MB of a ~90 MB live heap
+// (a Go map costs some 300 bytes however few its entries, the 32-character value 32 more). The
+// cache transform (StripIntent) moves the value into a table keyed by the object's UID, as 16 bytes,
+// and leaves the object's other annotations, if any, in its map (or no map at all); IntentOf reads
+// the annotation from the object when it carries it and from the table otherwise, so a reader of the
+// cache (the applier after a restart, the render gate) sees the same value either way.
+//
+// An entry is the intent of one version of one object (its UID and resourceVersion): IntentOf
+// answers from the table only for a copy of that very version — a copy of an older version, read
+// from the cache before a newer one arrived, gets "" (its intent is not known: the applier then
+// applies, which is always safe, never skips wrongly). An entry is forgotten when the cached object
+// it was taken from is collected (runtime.AddCleanup), unless a newer version of the object has
+// replaced it since, so the table follows the cache.
+
+// cachedIntents is the table of the intents StripIntent took out of cached objects.
+var cachedIntents = struct {
+	sync.Mutex
+	m map[types.UID]*cachedIntent
+}{m: map[types.UID]*cachedIntent{}}
+
+// cachedIntent is the intent of the version rv of an object, as bytes (the annotation is their
+// hex encoding).
+type cachedIntent struct {
+	uid    types.UID
+	rv     string
+	intent [intentBytes]byte
+}
+
+// intentBytes is how much of the intent's SHA-256 the annotation carries (encodeIntent).
+const intentBytes = 16
+
+// StripIntent takes AnnotationIntent out of the annotations of an object entering the informer
+// cache and files it under the object's UID (see above); the object's other annotations stay, and a
+// map left empty is dropped. It does nothing to an object without a UID or resourceVersion, or whose
+// annotation is not an intent the applier wrote (32 hexadecimal digits): those keep it in their map.
+// holder is the object's metadata, which the cache keeps as long as the object.
+func StripIntent(holder *metav1.ObjectMeta) {
+	v, ok := holder.Annotations[AnnotationIntent]
+	if !ok || holder.UID == "" || holder.ResourceVersion == "" || len(v) != 2*intentBytes {
+		return
+	}
+	e := &cachedIntent{uid: holder.UID, rv: holder.ResourceVersion}
+	if n, err := hex.Decode(e.intent[:], []byte(v)); err != nil || n != intentBytes || hex.EncodeToString(e.intent[:]) != v {
+		return // not in encodeIntent's form (upper case, say): kept as it is
+	}
+	// The object was just decoded for the cache: its map is its own.
+	delete(holder.Annotations, AnnotationIntent)
+	if len(holder.Annotations) == 0 {
+		holder.Annotations = nil
+	}
+	cachedIntents.Lock()
+	cachedIntents.m[e.uid] = e
+	cachedIntents.Unlock()
+	runtime.AddCleanup(holder, forgetCachedIntent, e)
+}
+
+// forgetCachedIntent drops e when the object it was taken from is collected, unless the entry of
+// its UID is a newer one by then.
+func forgetCachedIntent(e *cachedIntent) {
+	cachedIntents.Lock()
+	if cachedIntents.m[e.uid] == e {
+		delete(cachedIntents.m, e.uid)
+	}
+	cachedIntents.Unlock()
+}
+
+// IntentOf is the value of AnnotationIntent on o: from its annotations when it carries it, else
+// what StripIntent took out of the cached version o is a copy of ("" when there is none, or the
+// cache holds another version of o by now).
+func IntentOf(o metav1.Object) string {
+	if v, ok := o.GetAnnotations()[AnnotationIntent]; ok {
+		return v
+	}
+	uid, rv := o.GetUID(), o.GetResourceVersion()
+	if uid == "" {
+		return ""
+	}
+	cachedIntents.Lock()
+	e := cachedIntents.m[uid]
+	cachedIntents.Unlock()
+	if e == nil || e.rv != rv {
+		return ""
+	}
+	return hex.EncodeToString(e.intent[:])
+}

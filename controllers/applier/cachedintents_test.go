@@ -1,0 +1,102 @@
+package applier
+
+import (
+	"context"
+	"runtime"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// cachedConfigMap is the ConfigMap "a" of intent("a", ...) as the cache holds it (metadata only),
+// at resourceVersion rv, with these annotations.
+func cachedConfigMap(uid, rv string, annotations map[string]string) *metav1.PartialObjectMetadata {
+	o := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{
+		Name: "a", Namespace: "ns", UID: types.UID("uid-" + uid), ResourceVersion: rv, Annotations: annotations,
+		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "tiled-operator", Operation: metav1.ManagedFieldsOperationApply, APIVersion: "v1"}},
+	}}
+	o.SetGroupVersionKind(schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"})
+	return o
+}
+
+// TestStripIntent: the intent leaves the cached object's annotations (the others stay, an emptied map
+// goes) and IntentOf reads it back from any copy of that version; a copy of another version reads
+// none; a value the applier did not write in its form stays where it is.
+func TestStripIntent(t *testing.T) {
+	g := NewWithT(t)
+	p, err := Prepare(intent("a", "1"))
+	g.Expect(err).NotTo(HaveOccurred())
+
+	o := cachedConfigMap("strip-1", "5", map[string]string{AnnotationIntent: p.Annotation(), "other": "x"})
+	StripIntent(&o.ObjectMeta)
+	g.Expect(o.Annotations).To(Equal(map[string]string{"other": "x"}))
+	g.Expect(IntentOf(o.DeepCopy())).To(Equal(p.Annotation()))
+	older := o.DeepCopy()
+	older.ResourceVersion = "4"
+	g.Expect(IntentOf(older)).To(BeEmpty(), "another version's intent is not known")
+
+	alone := cachedConfigMap("strip-2", "7", map[string]string{AnnotationIntent: p.Annotation()})
+	StripIntent(&alone.ObjectMeta)
+	g.Expect(alone.Annotations).To(BeNil())
+	g.Expect(IntentOf(alone)).To(Equal(p.Annotation()))
+
+	for _, odd := range []string{"not-an-intent", "ABCDEF0123456789ABCDEF0123456789"} {
+		kept := cachedConfigMap("strip-3", "1", map[string]string{AnnotationIntent: odd})
+		StripIntent(&kept.ObjectMeta)
+		g.Expect(kept.Annotations).To(HaveKeyWithValue(AnnotationIntent, odd))
+		g.Expect(IntentOf(kept)).To(Equal(odd))
+	}
+	runtime.KeepAlive(o)
+	runtime.KeepAlive(alone)
+}
+
+// TestRestartReadsTheStrippedIntent: after a restart the applier finds the intent of a cached object
+// whose annotation the cache transform moved out: nothing is sent.
+func TestRestartReadsTheStrippedIntent(t *testing.T) {
+	g := NewWithT(t)
+	p, err := Prepare(intent("a", "1"))
+	g.Expect(err).NotTo(HaveOccurred())
+	o := cachedConfigMap("restart", "5", map[string]string{AnnotationIntent: p.Annotation()})
+	StripIntent(&o.ObjectMeta)
+	s := &server{objects: map[string]*unstructured.Unstructured{}}
+	a := New(s, "tiled-operator", nil)
+	res, err := a.Apply(context.Background(), intent("a", "1"), o.DeepCopy())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.Sent).To(BeFalse())
+	g.Expect(s.applies).To(Equal(0))
+	res, err = a.Apply(context.Background(), intent("a", "2"), o.DeepCopy())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.Sent).To(BeTrue(), "another intent is sent")
+	runtime.KeepAlive(o)
+}
+
+// TestStrippedIntentIsForgotten: the table forgets an intent once the cached object it was taken
+// from is collected, but not while a newer version of the object, filed since, is alive.
+func TestStrippedIntentIsForgotten(t *testing.T) {
+	g := NewWithT(t)
+	func() {
+		o := cachedConfigMap("forgotten", "1", map[string]string{AnnotationIntent: "0123456789abcdef0123456789abcdef"})
+		StripIntent(&o.ObjectMeta)
+	}()
+	newer := cachedConfigMap("kept", "2", map[string]string{AnnotationIntent: "00000000000000000000000000000002"})
+	func() {
+		old := cachedConfigMap("kept", "1", map[string]string{AnnotationIntent: "00000000000000000000000000000001"})
+		StripIntent(&old.ObjectMeta)
+	}()
+	StripIntent(&newer.ObjectMeta)
+	g.Expect(filed("uid-forgotten")).To(BeTrue())
+	g.Eventually(func() bool { runtime.GC(); return filed("uid-forgotten") }).Should(BeFalse())
+	g.Consistently(func() string { runtime.GC(); return IntentOf(newer) }).Should(Equal("00000000000000000000000000000002"))
+	runtime.KeepAlive(newer)
+}
+
+// filed says whether the table holds an intent for uid.
+func filed(uid types.UID) bool {
+	cachedIntents.Lock()
+	defer cachedIntents.Unlock()
+	return cachedIntents.m[uid] != nil
+}
