@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"unique"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -18,6 +17,7 @@ import (
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/controllers/applier"
+	"github.com/bluesky/tiled-operator/controllers/intern"
 )
 
 // Cache transforms of the child kinds. The informer caches hold one copy of every object the
@@ -69,7 +69,7 @@ func internStrings(obj any) {
 	if !ok {
 		return
 	}
-	o.SetNamespace(intern(o.GetNamespace()))
+	o.SetNamespace(intern.String(o.GetNamespace()))
 	if m, ok := obj.(interface{ GetObjectMeta() metav1.Object }); ok {
 		if om, ok := m.GetObjectMeta().(*metav1.ObjectMeta); ok {
 			om.Labels = labelSets.share(om, om.Labels)
@@ -83,27 +83,25 @@ func internStrings(obj any) {
 	o.SetAnnotations(internMap(o.GetAnnotations()))
 	refs := o.GetOwnerReferences()
 	for i := range refs {
-		refs[i].APIVersion, refs[i].Kind = intern(refs[i].APIVersion), intern(refs[i].Kind)
+		refs[i].APIVersion, refs[i].Kind = intern.String(refs[i].APIVersion), intern.String(refs[i].Kind)
 		// The children of one instance name the same owner.
-		refs[i].Name, refs[i].UID = intern(refs[i].Name), types.UID(intern(string(refs[i].UID)))
+		refs[i].Name, refs[i].UID = intern.String(refs[i].Name), types.UID(intern.String(string(refs[i].UID)))
 	}
 	mf := o.GetManagedFields()
 	for i := range mf {
-		mf[i].Manager, mf[i].APIVersion = intern(mf[i].Manager), intern(mf[i].APIVersion)
-		mf[i].FieldsType, mf[i].Subresource = intern(mf[i].FieldsType), intern(mf[i].Subresource)
-		mf[i].Operation = metav1.ManagedFieldsOperationType(intern(string(mf[i].Operation)))
+		mf[i].Manager, mf[i].APIVersion = intern.String(mf[i].Manager), intern.String(mf[i].APIVersion)
+		mf[i].FieldsType, mf[i].Subresource = intern.String(mf[i].FieldsType), intern.String(mf[i].Subresource)
+		mf[i].Operation = metav1.ManagedFieldsOperationType(intern.String(string(mf[i].Operation)))
 	}
 	fin := o.GetFinalizers()
 	for i := range fin {
-		fin[i] = intern(fin[i])
+		fin[i] = intern.String(fin[i])
 	}
 	if ti, ok := obj.(*tiledv1alpha1.TiledInstance); ok {
 		// Instances of the same profiles and overrides have the same provenance.
 		ti.Provenance = provenanceSets.share(&ti.ObjectMeta, ti.Provenance)
 	}
 }
-
-func intern(s string) string { return unique.Make(s).Value() }
 
 // labelSets and provenanceSets share label maps and TiledInstance provenance maps among the cached
 // objects.
@@ -196,7 +194,7 @@ func internMap(m map[string]string) map[string]string {
 	}
 	out := make(map[string]string, len(m))
 	for k, v := range m {
-		out[intern(k)] = intern(v)
+		out[intern.String(k)] = intern.String(v)
 	}
 	return out
 }

@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/bluesky/tiled-operator/controllers/intern"
 )
 
 // Key identifies an object.
@@ -156,7 +158,7 @@ func (a *Applier) ApplyPrepared(ctx context.Context, p Prepared, build func() (r
 		// Unless someone else has edited it since, nothing needs sending.
 		if len(a.foreignManagersLocked(current)) == 0 {
 			gen = current.GetGeneration()
-			a.records[key] = &record{intent: intent, post: a.token(current.GetManagedFields()), seen: true, gen: gen, preRV: current.GetResourceVersion(), group: intern(o.group)}
+			a.records[key] = &record{intent: intent, post: a.token(current.GetManagedFields()), seen: true, gen: gen, preRV: current.GetResourceVersion(), group: intern.String(o.group)}
 			skip = true
 		}
 	}
@@ -193,7 +195,7 @@ func (a *Applier) ApplyPrepared(ctx context.Context, p Prepared, build func() (r
 	a.records[key] = &record{
 		intent: intent,
 		at:     time.Now(),
-		group:  intern(o.group),
+		group:  intern.String(o.group),
 		preRV:  preRV,
 		post:   post,
 		gen:    gen,
@@ -237,7 +239,7 @@ func (a *Applier) ApplyStatus(ctx context.Context, ac runtime.ApplyConfiguration
 	}
 	a.applies.WithLabelValues(m.Kind+"/status", "sent").Inc()
 	a.mu.Lock()
-	a.status[key] = &record{intent: intent, statusOf: uid, group: intern(o.group)}
+	a.status[key] = &record{intent: intent, statusOf: uid, group: intern.String(o.group)}
 	a.mu.Unlock()
 	return Result{Key: key, Sent: true}, nil
 }

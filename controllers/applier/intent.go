@@ -5,13 +5,14 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"unique"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/bluesky/tiled-operator/controllers/intern"
 )
 
 // meta is the part of an object the applier reads.
@@ -32,10 +33,8 @@ type meta struct {
 
 func (m *meta) key() Key {
 	// The applier keeps a record per object: the strings its keys repeat are shared.
-	return Key{APIVersion: intern(m.APIVersion), Kind: intern(m.Kind), Namespace: intern(m.Metadata.Namespace), Name: m.Metadata.Name}
+	return Key{APIVersion: intern.String(m.APIVersion), Kind: intern.String(m.Kind), Namespace: intern.String(m.Metadata.Namespace), Name: m.Metadata.Name}
 }
-
-func intern(s string) string { return unique.Make(s).Value() }
 
 // Prepared is what the applier needs of an apply configuration to decide whether it must be sent:
 // the object it names and the hash of its content. A controller that applies the same intent on

@@ -6,6 +6,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/bluesky/tiled-operator/controllers/intern"
 )
 
 // systemManagers are field managers of Kubernetes itself, whose fields are not edits by people.
@@ -58,7 +60,7 @@ func (a *Applier) token(managed []metav1.ManagedFieldsEntry) string {
 	b.WriteString("|" + strings.Join(foreign, ","))
 	// The objects of one kind in a fleet mostly share a token (the same field set, no other
 	// manager): the records hold one copy of it.
-	return intern(b.String())
+	return intern.String(b.String())
 }
 
 func (a *Applier) foreignManagersLocked(o client.Object) []string {
