@@ -163,6 +163,9 @@ func TestTrimTransformKeepsWhatTheApplierReads(t *testing.T) {
 	g.Expect(a.ForeignManagers(trimmed)).To(Equal([]string{"ops-console"}))
 	g.Expect(trimmed.ManagedFields[0].FieldsV1.GetRawString()).To(Equal(string(applier.Fingerprint(full.ManagedFields[0].FieldsV1.GetRawBytes()))))
 	g.Expect(trimmed.ManagedFields[1].FieldsV1).To(BeNil())
+	// The owner reference's flags point at the values every cached object shares.
+	g.Expect(trimmed.OwnerReferences[0].Controller).To(BeIdenticalTo(&boolTrue))
+	g.Expect(metav1.GetControllerOf(trimmed)).NotTo(BeNil())
 	// The intent annotation, out of the map, reads the same from a copy of the cached object.
 	g.Expect(trimmed.Annotations).To(BeNil())
 	g.Expect(applier.IntentOf(trimmed.DeepCopy())).To(Equal(full.Annotations[applier.AnnotationIntent]))

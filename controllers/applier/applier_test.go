@@ -268,7 +268,8 @@ func TestSlimmedObjectsShareTheirFieldSet(t *testing.T) {
 }
 
 // TestSlimManagedFieldsDropsWhatTheApplierSkips: the entries of a subresource and of Kubernetes'
-// own controllers leave the cache; the token the applier reads is the same.
+// own controllers leave the cache, and so does when each entry was written; the token the applier
+// reads is the same.
 func TestSlimManagedFieldsDropsWhatTheApplierSkips(t *testing.T) {
 	g := NewWithT(t)
 	sts := &appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{ManagedFields: []metav1.ManagedFieldsEntry{
@@ -276,8 +277,10 @@ func TestSlimManagedFieldsDropsWhatTheApplierSkips(t *testing.T) {
 		{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "apps/v1", Subresource: "status", FieldsV1: metav1.NewFieldsV1(`{"f:status":{}}`)},
 		{Manager: "kube-controller-manager", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "apps/v1", FieldsV1: metav1.NewFieldsV1(`{"f:metadata":{}}`)},
 		{Manager: "tiled-operator", Operation: metav1.ManagedFieldsOperationApply, APIVersion: "apps/v1", Subresource: "status", FieldsV1: metav1.NewFieldsV1(`{"f:status":{}}`)},
-		{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "apps/v1", FieldsV1: metav1.NewFieldsV1(`{"f:spec":{"f:replicas":{}}}`)},
+		{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "apps/v1", FieldsV1: metav1.NewFieldsV1(`{"f:spec":{"f:replicas":{}}}`),
+			Time: &metav1.Time{Time: time.Unix(1700000000, 0)}},
 	}}}
+	sts.ManagedFields[0].Time = &metav1.Time{Time: time.Unix(1700000000, 0)}
 	a := New(&server{objects: map[string]*unstructured.Unstructured{}}, "tiled-operator", nil)
 	before, foreign := a.token(sts.ManagedFields), a.foreignManagersLocked(sts)
 	_, err := SlimManagedFields("tiled-operator")(sts)
@@ -287,6 +290,8 @@ func TestSlimManagedFieldsDropsWhatTheApplierSkips(t *testing.T) {
 	g.Expect(sts.ManagedFields[0].Manager).To(Equal("tiled-operator"))
 	g.Expect(sts.ManagedFields[1].Manager).To(Equal("kubectl"))
 	g.Expect(sts.ManagedFields[1].FieldsV1).To(BeNil())
+	g.Expect(sts.ManagedFields[0].Time).To(BeNil(), "when an entry was written is not kept")
+	g.Expect(sts.ManagedFields[1].Time).To(BeNil(), "when an entry was written is not kept")
 	g.Expect(a.token(sts.ManagedFields)).To(Equal(before))
 	g.Expect(a.foreignManagersLocked(sts)).To(Equal(foreign))
 }
