@@ -40,6 +40,8 @@ import (
 //   - ConfigMap, Service, PersistentVolumeClaim, Ingress, PodDisruptionBudget: watched as metadata
 //     only (controllers.ChildKinds), so the API server sends no content; were one read typed, its
 //     content would be dropped here all the same (a ConfigMap its data, the others spec and status);
+//   - TiledInstance: kept whole, but the parts of its spec equal to another cached instance's
+//     (pointers, maps, slices) are that instance's (cacheparts.go);
 //   - Secret: kept whole — the instance controller reads its data, so that generated keys and
 //     passwords are never generated twice;
 //   - PersistentVolume (the NFS volumes): spec.claimRef and spec.nfs (the cluster controller deletes
@@ -102,6 +104,8 @@ func internStrings(obj any) {
 	if ti, ok := obj.(*tiledv1alpha1.TiledInstance); ok {
 		// Instances of the same profiles and overrides have the same provenance.
 		ti.Provenance = provenanceSets.share(&ti.ObjectMeta, ti.Provenance)
+		// Most of every instance's spec equals every other's: one copy of each part (cacheparts.go).
+		sharedParts.share(&ti.Spec)
 	}
 }
 
