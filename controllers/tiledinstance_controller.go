@@ -144,7 +144,7 @@ func (r *TiledInstanceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&tiledv1alpha1.TiledInstance{}, builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, approvalChanged))).
 		Watches(&tiledv1alpha1.TiledProfile{}, profileHandler(r.Client, false))
 	for _, obj := range ChildKinds() {
-		if err := mgr.GetFieldIndexer().IndexField(ctx, obj, childset.OwnerIndex, childset.IndexController); err != nil {
+		if err := childset.AddOwnerIndex(ctx, mgr.GetCache(), obj); err != nil {
 			return err
 		}
 		gvk, err := apiutil.GVKForObject(obj, mgr.GetScheme())

@@ -24,5 +24,6 @@
 // Apply and Prune read nothing themselves: the caller hands them the children as the cache holds
 // them (Set.Current; the owned objects to prune), so every read stays with the caller's current
 // state. Owned is the one read here, a helper for the caller: the objects of a kind an owner
-// controls, through the cache's owner index (OwnerIndex, IndexController).
+// controls, through the cache's owner index (OwnerIndex, IndexController; AddOwnerIndex adds it to
+// the manager's cache, keyed for lists in one namespace only).
 package childset
