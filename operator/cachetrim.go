@@ -17,6 +17,7 @@ import (
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/controllers/applier"
+	"github.com/bluesky/tiled-operator/controllers/dedupe"
 	"github.com/bluesky/tiled-operator/controllers/intern"
 )
 
@@ -41,7 +42,7 @@ import (
 //     only (controllers.ChildKinds), so the API server sends no content; were one read typed, its
 //     content would be dropped here all the same (a ConfigMap its data, the others spec and status);
 //   - TiledInstance: kept whole, but the parts of its spec equal to another cached instance's
-//     (pointers, maps, slices) are that instance's (cacheparts.go);
+//     (pointers, maps, slices) are that instance's (package dedupe);
 //   - Secret: kept whole — the instance controller reads its data, so that generated keys and
 //     passwords are never generated twice;
 //   - PersistentVolume (the NFS volumes): spec.claimRef and spec.nfs (the cluster controller deletes
@@ -104,10 +105,13 @@ func internStrings(obj any) {
 	if ti, ok := obj.(*tiledv1alpha1.TiledInstance); ok {
 		// Instances of the same profiles and overrides have the same provenance.
 		ti.Provenance = provenanceSets.share(&ti.ObjectMeta, ti.Provenance)
-		// Most of every instance's spec equals every other's: one copy of each part (cacheparts.go).
-		sharedParts.share(&ti.Spec)
+		// Most of every instance's spec equals every other's: one copy of each part (package dedupe).
+		instanceParts.Share(&ti.Spec)
 	}
 }
+
+// instanceParts holds the parts of the cached TiledInstances' specs.
+var instanceParts = dedupe.New()
 
 // sharedBool is a pointer to one true or one false that every cached object shares (never written:
 // the cache hands out deep copies), or nil for nil.

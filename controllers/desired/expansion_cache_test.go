@@ -1,6 +1,7 @@
 package desired
 
 import (
+	"reflect"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -167,4 +168,47 @@ func TestExpansionErrorIsRemembered(t *testing.T) {
 
 func cluster(namespace, name string) *tiledv1alpha1.TiledCluster {
 	return &tiledv1alpha1.TiledCluster{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
+}
+
+// TestExpandedInstancesShareTheirParts: the instances an expansion keeps hold one copy of every
+// part of their specs they have equal (here each top-level part two beamlines have equal), and
+// build the same objects as instances expanded on their own.
+func TestExpandedInstancesShareTheirParts(t *testing.T) {
+	g := NewWithT(t)
+	c := fleet.Cluster("nsls2", "beamlines", []string{"amx", "bmm"})
+	c.UID, c.Generation = "cluster-uid", 1
+	var profiles []tiledv1alpha1.TiledProfile
+	for _, p := range fleet.Profiles("nsls2") {
+		p.Generation = 1
+		profiles = append(profiles, *p)
+	}
+	builtins := expansion.DefaultBuiltins()
+	own, err := expansion.Expand(c, profiles, builtins)
+	g.Expect(err).NotTo(HaveOccurred())
+
+	d, err := (&Expansions{}).Expand(c, profiles, builtins, Timer(func() func(error) { return func(error) {} }))
+	g.Expect(err).NotTo(HaveOccurred())
+	a, err := d.get(0)
+	g.Expect(err).NotTo(HaveOccurred())
+	b, err := d.get(1)
+	g.Expect(err).NotTo(HaveOccurred())
+	ownA, ownB := reflect.ValueOf(own.Instances[0].Object.Spec.InstanceTemplate), reflect.ValueOf(own.Instances[1].Object.Spec.InstanceTemplate)
+	va, vb := reflect.ValueOf(a.Spec.InstanceTemplate), reflect.ValueOf(b.Spec.InstanceTemplate)
+	shared := 0
+	for i := range va.NumField() {
+		if va.Field(i).Kind() != reflect.Pointer || ownA.Field(i).IsNil() || !reflect.DeepEqual(ownA.Field(i).Interface(), ownB.Field(i).Interface()) {
+			continue
+		}
+		g.Expect(va.Field(i).Pointer()).To(Equal(vb.Field(i).Pointer()), "spec.%s is equal: one copy", va.Type().Field(i).Name)
+		g.Expect(ownA.Field(i).Pointer()).NotTo(Equal(ownB.Field(i).Pointer()), "expanded on their own, two copies")
+		shared++
+	}
+	g.Expect(shared).To(BeNumerically(">", 0))
+	for i, in := range own.Instances {
+		want, _, err := instanceObject(c, in.Object)
+		g.Expect(err).NotTo(HaveOccurred())
+		got, err := d.Object(i)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(got).To(Equal(want))
+	}
 }

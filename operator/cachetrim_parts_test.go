@@ -66,7 +66,7 @@ func TestInstancesShareTheirEqualParts(t *testing.T) {
 	g.Expect(a.Spec).To(Equal(beamline("bmm").Spec))
 	g.Expect(b.Spec).To(Equal(beamline("chx").Spec))
 	again := a.Spec.Tiled.Resources
-	sharedParts.share(&a.Spec)
+	instanceParts.Share(&a.Spec)
 	g.Expect(a.Spec.Tiled.Resources).To(BeIdenticalTo(again))
 	g.Expect(a.Spec).To(Equal(beamline("bmm").Spec))
 

@@ -1,4 +1,22 @@
-package operator
+// Package dedupe gives values that hold equal parts one copy of each part.
+//
+// A TiledInstance holds its whole expanded spec, and the instances of a fleet are expanded from the
+// same built-in defaults and profiles: most of one instance's spec equals every other's (the Tiled
+// container's resources, probes, security settings, the database template…), and only a few leaves
+// differ (paths and hosts computed from the instance's name, an override). Decoding or expanding
+// gives every instance its own copy of every part: at a thousand instances, ~12 MB of maps (a
+// resource list is a 640-byte map) and pointed-to structs, in the informer cache and again in the
+// cluster controller's expansion while a rollout holds it. A Table gives the values shared through
+// it one copy of every part they hold equal — every pointer, map and slice, compared by content,
+// deepest first, so that a part holding one leaf of its own still shares its other parts.
+//
+// The parts are never to be written: a value shared through a Table is read only, as are the parts
+// of every other value shared through it (the informer cache hands out deep copies, and its
+// read-only users — lists with UnsafeDisableDeepCopy, the event handlers — only read). A Table holds
+// the parts it hands out by their digest (type and content), at most MaxParts of them: then it starts
+// over (the parts already shared stay with their holders; those of values gone since are let go), so
+// it neither grows without bound nor needs to count its holders.
+package dedupe
 
 import (
 	"crypto/sha256"
@@ -11,24 +29,8 @@ import (
 	"sync"
 )
 
-// Shared parts of cached TiledInstances.
-//
-// A TiledInstance holds its whole expanded spec, and the instances of a fleet are expanded from the
-// same built-in defaults and profiles: most of one instance's spec equals every other's (the Tiled
-// container's resources, probes, security settings, the database template…), and only a few leaves
-// differ (paths and hosts computed from the instance's name, an override). Decoding gives every
-// instance its own copy of every part: at a thousand instances, ~12 MB of maps (a resource list is a
-// 640-byte map) and pointed-to structs. sharedParts gives the cached instances one copy of every part
-// they hold equal — every pointer, map and slice of the spec, compared by content, deepest first, so
-// that an instance whose part holds one leaf of its own still shares that part's other parts.
-//
-// The parts are never written: the cache hands out deep copies, and its read-only users (lists with
-// UnsafeDisableDeepCopy, the event handlers) only read — as for the shared label and provenance maps.
-// The table holds the parts it hands out by their digest (type and content); it holds at most
-// maxParts of them, then starts over (the parts already shared stay with their instances; the parts
-// of instances deleted since are then let go), so it neither grows without bound nor needs to count
-// its holders.
-type partTable struct {
+// Table holds the parts handed out (see the package comment). Its zero value is not usable: New.
+type Table struct {
 	mu    sync.Mutex
 	parts map[partKey]reflect.Value
 }
@@ -38,14 +40,15 @@ type partKey struct {
 	digest [sha256.Size]byte
 }
 
-// maxParts bounds the table: a fleet of a few profiles has a few hundred distinct parts.
-const maxParts = 1 << 14
+// MaxParts bounds a table: a fleet of a few profiles has a few hundred distinct parts.
+const MaxParts = 1 << 14
 
-var sharedParts = &partTable{parts: map[partKey]reflect.Value{}}
+// New returns an empty table.
+func New() *Table { return &Table{parts: map[partKey]reflect.Value{}} }
 
-// share replaces, in the value v points to (a struct), every pointer, map and slice with the table's
-// copy of an equal one, when it has one, and files the others.
-func (t *partTable) share(v any) {
+// Share replaces, in the value v points to, every pointer, map and slice with the table's copy of an
+// equal one, when it has one, and files the others. v is read only from then on.
+func (t *Table) Share(v any) {
 	rv := reflect.ValueOf(v)
 	if rv.Kind() != reflect.Pointer || rv.IsNil() {
 		return
@@ -59,7 +62,7 @@ func (t *partTable) share(v any) {
 // value, which is not walked into: see below). It returns false when v holds what it cannot tell the
 // content of (an interface, a channel, a function): then v, and every part holding it, stays its
 // own.
-func (t *partTable) digest(v reflect.Value, h hash.Hash) bool {
+func (t *Table) digest(v reflect.Value, h hash.Hash) bool {
 	var buf [8]byte
 	num := func(x uint64) { binary.LittleEndian.PutUint64(buf[:], x); h.Write(buf[:]) }
 	switch v.Kind() {
@@ -114,7 +117,7 @@ func (t *partTable) digest(v reflect.Value, h hash.Hash) bool {
 			}
 			return true
 		}
-		if len(t.parts) >= maxParts {
+		if len(t.parts) >= MaxParts {
 			clear(t.parts)
 		}
 		// A copy of the pointer, map or slice: not the field that holds it (which would keep the
@@ -128,7 +131,7 @@ func (t *partTable) digest(v reflect.Value, h hash.Hash) bool {
 }
 
 // part writes the digest of the content of the pointer, map or slice v to h, sharing its parts.
-func (t *partTable) part(v reflect.Value, h hash.Hash) bool {
+func (t *Table) part(v reflect.Value, h hash.Hash) bool {
 	switch v.Kind() {
 	case reflect.Pointer:
 		return t.digest(v.Elem(), h)
