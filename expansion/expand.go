@@ -58,14 +58,40 @@ type Instance struct {
 // would share a name) or *NotAllowedError (an NFS export, uid or gid that the instance's profiles
 // do not allow; see checkAllowed).
 func Expand(cluster *v1alpha1.TiledCluster, candidates []v1alpha1.TiledProfile, builtins Builtins) (*Result, error) {
-	return expand(cluster, candidates, builtins, (*engine).expandOne)
+	return expand(cluster, candidates, builtins, (*engine).expandOne, keepAll)
+}
+
+// Check is the error Expand would return, without the result: what admission asks of a profile
+// edit for every cluster that selects the profile. Each instance's expansion is let go once
+// checked — only its name and the names of its objects (ObjectNames, for the collision check) are
+// kept — so that checking a cluster of a thousand instances holds one expanded instance at a
+// time, not a thousand (some 15 MB, on a manager whose memory is otherwise its caches).
+func Check(cluster *v1alpha1.TiledCluster, candidates []v1alpha1.TiledProfile, builtins Builtins) error {
+	_, err := expand(cluster, candidates, builtins, (*engine).expandOne, namesOnly)
+	return err
+}
+
+// keepFunc gives what expand keeps of an expanded instance.
+type keepFunc func(*v1alpha1.TiledInstance) *v1alpha1.TiledInstance
+
+// keepAll keeps the whole expanded instance (Expand).
+func keepAll(ti *v1alpha1.TiledInstance) *v1alpha1.TiledInstance { return ti }
+
+// namesOnly keeps what ObjectNames reads of an instance: its name, namespace and read-only mounts
+// (Check).
+func namesOnly(ti *v1alpha1.TiledInstance) *v1alpha1.TiledInstance {
+	out := &v1alpha1.TiledInstance{ObjectMeta: metav1.ObjectMeta{Name: ti.Name, Namespace: ti.Namespace}}
+	if s := ti.Spec.Storage; s != nil && len(s.ReadOnlyMounts) > 0 {
+		out.Spec.Storage = &v1alpha1.StorageSpec{ReadOnlyMounts: s.ReadOnlyMounts}
+	}
+	return out
 }
 
 // expandFunc merges a stack of layers for one instance; the first shared layers are common to
 // many instances.
 type expandFunc func(e *engine, instance string, stack []*layer, shared int, ctx *exprContext) (*v1alpha1.TiledInstanceSpec, map[string]string, error)
 
-func expand(cluster *v1alpha1.TiledCluster, candidates []v1alpha1.TiledProfile, builtins Builtins, one expandFunc) (*Result, error) {
+func expand(cluster *v1alpha1.TiledCluster, candidates []v1alpha1.TiledProfile, builtins Builtins, one expandFunc, keep keepFunc) (*Result, error) {
 	if cluster == nil {
 		return nil, fmt.Errorf("expand: nil TiledCluster")
 	}
@@ -150,12 +176,12 @@ func expand(cluster *v1alpha1.TiledCluster, candidates []v1alpha1.TiledProfile, 
 		res.Instances = append(res.Instances, Instance{
 			Name:     item.Name,
 			Profiles: applied,
-			Object: &v1alpha1.TiledInstance{
+			Object: keep(&v1alpha1.TiledInstance{
 				TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "TiledInstance"},
 				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: cluster.Namespace, Labels: lbls},
 				Spec:       *spec,
 				Provenance: prov,
-			},
+			}),
 		})
 	}
 	if err := clusterCollision(cluster, res); err != nil {

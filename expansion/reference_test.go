@@ -39,7 +39,7 @@ func (e *engine) referenceExpandOne(instance string, stack []*layer, _ int, ctx 
 
 // referenceExpand is Expand with referenceExpandOne.
 func referenceExpand(c *v1alpha1.TiledCluster, p []v1alpha1.TiledProfile) (*Result, error) {
-	return expand(c, p, DefaultBuiltins(), (*engine).referenceExpandOne)
+	return expand(c, p, DefaultBuiltins(), (*engine).referenceExpandOne, keepAll)
 }
 
 // sameExpansion checks that two expansions hold the same instances, leaves, values and

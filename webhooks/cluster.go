@@ -142,7 +142,7 @@ func (h *ClusterValidator) storedAlready(req admission.Request, err error, candi
 	if old.Namespace == "" {
 		old.Namespace = req.Namespace
 	}
-	_, oldErr := expansion.Expand(old, candidates, h.Builtins)
+	oldErr := expansion.Check(old, candidates, h.Builtins)
 	return oldErr != nil && oldErr.Error() == err.Error()
 }
 

@@ -98,7 +98,8 @@ func (h *ProfileValidator) Handle(ctx context.Context, req admission.Request) ad
 		if c == nil {
 			continue
 		}
-		_, errAfter := expansion.Expand(c, after, h.Builtins)
+		// Only the error is read: Check holds one expanded instance at a time.
+		errAfter := expansion.Check(c, after, h.Builtins)
 		if errAfter == nil {
 			continue
 		}
@@ -110,7 +111,7 @@ func (h *ProfileValidator) Handle(ctx context.Context, req admission.Request) ad
 			}
 			continue
 		}
-		_, errBefore := expansion.Expand(c, before, h.Builtins)
+		errBefore := expansion.Check(c, before, h.Builtins)
 		msg := fmt.Sprintf("TiledCluster %s would %s: %v", objectName(c.Namespace, c.Name), problem, errAfter)
 		if errBefore != nil || allow {
 			// Not made worse by this edit, or allowed on purpose: the cluster reports it.
