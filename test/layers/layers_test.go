@@ -25,6 +25,8 @@ var layers = []struct {
 	// The controllers' parts under the reconcilers: the one writer and the pure deciders, then the
 	// child-set engine and the desired state, both built on the writer's prepared intents.
 	{"controllers/applier", 4}, {"controllers/rollout", 4}, {"controllers/podstatus", 4}, {"controllers/upgrade", 4}, {"controllers/backup", 4},
+	// The memory helpers the writer, the desired state and the caches share (no imports of their own).
+	{"controllers/intern", 4}, {"controllers/dedupe", 4},
 	{"controllers/childset", 5}, {"controllers/desired", 5},
 	{"controllers", 6}, {"webhooks", 6},
 	{"operator", 7},
