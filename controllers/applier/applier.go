@@ -40,15 +40,30 @@ const AnnotationIntent = "tiled.blueskyproject.io/intent"
 // informer that relisted and never showed the object at all.
 const unseenGrace = 30 * time.Second
 
+// record is what the applier remembers of an object it applied, or found applied: 22,000 of them
+// at a thousand instances, so it is kept to 88 bytes (a 96-byte allocation): half the intent's
+// SHA-256 (what the annotation carries too), the time as a number.
 type record struct {
-	intent   [32]byte
-	at       time.Time // when the apply was sent
-	preRV    string    // the resourceVersion the cache showed when the apply was sent ("" if none)
-	post     string    // the object's version token after the apply
-	seen     bool      // the cache has shown the object at (or after) post
-	gen      int64     // the object's generation after the apply (0 for kinds without one)
-	statusOf types.UID
-	group    string // the owner the caller applied it for (see Group)
+	intent [intentBytes]byte // the intent applied: the first half of its SHA-256 (shortIntent)
+	at     int64             // when the apply was sent, in Unix nanoseconds (0 when found applied)
+	preRV  string            // the resourceVersion the cache showed when the apply was sent ("" if none)
+	post   string            // the object's version token after the apply
+	gen    int64             // the object's generation after the apply (0 for kinds without one)
+	group  string            // the owner the caller applied it for (see Group)
+	seen   bool              // the cache has shown the object at (or after) post
+}
+
+// statusRecord is what the applier remembers of a status it applied.
+type statusRecord struct {
+	intent [intentBytes]byte
+	uid    types.UID // the object whose status it is
+	group  string
+}
+
+// shortIntent is the part of an intent's hash a record keeps.
+func shortIntent(intent [32]byte) (s [intentBytes]byte) {
+	copy(s[:], intent[:intentBytes])
+	return s
 }
 
 // Option adjusts one Apply.
@@ -69,7 +84,7 @@ type Applier struct {
 
 	mu      sync.Mutex
 	records map[Key]*record
-	status  map[Key]*record
+	status  map[Key]*statusRecord
 
 	applies *prometheus.CounterVec
 }
@@ -77,7 +92,7 @@ type Applier struct {
 // New returns an Applier writing through c as field owner owner. When reg is not nil it exports
 // tiled_operator_applies_total{kind,result} (result: sent, skipped).
 func New(c client.Client, owner string, reg prometheus.Registerer) *Applier {
-	a := &Applier{c: c, owner: owner, trusted: map[string]bool{owner: true}, records: map[Key]*record{}, status: map[Key]*record{}}
+	a := &Applier{c: c, owner: owner, trusted: map[string]bool{owner: true}, records: map[Key]*record{}, status: map[Key]*statusRecord{}}
 	a.applies = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tiled_operator_applies_total",
 		Help: "Server-side applies the operator sent, or skipped because the intent was already applied, by kind.",
@@ -136,12 +151,12 @@ func (a *Applier) ApplyPrepared(ctx context.Context, p Prepared, build func() (r
 	var gen int64
 	var recheck time.Duration
 	switch {
-	case rec != nil && rec.intent == intent:
+	case rec != nil && rec.intent == shortIntent(intent):
 		switch {
 		case current == nil:
 			// Not in the cache: not seen yet after our apply (skip), or deleted since (apply again).
 			// A deletion makes the controller call Deleted, which drops the record.
-			if age := time.Since(rec.at); !rec.seen && age < unseenGrace {
+			if age := time.Duration(time.Now().UnixNano() - rec.at); !rec.seen && age < unseenGrace {
 				skip = true
 				recheck = unseenGrace - age
 			}
@@ -158,7 +173,7 @@ func (a *Applier) ApplyPrepared(ctx context.Context, p Prepared, build func() (r
 		// Unless someone else has edited it since, nothing needs sending.
 		if len(a.foreignManagersLocked(current)) == 0 {
 			gen = current.GetGeneration()
-			a.records[key] = &record{intent: intent, post: a.token(current.GetManagedFields()), seen: true, gen: gen, preRV: current.GetResourceVersion(), group: intern.String(o.group)}
+			a.records[key] = &record{intent: shortIntent(intent), post: a.token(current.GetManagedFields()), seen: true, gen: gen, preRV: current.GetResourceVersion(), group: intern.String(o.group)}
 			skip = true
 		}
 	}
@@ -193,8 +208,8 @@ func (a *Applier) ApplyPrepared(ctx context.Context, p Prepared, build func() (r
 	post, gen := a.token(stored.GetManagedFields()), stored.GetGeneration()
 	a.mu.Lock()
 	a.records[key] = &record{
-		intent: intent,
-		at:     time.Now(),
+		intent: shortIntent(intent),
+		at:     time.Now().UnixNano(),
 		group:  intern.String(o.group),
 		preRV:  preRV,
 		post:   post,
@@ -223,7 +238,7 @@ func (a *Applier) ApplyStatus(ctx context.Context, ac runtime.ApplyConfiguration
 	}
 	a.mu.Lock()
 	rec := a.status[key]
-	skip := rec != nil && rec.intent == intent && rec.statusOf == uid && uid != ""
+	skip := rec != nil && rec.intent == shortIntent(intent) && rec.uid == uid && uid != ""
 	a.mu.Unlock()
 	if skip {
 		a.applies.WithLabelValues(m.Kind+"/status", "skipped").Inc()
@@ -239,7 +254,7 @@ func (a *Applier) ApplyStatus(ctx context.Context, ac runtime.ApplyConfiguration
 	}
 	a.applies.WithLabelValues(m.Kind+"/status", "sent").Inc()
 	a.mu.Lock()
-	a.status[key] = &record{intent: intent, statusOf: uid, group: intern.String(o.group)}
+	a.status[key] = &statusRecord{intent: shortIntent(intent), uid: uid, group: intern.String(o.group)}
 	a.mu.Unlock()
 	return Result{Key: key, Sent: true}, nil
 }

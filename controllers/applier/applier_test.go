@@ -204,7 +204,7 @@ func TestUnseenGrace(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(res.Sent).To(BeFalse())
 	g.Expect(res.Recheck).To(And(BeNumerically(">", 0), BeNumerically("<=", unseenGrace)))
-	a.records[Key{APIVersion: "v1", Kind: "ConfigMap", Namespace: "ns", Name: "a"}].at = time.Now().Add(-unseenGrace - time.Second)
+	a.records[Key{APIVersion: "v1", Kind: "ConfigMap", Namespace: "ns", Name: "a"}].at = time.Now().Add(-unseenGrace - time.Second).UnixNano()
 	res, err = a.Apply(context.Background(), intent("a", "1"), nil)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(res.Sent).To(BeTrue())

@@ -56,7 +56,7 @@ func (a *Applier) Holds(p Prepared) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	rec := a.records[p.Key]
-	return rec != nil && rec.intent == p.intent
+	return rec != nil && rec.intent == shortIntent(p.intent)
 }
 
 // Prepare computes ac's Prepared form.

@@ -17,11 +17,14 @@ func (a *Applier) ForgetGroup(g string) {
 func (a *Applier) ForgetWhere(drop func(k Key, group string) bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for _, m := range []map[Key]*record{a.records, a.status} {
-		for k, r := range m {
-			if drop(k, r.group) {
-				delete(m, k)
-			}
+	for k, r := range a.records {
+		if drop(k, r.group) {
+			delete(a.records, k)
+		}
+	}
+	for k, r := range a.status {
+		if drop(k, r.group) {
+			delete(a.status, k)
 		}
 	}
 }
