@@ -2,6 +2,7 @@ package fleetmetrics
 
 import (
 	"fmt"
+	goruntime "runtime"
 	"sort"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -487,4 +489,44 @@ func TestCollectorReusesARecentRead(t *testing.T) {
 			g.Expect(testutil.CollectAndCount(c, "tiled_operator_instance_info")).To(Equal(tc.wantAfter))
 		})
 	}
+}
+
+// The series of a read, held for the scrapes of the next MinInterval, cost at most seriesBytes each
+// (their label pairs are made when a scrape writes them), and write what a const metric writes.
+func TestRecentReadIsCompact(t *testing.T) {
+	const seriesBytes = 160
+	g := NewWithT(t)
+	r := &listReader{}
+	beamlines := make([]string, 300)
+	for i := range beamlines {
+		beamlines[i] = fmt.Sprintf("bl%03d", i)
+	}
+	r.clusters = append(r.clusters, *cluster("nsls2", nil, beamlines...))
+	for _, bl := range beamlines {
+		r.instances = append(r.instances, *member("nsls2", bl, backups("30 2 * * *", false, &now)))
+	}
+	c := New(r)
+	c.SetLeader(true)
+	heap := func() uint64 {
+		var m goruntime.MemStats
+		goruntime.GC()
+		goruntime.GC()
+		goruntime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+	before := heap()
+	series := c.fleetMetrics()
+	after := heap()
+	per := float64(after-before) / float64(len(series))
+	t.Logf("%d series, %.0f bytes each", len(series), per)
+	g.Expect(per).To(BeNumerically("<=", seriesBytes))
+
+	for _, m := range series[:20] {
+		var got, want dto.Metric
+		g.Expect(m.Write(&got)).To(Succeed())
+		lz := m.(*lazyGauge)
+		g.Expect(prometheus.MustNewConstMetric(lz.desc, prometheus.GaugeValue, lz.value, lz.labels...).Write(&want)).To(Succeed())
+		g.Expect(got.String()).To(Equal(want.String()))
+	}
+	goruntime.KeepAlive(series)
 }
