@@ -61,13 +61,23 @@ func Expand(cluster *v1alpha1.TiledCluster, candidates []v1alpha1.TiledProfile, 
 	return expand(cluster, candidates, builtins, (*engine).expandOne, keepAll)
 }
 
+// ExpandEach is Expand, with each instance handed to each as soon as it is expanded and checked
+// (before the next is expanded), and what each returns kept in the result in its place. A caller
+// that needs less than every whole instance at once (admission: the warnings of each and the names
+// of all; the cluster controller: the instances with their equal parts shared) reads or trims each
+// as it comes, so that a thousand instances' own copies (some 15 MB) never pile up at once on a
+// manager whose memory is otherwise its caches. What each returns must keep what ObjectNames reads
+// (Names does): the instances' names are checked against each other after the last one.
+func ExpandEach(cluster *v1alpha1.TiledCluster, candidates []v1alpha1.TiledProfile, builtins Builtins, each func(*v1alpha1.TiledInstance) *v1alpha1.TiledInstance) (*Result, error) {
+	return expand(cluster, candidates, builtins, (*engine).expandOne, each)
+}
+
 // Check is the error Expand would return, without the result: what admission asks of a profile
 // edit for every cluster that selects the profile. Each instance's expansion is let go once
-// checked — only its name and the names of its objects (ObjectNames, for the collision check) are
-// kept — so that checking a cluster of a thousand instances holds one expanded instance at a
-// time, not a thousand (some 15 MB, on a manager whose memory is otherwise its caches).
+// checked (ExpandEach with Names), so that checking a cluster of a thousand instances holds one
+// expanded instance at a time, not a thousand.
 func Check(cluster *v1alpha1.TiledCluster, candidates []v1alpha1.TiledProfile, builtins Builtins) error {
-	_, err := expand(cluster, candidates, builtins, (*engine).expandOne, namesOnly)
+	_, err := ExpandEach(cluster, candidates, builtins, Names)
 	return err
 }
 
@@ -77,10 +87,11 @@ type keepFunc func(*v1alpha1.TiledInstance) *v1alpha1.TiledInstance
 // keepAll keeps the whole expanded instance (Expand).
 func keepAll(ti *v1alpha1.TiledInstance) *v1alpha1.TiledInstance { return ti }
 
-// namesOnly keeps what ObjectNames reads of an instance: its name, namespace and read-only mounts
-// (Check).
-func namesOnly(ti *v1alpha1.TiledInstance) *v1alpha1.TiledInstance {
-	out := &v1alpha1.TiledInstance{ObjectMeta: metav1.ObjectMeta{Name: ti.Name, Namespace: ti.Namespace}}
+// Names is the part of an expanded instance that the names of its objects come from (ObjectNames:
+// its name, namespace and read-only mounts) and its labels (collision errors name the instance by
+// them), without its spec's other parts or its provenance.
+func Names(ti *v1alpha1.TiledInstance) *v1alpha1.TiledInstance {
+	out := &v1alpha1.TiledInstance{ObjectMeta: metav1.ObjectMeta{Name: ti.Name, Namespace: ti.Namespace, Labels: ti.Labels}}
 	if s := ti.Spec.Storage; s != nil && len(s.ReadOnlyMounts) > 0 {
 		out.Spec.Storage = &v1alpha1.StorageSpec{ReadOnlyMounts: s.ReadOnlyMounts}
 	}

@@ -64,11 +64,24 @@ func (h *ClusterValidator) Handle(ctx context.Context, req admission.Request) ad
 	if err := h.Reader.List(ctx, &list, client.InNamespace(c.Namespace)); err != nil {
 		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("listing TiledProfiles: %w", err))
 	}
-	res, err := expansion.Expand(c, list.Items, h.Builtins)
+	// Each instance's warnings are read as it is expanded, and only the names of its objects kept
+	// (expansion.Names, for the collision check): a cluster of a thousand instances does not hold
+	// a thousand expansions at once.
+	var byInstance map[string][]string
+	expand := func(profiles []v1alpha1.TiledProfile) (*expansion.Result, error) {
+		byInstance = map[string][]string{}
+		return expansion.ExpandEach(c, profiles, h.Builtins, func(ti *v1alpha1.TiledInstance) *v1alpha1.TiledInstance {
+			if ws := templateWarnings(&ti.Spec.InstanceTemplate, true); len(ws) > 0 {
+				byInstance[ti.Labels[v1alpha1.LabelInstance]] = ws
+			}
+			return expansion.Names(ti)
+		})
+	}
+	res, err := expand(list.Items)
 	if err != nil && clustersFault(err) && h.APIReader != nil {
 		var fresh v1alpha1.TiledProfileList
 		if lerr := h.APIReader.List(ctx, &fresh, client.InNamespace(c.Namespace)); lerr == nil {
-			res, err = expansion.Expand(c, fresh.Items, h.Builtins)
+			res, err = expand(fresh.Items)
 		}
 	}
 	if err != nil {
@@ -98,12 +111,6 @@ func (h *ClusterValidator) Handle(ctx context.Context, req admission.Request) ad
 		return refuse("TiledCluster", c.Namespace, c.Name, "%s", msg).WithWarnings(prefixWarnings(c, warnings)...)
 	}
 	if res != nil {
-		byInstance := map[string][]string{}
-		for _, in := range res.Instances {
-			if ws := templateWarnings(&in.Object.Spec.InstanceTemplate, true); len(ws) > 0 {
-				byInstance[in.Name] = ws
-			}
-		}
 		warnings = append(warnings, groupWarnings(byInstance)...)
 	}
 	return admission.Allowed("").WithWarnings(prefixWarnings(c, warnings)...)

@@ -87,17 +87,18 @@ func (e *Expansions) Expand(cluster *tiledv1alpha1.TiledCluster, candidates []ti
 	name := types.NamespacedName{Namespace: cluster.Namespace, Name: cluster.Name}
 	expand := func() ([]expansion.Instance, []tiledv1alpha1.SelectedProfile, error) {
 		done := timer.start()
-		result, err := expansion.Expand(cluster, candidates, builtins)
+		// The expanded instances stay for the whole reconcile (every one may be sent), and while a
+		// rollout holds some of them (pending), for its whole length: their equal parts are kept
+		// once, each instance's shared as soon as it is expanded (a thousand instances' own copies
+		// were ~15 MB, at once, through every expansion and a profile change's rollout). They are
+		// only read from here on (Object encodes them, ChangedFields compares).
+		result, err := expansion.ExpandEach(cluster, candidates, builtins, func(ti *tiledv1alpha1.TiledInstance) *tiledv1alpha1.TiledInstance {
+			expandedParts.Share(ti)
+			return ti
+		})
 		done(err)
 		if err != nil {
 			return nil, nil, err
-		}
-		// The expanded instances stay for the whole reconcile (every one may be sent), and while a
-		// rollout holds some of them (pending), for its whole length: their equal parts are kept
-		// once (a thousand instances' own copies were ~15 MB through a profile change's rollout).
-		// They are only read from here on (Object encodes them, ChangedFields compares).
-		for _, inst := range result.Instances {
-			expandedParts.Share(inst.Object)
 		}
 		return result.Instances, result.Profiles, nil
 	}
