@@ -79,11 +79,14 @@ func internStrings(obj any) {
 			// The intent annotation differs on every object: kept beside the object, not in a map
 			// of its own (applier.IntentOf reads it back).
 			applier.StripIntent(om)
+			// What is left is mostly the same on every instance's object of a kind (a retention
+			// policy, kube-controller-manager's binding marks on claims and volumes): shared too.
+			om.Annotations = annotationSets.share(om, om.Annotations)
 		}
 	} else {
 		o.SetLabels(internMap(o.GetLabels()))
+		o.SetAnnotations(internMap(o.GetAnnotations()))
 	}
-	o.SetAnnotations(internMap(o.GetAnnotations()))
 	refs := o.GetOwnerReferences()
 	for i := range refs {
 		refs[i].APIVersion, refs[i].Kind = intern.String(refs[i].APIVersion), intern.String(refs[i].Kind)
@@ -128,9 +131,9 @@ func sharedBool(b *bool) *bool {
 
 var boolTrue, boolFalse = true, false
 
-// labelSets and provenanceSets share label maps and TiledInstance provenance maps among the cached
-// objects.
-var labelSets, provenanceSets = newSharedMaps(), newSharedMaps()
+// labelSets, annotationSets and provenanceSets share label maps, annotation maps and TiledInstance
+// provenance maps among the cached objects.
+var labelSets, annotationSets, provenanceSets = newSharedMaps(), newSharedMaps(), newSharedMaps()
 
 // sharedMaps gives cached objects whose labels are equal one map between them: the children of an
 // instance carry the same labels but for their component (server or database), so a thousand

@@ -12,6 +12,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
@@ -195,6 +196,27 @@ func TestLabelMapsAreShared(t *testing.T) {
 	g.Expect(mapOf(a)).NotTo(Equal(mapOf(c)), "other labels have their own")
 	g.Expect(a.Labels).To(Equal(labels("server")))
 	g.Expect(c.Labels).To(Equal(labels("database")))
+}
+
+// TestAnnotationMapsAreShared: cached objects whose annotations are equal but for their intent (kept
+// beside the cache) hold one annotation map between them; the intents read back apart.
+func TestAnnotationMapsAreShared(t *testing.T) {
+	g := NewWithT(t)
+	transform := trimTransform()
+	cached := func(uid types.UID, intent string) *corev1.PersistentVolumeClaim {
+		m := childMeta()
+		m.UID = uid
+		m.Annotations = map[string]string{applier.AnnotationIntent: intent, "pv.kubernetes.io/bind-completed": "yes"}
+		out, err := transform(&corev1.PersistentVolumeClaim{ObjectMeta: m})
+		g.Expect(err).NotTo(HaveOccurred())
+		return out.(*corev1.PersistentVolumeClaim)
+	}
+	a := cached("uid-a", "0123456789abcdef0123456789abcdef")
+	b := cached("uid-b", "fedcba9876543210fedcba9876543210")
+	g.Expect(reflect.ValueOf(a.Annotations).Pointer()).To(Equal(reflect.ValueOf(b.Annotations).Pointer()))
+	g.Expect(a.Annotations).To(Equal(map[string]string{"pv.kubernetes.io/bind-completed": "yes"}))
+	g.Expect(applier.IntentOf(a)).To(Equal("0123456789abcdef0123456789abcdef"))
+	g.Expect(applier.IntentOf(b)).To(Equal("fedcba9876543210fedcba9876543210"))
 }
 
 // TestSharedMapsFollowTheirHolders: a shared map stays in the table while an object holds it, and
