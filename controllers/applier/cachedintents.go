@@ -20,16 +20,12 @@ import (
 // the annotation from the object when it carries it and from the table otherwise, so a reader of the
 // cache (the applier after a restart, the render gate) sees the same value either way.
 //
-// An entry is the intent of the newest version of an object the cache transform has seen (its UID):
-// a newer version replaces it, and one without the annotation removes it. IntentOf answers with it
-// for any copy of the object, also one of an older version still in the cache (the transform runs
-// on a watch event before the cache stores it, so a reconcile may read the version before): the
-// intent the object holds as far as the cache knows. Answering "" there, as a first version of this
-// table did (an entry per resourceVersion), made a new leader re-apply a claim that
-// kube-controller-manager had just updated (one object write in a failover of the benchmark).
-// An entry is forgotten when the cached object it was taken from is collected
-// (runtime.AddCleanup), unless a newer version of the object has replaced it since, so the table
-// follows the cache.
+// An entry is the intent of one version of one object (its UID and resourceVersion): IntentOf
+// answers from the table only for a copy of that very version — a copy of an older version, read
+// from the cache before a newer one arrived, gets "" (its intent is not known: the applier then
+// applies, which is always safe, never skips wrongly). An entry is forgotten when the cached object
+// it was taken from is collected (runtime.AddCleanup), unless a newer version of the object has
+// replaced it since, so the table follows the cache.
 
 // cachedIntents is the table of the intents StripIntent took out of cached objects.
 var cachedIntents = struct {
@@ -41,6 +37,7 @@ var cachedIntents = struct {
 // hex encoding).
 type cachedIntent struct {
 	uid    types.UID
+	rv     string
 	intent [intentBytes]byte
 }
 
@@ -49,22 +46,16 @@ const intentBytes = 16
 
 // StripIntent takes AnnotationIntent out of the annotations of an object entering the informer
 // cache and files it under the object's UID (see above); the object's other annotations stay, and a
-// map left empty is dropped. It leaves alone an object without a UID, and one whose annotation is
-// not an intent the applier wrote (32 hexadecimal digits): that keeps it in its map (and the entry
-// of an older version goes).
+// map left empty is dropped. It does nothing to an object without a UID or resourceVersion, or whose
+// annotation is not an intent the applier wrote (32 hexadecimal digits): those keep it in their map.
 // holder is the object's metadata, which the cache keeps as long as the object.
 func StripIntent(holder *metav1.ObjectMeta) {
-	if holder.UID == "" {
-		return
-	}
 	v, ok := holder.Annotations[AnnotationIntent]
-	e := &cachedIntent{uid: holder.UID}
-	if !ok || len(v) != 2*intentBytes {
-		forgetUID(holder.UID) // this version has none (or one in its map): an older one's is stale
+	if !ok || holder.UID == "" || holder.ResourceVersion == "" || len(v) != 2*intentBytes {
 		return
 	}
+	e := &cachedIntent{uid: holder.UID, rv: holder.ResourceVersion}
 	if n, err := hex.Decode(e.intent[:], []byte(v)); err != nil || n != intentBytes || hex.EncodeToString(e.intent[:]) != v {
-		forgetUID(holder.UID)
 		return // not in encodeIntent's form (upper case, say): kept as it is
 	}
 	// The object was just decoded for the cache: its map is its own.
@@ -88,27 +79,21 @@ func forgetCachedIntent(e *cachedIntent) {
 	cachedIntents.Unlock()
 }
 
-// forgetUID drops the entry of uid.
-func forgetUID(uid types.UID) {
-	cachedIntents.Lock()
-	delete(cachedIntents.m, uid)
-	cachedIntents.Unlock()
-}
-
 // IntentOf is the value of AnnotationIntent on o: from its annotations when it carries it, else
-// what StripIntent took out of the newest version of o the cache has seen ("" when none).
+// what StripIntent took out of the cached version o is a copy of ("" when there is none, or the
+// cache holds another version of o by now).
 func IntentOf(o metav1.Object) string {
 	if v, ok := o.GetAnnotations()[AnnotationIntent]; ok {
 		return v
 	}
-	uid := o.GetUID()
+	uid, rv := o.GetUID(), o.GetResourceVersion()
 	if uid == "" {
 		return ""
 	}
 	cachedIntents.Lock()
 	e := cachedIntents.m[uid]
 	cachedIntents.Unlock()
-	if e == nil {
+	if e == nil || e.rv != rv {
 		return ""
 	}
 	return hex.EncodeToString(e.intent[:])

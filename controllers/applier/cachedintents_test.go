@@ -24,8 +24,8 @@ func cachedConfigMap(uid, rv string, annotations map[string]string) *metav1.Part
 }
 
 // TestStripIntent: the intent leaves the cached object's annotations (the others stay, an emptied map
-// goes) and IntentOf reads it back from any copy of the object; a newer version without it removes
-// it; a value the applier did not write in its form stays where it is.
+// goes) and IntentOf reads it back from any copy of that version; a copy of another version reads
+// none; a value the applier did not write in its form stays where it is.
 func TestStripIntent(t *testing.T) {
 	g := NewWithT(t)
 	p, err := Prepare(intent("a", "1"))
@@ -35,16 +35,9 @@ func TestStripIntent(t *testing.T) {
 	StripIntent(&o.ObjectMeta)
 	g.Expect(o.Annotations).To(Equal(map[string]string{"other": "x"}))
 	g.Expect(IntentOf(o.DeepCopy())).To(Equal(p.Annotation()))
-	// A copy of the version before, still in the cache while the newer one is on its way there,
-	// reads the newest version's intent (the failover write this table's first version caused).
 	older := o.DeepCopy()
 	older.ResourceVersion = "4"
-	g.Expect(IntentOf(older)).To(Equal(p.Annotation()))
-	// A newer version without the annotation: the older one's is not answered any more.
-	bare := cachedConfigMap("strip-1", "6", nil)
-	StripIntent(&bare.ObjectMeta)
-	g.Expect(IntentOf(older)).To(BeEmpty())
-	g.Expect(IntentOf(bare)).To(BeEmpty())
+	g.Expect(IntentOf(older)).To(BeEmpty(), "another version's intent is not known")
 
 	alone := cachedConfigMap("strip-2", "7", map[string]string{AnnotationIntent: p.Annotation()})
 	StripIntent(&alone.ObjectMeta)
@@ -106,4 +99,20 @@ func filed(uid types.UID) bool {
 	cachedIntents.Lock()
 	defer cachedIntents.Unlock()
 	return cachedIntents.m[uid] != nil
+}
+
+// TestStripIntentTwice: the transform applied again to an object it already stripped keeps the
+// intent answered. A version of this table that read an object without the annotation as "a newer
+// version has none" and dropped its entry made the restarted manager of a bench run re-apply its
+// whole fleet: some transform call sees cached objects (or copies without the annotation) again —
+// which one was not found (client-go's RealFIFO skips the transform for resyncs).
+func TestStripIntentTwice(t *testing.T) {
+	g := NewWithT(t)
+	p, err := Prepare(intent("a", "1"))
+	g.Expect(err).NotTo(HaveOccurred())
+	o := cachedConfigMap("twice", "5", map[string]string{AnnotationIntent: p.Annotation()})
+	StripIntent(&o.ObjectMeta)
+	StripIntent(&o.ObjectMeta)
+	g.Expect(IntentOf(o.DeepCopy())).To(Equal(p.Annotation()))
+	runtime.KeepAlive(o)
 }
