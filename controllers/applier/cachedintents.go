@@ -23,9 +23,13 @@ import (
 // An entry is the intent of one version of one object (its UID and resourceVersion): IntentOf
 // answers from the table only for a copy of that very version — a copy of an older version, read
 // from the cache before a newer one arrived, gets "" (its intent is not known: the applier then
-// applies, which is always safe, never skips wrongly). An entry is forgotten when the cached object
-// it was taken from is collected (runtime.AddCleanup), unless a newer version of the object has
-// replaced it since, so the table follows the cache.
+// applies, which is always safe, never skips wrongly). An entry is forgotten when the last cached
+// object it was taken from is collected (runtime.AddCleanup), unless a newer version of the object
+// has replaced it since, so the table follows the cache. "Last": one version of an object may be
+// cached more than once — claims and volumes are watched by two informers, one of them selecting by
+// label, whose copy leaves when the label does — and the entry is shared by every copy of that
+// version (a count of its holders), so that the copy that leaves first does not take the intent from
+// the one that stays (seen: a restarted manager re-applied four claims and a volume).
 
 // cachedIntents is the table of the intents StripIntent took out of cached objects.
 var cachedIntents = struct {
@@ -39,6 +43,9 @@ type cachedIntent struct {
 	uid    types.UID
 	rv     string
 	intent [intentBytes]byte
+	// holders is how many cached objects this entry was taken from and are not collected yet
+	// (guarded by cachedIntents).
+	holders int
 }
 
 // intentBytes is how much of the intent's SHA-256 the annotation carries (encodeIntent).
@@ -64,16 +71,23 @@ func StripIntent(holder *metav1.ObjectMeta) {
 		holder.Annotations = nil
 	}
 	cachedIntents.Lock()
-	cachedIntents.m[e.uid] = e
+	if cur := cachedIntents.m[e.uid]; cur != nil && cur.rv == e.rv && cur.intent == e.intent {
+		// Another cached copy of this version: it shares the entry.
+		e = cur
+	} else {
+		cachedIntents.m[e.uid] = e
+	}
+	e.holders++
 	cachedIntents.Unlock()
 	runtime.AddCleanup(holder, forgetCachedIntent, e)
 }
 
-// forgetCachedIntent drops e when the object it was taken from is collected, unless the entry of
-// its UID is a newer one by then.
+// forgetCachedIntent counts off a holder of e when the object it was taken from is collected, and
+// drops e with its last holder, unless the entry of its UID is a newer one by then.
 func forgetCachedIntent(e *cachedIntent) {
 	cachedIntents.Lock()
-	if cachedIntents.m[e.uid] == e {
+	e.holders--
+	if e.holders <= 0 && cachedIntents.m[e.uid] == e {
 		delete(cachedIntents.m, e.uid)
 	}
 	cachedIntents.Unlock()

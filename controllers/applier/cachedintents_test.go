@@ -116,3 +116,22 @@ func TestStripIntentTwice(t *testing.T) {
 	g.Expect(IntentOf(o.DeepCopy())).To(Equal(p.Annotation()))
 	runtime.KeepAlive(o)
 }
+
+// TestStrippedIntentSharedByTwoCaches: one version of an object cached twice (two informers of one
+// kind, one of them selecting by label) keeps its intent while either copy lives: the copy that
+// leaves first (its label changed) does not take it from the other. Without the count of holders the
+// entry went with the first copy collected, and a restarted manager re-applied claims and volumes.
+func TestStrippedIntentSharedByTwoCaches(t *testing.T) {
+	g := NewWithT(t)
+	p, err := Prepare(intent("a", "1"))
+	g.Expect(err).NotTo(HaveOccurred())
+	stays := cachedConfigMap("two-caches", "9", map[string]string{AnnotationIntent: p.Annotation()})
+	StripIntent(&stays.ObjectMeta)
+	func() {
+		leaves := cachedConfigMap("two-caches", "9", map[string]string{AnnotationIntent: p.Annotation()})
+		StripIntent(&leaves.ObjectMeta)
+	}()
+	g.Consistently(func() string { runtime.GC(); return IntentOf(stays) }).Should(Equal(p.Annotation()))
+	runtime.KeepAlive(stays)
+	g.Eventually(func() bool { runtime.GC(); return filed("uid-two-caches") }).Should(BeFalse(), "forgotten with its last holder")
+}
