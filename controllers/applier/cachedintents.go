@@ -21,9 +21,13 @@ import (
 // cache (the applier after a restart, the render gate) sees the same value either way.
 //
 // An entry is the intent of one version of one object (its UID and resourceVersion): IntentOf
-// answers from the table only for a copy of that very version — a copy of an older version, read
-// from the cache before a newer one arrived, gets "" (its intent is not known: the applier then
-// applies, which is always safe, never skips wrongly). An entry is forgotten when the last cached
+// answers from the table only for a copy of a version some cached object still holds — a copy of
+// an older version whose cached copies are all gone gets "" (its intent is not known: the applier
+// then applies, which is always safe, never skips wrongly). Claims, volumes and StatefulSets are
+// cached by two informers (typed and metadata), one of which may hold a version behind the other
+// for a moment; each version held keeps its entry, so a reader of either cache finds its intent
+// (seen without it: a restarted manager re-applied four claims and a volume that the other informer
+// had seen a newer version of). An entry is forgotten when the last cached
 // object it was taken from is collected (runtime.AddCleanup), unless a newer version of the object
 // has replaced it since, so the table follows the cache. "Last": one version of an object may be
 // cached more than once — claims and volumes are watched by two informers, one of them selecting by
@@ -43,9 +47,11 @@ type cachedIntent struct {
 	uid    types.UID
 	rv     string
 	intent [intentBytes]byte
-	// holders is how many cached objects this entry was taken from and are not collected yet
-	// (guarded by cachedIntents).
+	// holders is how many cached objects this entry was taken from and are not collected yet;
+	// next is the entry of another version of the same object still held by a cached copy (two
+	// informers of one kind, one behind the other). Both guarded by cachedIntents.
 	holders int
+	next    *cachedIntent
 }
 
 // intentBytes is how much of the intent's SHA-256 the annotation carries (encodeIntent).
@@ -71,10 +77,12 @@ func StripIntent(holder *metav1.ObjectMeta) {
 		holder.Annotations = nil
 	}
 	cachedIntents.Lock()
-	if cur := cachedIntents.m[e.uid]; cur != nil && cur.rv == e.rv && cur.intent == e.intent {
+	if cur := findIntent(e.uid, e.rv); cur != nil && cur.intent == e.intent {
 		// Another cached copy of this version: it shares the entry.
 		e = cur
 	} else {
+		// The newest first: a version is mostly looked up while it is the newest.
+		e.next = cachedIntents.m[e.uid]
 		cachedIntents.m[e.uid] = e
 	}
 	e.holders++
@@ -82,15 +90,50 @@ func StripIntent(holder *metav1.ObjectMeta) {
 	runtime.AddCleanup(holder, forgetCachedIntent, e)
 }
 
+// findIntent is the entry of version rv of the object uid, or nil; cachedIntents is locked.
+func findIntent(uid types.UID, rv string) *cachedIntent {
+	for e := cachedIntents.m[uid]; e != nil; e = e.next {
+		if e.rv == rv {
+			return e
+		}
+	}
+	return nil
+}
+
 // forgetCachedIntent counts off a holder of e when the object it was taken from is collected, and
-// drops e with its last holder, unless the entry of its UID is a newer one by then.
+// unlinks e with its last holder.
 func forgetCachedIntent(e *cachedIntent) {
 	cachedIntents.Lock()
+	defer cachedIntents.Unlock()
 	e.holders--
-	if e.holders <= 0 && cachedIntents.m[e.uid] == e {
-		delete(cachedIntents.m, e.uid)
+	if e.holders > 0 {
+		return
 	}
-	cachedIntents.Unlock()
+	for p := (**cachedIntent)(nil); ; {
+		var cur *cachedIntent
+		if p == nil {
+			cur = cachedIntents.m[e.uid]
+		} else {
+			cur = *p
+		}
+		if cur == nil {
+			return
+		}
+		if cur == e {
+			if p == nil {
+				if e.next == nil {
+					delete(cachedIntents.m, e.uid)
+				} else {
+					cachedIntents.m[e.uid] = e.next
+				}
+			} else {
+				*p = e.next
+			}
+			e.next = nil
+			return
+		}
+		p = &cur.next
+	}
 }
 
 // IntentOf is the value of AnnotationIntent on o: from its annotations when it carries it, else
@@ -105,10 +148,14 @@ func IntentOf(o metav1.Object) string {
 		return ""
 	}
 	cachedIntents.Lock()
-	e := cachedIntents.m[uid]
+	e := findIntent(uid, rv)
+	var b [intentBytes]byte
+	if e != nil {
+		b = e.intent
+	}
 	cachedIntents.Unlock()
-	if e == nil || e.rv != rv {
+	if e == nil {
 		return ""
 	}
-	return hex.EncodeToString(e.intent[:])
+	return hex.EncodeToString(b[:])
 }

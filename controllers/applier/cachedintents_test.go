@@ -135,3 +135,23 @@ func TestStrippedIntentSharedByTwoCaches(t *testing.T) {
 	runtime.KeepAlive(stays)
 	g.Eventually(func() bool { runtime.GC(); return filed("uid-two-caches") }).Should(BeFalse(), "forgotten with its last holder")
 }
+
+// TestStrippedIntentOfTwoVersions: while one informer holds version 9 of an object and another
+// already version 10, a reader of either finds its version's intent; version 9's entry goes with its
+// last holder and version 10's stays.
+func TestStrippedIntentOfTwoVersions(t *testing.T) {
+	g := NewWithT(t)
+	newer := cachedConfigMap("two-versions", "10", map[string]string{AnnotationIntent: "0000000000000000000000000000000a"})
+	func() {
+		behind := cachedConfigMap("two-versions", "9", map[string]string{AnnotationIntent: "00000000000000000000000000000009"})
+		StripIntent(&behind.ObjectMeta)
+		StripIntent(&newer.ObjectMeta)
+		g.Expect(IntentOf(behind.DeepCopy())).To(Equal("00000000000000000000000000000009"), "the informer behind reads its version")
+		g.Expect(IntentOf(newer.DeepCopy())).To(Equal("0000000000000000000000000000000a"))
+		runtime.KeepAlive(behind)
+	}()
+	old := cachedConfigMap("two-versions", "9", nil)
+	g.Eventually(func() string { runtime.GC(); return IntentOf(old) }).Should(BeEmpty(), "version 9 forgotten with its last holder")
+	g.Consistently(func() string { runtime.GC(); return IntentOf(newer) }).Should(Equal("0000000000000000000000000000000a"))
+	runtime.KeepAlive(newer)
+}
