@@ -85,8 +85,8 @@ type Figures struct {
 	// reviewed list of the upgrade from the previous release (0 each; the other two upgrades have no
 	// list); the writes of the upgrade from the previous release that are on the list
 	// (test/e2e/testdata/operator-upgrade-writes.yaml); and the shortest window over which every
-	// object the operator owns kept its resourceVersion once the new manager led (at least 120 s
-	// each).
+	// object the operator owns kept its resourceVersion from when the first new manager led until at
+	// least 120 s after the last one led (the window the three upgrades share).
 	OperatorUpgradePodsReplaced    int     `json:"operator_upgrade_pods_replaced"`
 	OperatorUpgradeRestarts        int     `json:"operator_upgrade_restarts"`
 	OperatorUpgradeChildWrites     int     `json:"operator_upgrade_child_writes"`
