@@ -299,12 +299,16 @@ def publish(report):
 
 
 def migrate_steps(catalog, auth):
-    # A database without a revision stamp is new: `catalog init` creates its tables and stamps the
-    # latest revision. One with a stamp is upgraded: `upgrade-database` runs the revisions between
-    # its stamp and this version's (none when it is there already). `catalog init --if-not-exists` is
-    # not used on an existing database: a newer Tiled's init refuses an older database
-    # (DatabaseUpgradeNeeded) before the upgrade could run. The auth database likewise: `admin
-    # initialize-database` for a new one, `admin upgrade-database` otherwise.
+    """Bring the databases to the revisions this Tiled requires.
+
+    A database without a revision stamp is new: `catalog init` creates its tables and stamps the
+    latest revision. One stamped with an older revision is upgraded: `upgrade-database` runs the
+    revisions between its stamp and this version's. One already at this version's revision is left
+    alone: `upgrade-database` would find nothing to run, after a second Python process had imported
+    Tiled's command line (seconds of CPU at every start of every Tiled pod). `catalog init
+    --if-not-exists` is not used on an existing database: a newer Tiled's init refuses an older
+    database (DatabaseUpgradeNeeded) before the upgrade could run. The auth database likewise:
+    `admin initialize-database` for a new one, `admin upgrade-database` for an older one."""
     before = revision_report(catalog, auth)
     for name, uri in (("catalog", catalog), ("auth", auth)):
         if name in before and not before[name]["known"]:
@@ -312,15 +316,20 @@ def migrate_steps(catalog, auth):
                 f"[tiled-operator] the {name} database {where(uri)} is at revision {before[name]['current']}, "
                 f"which Tiled {before['version']} does not know (a newer Tiled migrated it): restore a backup taken before"
             )
-    if before["catalog"]["current"] is None:
-        run("catalog", "init", catalog)
-    else:
-        run("catalog", "upgrade-database", catalog)
-    if auth:
-        if before["auth"]["current"] is None:
-            run("admin", "initialize-database", auth)
+    steps = (
+        ("catalog", catalog, ("catalog", "init"), ("catalog", "upgrade-database")),
+        ("auth", auth, ("admin", "initialize-database"), ("admin", "upgrade-database")),
+    )
+    for name, uri, init, upgrade in steps:
+        if not uri:
+            continue
+        rev = before[name]
+        if rev["current"] is None:
+            run(*init, uri)
+        elif rev["current"] != rev["required"]:
+            run(*upgrade, uri)
         else:
-            run("admin", "upgrade-database", auth)
+            say(f"the {name} database {where(uri)} is at revision {rev['current']}, the one Tiled {before['version']} requires: nothing to migrate")
 
 
 async def migrate_locked(catalog, auth):

@@ -127,6 +127,9 @@ func e2eParallel(t *testing.T) int {
 
 func testInstall(t *testing.T) {
 	// Over the previous release when its case installed it: the first operator upgrade.
+	if opup.installed {
+		startReviewedRollout(t)
+	}
 	upgradeOperator(t, fromPrevious, filepath.Join(e.repo, "test/e2e/testdata/install"), "e2e", false)
 	var dep appsv1.Deployment
 	if err := cl.Get(ctxT(t), types.NamespacedName{Namespace: operatorNS, Name: operatorDep}, &dep); err != nil {

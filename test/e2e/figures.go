@@ -92,6 +92,11 @@ type Figures struct {
 	OperatorUpgradeChildWrites     int     `json:"operator_upgrade_child_writes"`
 	OperatorUpgradeReviewedWrites  int     `json:"operator_upgrade_reviewed_writes"`
 	OperatorUpgradeRVStableSeconds float64 `json:"operator_upgrade_rv_stable_seconds"`
+	// The rollout the reviewed list declares for the upgrade from the previous release (a pod
+	// template this release renders differently): the pods it replaced, and the most of those
+	// StatefulSets' pods unready at once (the upgrade fleet's cluster has maxUnavailable 1).
+	OperatorUpgradeReviewedPodsReplaced      int `json:"operator_upgrade_reviewed_pods_replaced,omitempty"`
+	OperatorUpgradeReviewedRolloutMaxUnready int `json:"operator_upgrade_reviewed_rollout_max_unready,omitempty"`
 	// A build that renders one more Tiled pod annotation: from its apply to every Tiled pod of the
 	// upgrade fleet Ready with it, and the most Tiled pods unready at once (maxUnavailable 1).
 	OperatorRenderRolloutSeconds    float64 `json:"operator_render_rollout_seconds,omitempty"`

@@ -84,6 +84,10 @@ var opup struct {
 	windowFrom time.Time         // when the window's first upgrade's new manager led and four reads agreed
 	windowRVs  map[string]string // every owned object's resourceVersion then
 	lastFrom   time.Time         // when the latest upgrade's new manager led and four reads agreed
+	// rolled are the StatefulSets the reviewed list rolls in the upgrade from the previous release
+	// (ReviewedWrite.Rolls), and rollSampler samples their pods' readiness from before its apply.
+	rolled      map[string]bool
+	rollSampler *unreadySampler
 }
 
 // podMark is what says a pod is the same one: its UID and its containers' restarts.
@@ -243,6 +247,9 @@ func testOperatorUpgraded(t *testing.T) {
 	}
 	mustKubectl(t, []byte(profileYAMLIn(opupNS, "opup-defaults", opupFacility, tiledImg())), "apply", "--server-side", "-f", "-")
 	mustKubectl(t, []byte(opupClusterYAML()), "apply", "--server-side", "-f", "-")
+	if opup.label == fromPrevious && opup.rollSampler != nil {
+		waitReviewedRollout(t)
+	}
 	// The owned objects settle first (the upgrade from the previous release creates objects, which
 	// takes the new leader a few seconds), then the fleet is compared: the writes counted run to
 	// the start of the window, so that every write the reviewed list expects has been made.
@@ -258,18 +265,114 @@ func testOperatorUpgraded(t *testing.T) {
 		t.Errorf("%s: %d owned objects changed since the window opened %.0fs ago: %v", opup.label, len(changed), time.Since(opup.windowFrom).Seconds(), changed)
 	}
 	checkFleetUndisturbed(t, time.Now())
+	if opup.label == fromPrevious && len(opup.rolled) > 0 {
+		// The later upgrades replace nothing: they are judged against the pods the rollout made.
+		opup.pods, opup.revisions = fleetPods(t), fleetRevisions(t)
+	}
 	t.Logf("%s: %d owned objects stable from %.1fs after the apply", opup.label, len(rvs), from.Sub(opup.from).Seconds())
+}
+
+// startReviewedRollout, called before the upgrade from the previous release, reads which of the
+// upgrade fleet's StatefulSets the reviewed list rolls (ReviewedWrite.Rolls: a pod template this
+// release renders differently) and samples their pods' readiness from then on. None: nothing rolls,
+// and no pod may be replaced.
+func startReviewedRollout(t *testing.T) {
+	t.Helper()
+	r, err := LoadReviewedWrites(filepath.Join(e.repo, ReviewedWritesFile))
+	if err != nil {
+		return // judged, and reported, with the upgrade's writes
+	}
+	prev, err := PreviousReleaseCommit(filepath.Join(e.repo, PreviousReleaseFile))
+	if err != nil {
+		return
+	}
+	rolling := r.Rolling(prev, sortedKeys(opup.revisions))
+	if len(rolling) == 0 {
+		return
+	}
+	opup.rolled = map[string]bool{}
+	var pods []string
+	for _, sts := range rolling {
+		opup.rolled[sts] = true
+	}
+	for name := range opup.pods {
+		if opup.rolled[statefulSetOf(name)] {
+			pods = append(pods, name)
+		}
+	}
+	sort.Strings(pods)
+	opup.rollSampler = startSamplerIn(t, opupNS, pods)
+	t.Logf("the reviewed list rolls %v in the upgrade from the previous release: their pods %v sampled", rolling, pods)
+}
+
+// waitReviewedRollout waits for the rollout the reviewed list declares to end: each rolled
+// StatefulSet on a new revision, every replica updated and Ready, every instance Ready with no
+// rollout pending; and checks that it kept the cluster's budget (maxUnavailable 1).
+func waitReviewedRollout(t *testing.T) {
+	t.Helper()
+	s := opup.rollSampler
+	opup.rollSampler = nil
+	eventually(t, 8*time.Minute, time.Second, "the reviewed rollout of "+strings.Join(sortedKeys(opup.rolled), ", "), func() (bool, string) {
+		var why []string
+		for name := range opup.rolled {
+			var sts appsv1.StatefulSet
+			if err := cl.Get(context.Background(), types.NamespacedName{Namespace: opupNS, Name: name}, &sts); err != nil {
+				return false, err.Error()
+			}
+			st, want := sts.Status, int32(1)
+			if sts.Spec.Replicas != nil {
+				want = *sts.Spec.Replicas
+			}
+			rev := st.CurrentRevision + "/" + st.UpdateRevision
+			if st.ObservedGeneration != sts.Generation || st.CurrentRevision != st.UpdateRevision || rev == opup.revisions[name] ||
+				st.UpdatedReplicas != want || st.ReadyReplicas != want {
+				why = append(why, fmt.Sprintf("%s: revisions %s (were %s), %d updated, %d ready of %d", name, rev, opup.revisions[name], st.UpdatedReplicas, st.ReadyReplicas, want))
+			}
+		}
+		for _, b := range opupBeamlines {
+			ti := getInstanceIn(t, opupNS, upgInstance(opupCluster, b))
+			if !isTrue(ti, "Ready") || ti.Status.PendingRollout != nil {
+				why = append(why, fmt.Sprintf("%s: Ready %+v, pendingRollout %v", ti.Name, condition(ti, "Ready"), ti.Status.PendingRollout != nil))
+			}
+		}
+		return len(why) == 0, strings.Join(why, "; ")
+	})
+	maxUnready, samples := s.finish()
+	figMu.Lock()
+	fig.OperatorUpgradeReviewedRolloutMaxUnready = maxUnready
+	figMu.Unlock()
+	t.Logf("%s: the reviewed rollout ended %.1fs after the apply; unready pods sampled: %v", opup.label, time.Since(opup.from).Seconds(), samples)
+	if maxUnready > 1 {
+		t.Errorf("%s: up to %d pods of the rolled StatefulSets unready at once; the cluster's rollout.maxUnavailable is 1 (samples %v)", opup.label, maxUnready, samples)
+	}
+}
+
+// statefulSetOf is the StatefulSet a pod of the upgrade fleet belongs to: its name without the
+// ordinal.
+func statefulSetOf(pod string) string {
+	if i := strings.LastIndex(pod, "-"); i > 0 {
+		return pod[:i]
+	}
+	return pod
 }
 
 // checkFleetUndisturbed compares the fleet with what the previous release left and counts the
 // operator's writes to it since the current upgrade's apply.
 func checkFleetUndisturbed(t *testing.T, to time.Time) {
 	t.Helper()
-	replaced, restarts := 0, 0
+	replaced, restarts, reviewed := 0, 0, 0
 	now := fleetPods(t)
+	rolls := func(sts string) bool { return opup.label == fromPrevious && opup.rolled[sts] }
 	for name, was := range opup.pods {
 		is, ok := now[name]
 		switch {
+		case ok && is.uid != was.uid && rolls(statefulSetOf(name)):
+			// Replaced by the rollout the reviewed list declares: a new pod, never restarted.
+			reviewed++
+			if is.restarts != 0 {
+				restarts += int(is.restarts)
+				t.Errorf("%s: pod %s/%s, replaced by the reviewed rollout, restarted %d times", opup.label, opupNS, name, is.restarts)
+			}
 		case !ok || is.uid != was.uid:
 			replaced++
 			t.Errorf("%s: pod %s/%s replaced (uid %s, now %v)", opup.label, opupNS, name, was.uid, is.uid)
@@ -284,7 +387,7 @@ func checkFleetUndisturbed(t *testing.T, to time.Time) {
 		}
 	}
 	for sts, rev := range fleetRevisions(t) {
-		if opup.revisions[sts] != rev {
+		if opup.revisions[sts] != rev && !rolls(sts) {
 			t.Errorf("%s: StatefulSet %s/%s revisions %s, were %s", opup.label, opupNS, sts, rev, opup.revisions[sts])
 		}
 	}
@@ -295,6 +398,7 @@ func checkFleetUndisturbed(t *testing.T, to time.Time) {
 	}
 	figMu.Lock()
 	fig.OperatorUpgradePodsReplaced += replaced
+	fig.OperatorUpgradeReviewedPodsReplaced = max(fig.OperatorUpgradeReviewedPodsReplaced, reviewed)
 	fig.OperatorUpgradeRestarts += restarts
 	fig.OperatorUpgradeChildWrites += len(unexpected)
 	// The "(end)" check counts the upgrade's writes again from its apply: the largest count is the

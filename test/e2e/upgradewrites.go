@@ -46,6 +46,11 @@ type ReviewedWrite struct {
 	Pattern string `json:"pattern"`
 	// Reason says why the upgrade writes this, for the reviewer of the next release.
 	Reason string `json:"reason"`
+	// Rolls says that these writes change the pod template of the StatefulSets they match
+	// ("patch statefulsets/NAME" writes): the upgrade replaces those StatefulSets' pods, one rollout
+	// within the cluster's rollout budget, each new pod Ready with no container restarted. No other
+	// pod may be replaced. Only a pattern of "patch statefulsets/..." may roll.
+	Rolls bool `json:"rolls,omitempty"`
 }
 
 var commitRE = regexp.MustCompile(`^[0-9a-f]{40}$`)
@@ -76,6 +81,9 @@ func LoadReviewedWrites(file string) (*ReviewedWrites, error) {
 		}
 		if strings.TrimSpace(w.Reason) == "" {
 			return nil, fmt.Errorf("%s: writes[%d] (%s) has no reason", file, i, w.Pattern)
+		}
+		if w.Rolls && !strings.HasPrefix(w.Pattern, "patch statefulsets/") {
+			return nil, fmt.Errorf("%s: writes[%d].rolls: pattern %q is not \"patch statefulsets/NAME\"; only a StatefulSet's pods roll", file, i, w.Pattern)
 		}
 		if seen[w.Pattern] {
 			return nil, fmt.Errorf("%s: writes[%d].pattern %q is listed twice", file, i, w.Pattern)
@@ -173,4 +181,24 @@ func (r *ReviewedWrites) Judge(previous string, writes []string) WritesVerdict {
 		}
 	}
 	return v
+}
+
+// Rolling says which of the StatefulSets named are to roll in the upgrade from previous: those a
+// rolling pattern matches ("patch statefulsets/NAME"). None when the list was reviewed for another
+// previous release (it is not applied; Judge says so).
+func (r *ReviewedWrites) Rolling(previous string, statefulSets []string) []string {
+	if r == nil || r.PreviousRelease != previous {
+		return nil
+	}
+	var out []string
+	for _, name := range statefulSets {
+		for _, p := range r.Writes {
+			if ok, _ := path.Match(p.Pattern, "patch statefulsets/"+name); ok && p.Rolls {
+				out = append(out, name)
+				break
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
 }

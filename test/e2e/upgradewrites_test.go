@@ -122,3 +122,29 @@ func TestLoadReviewedWritesRefuses(t *testing.T) {
 		t.Errorf("an empty list: %v", err)
 	}
 }
+
+func TestRollingStatefulSets(t *testing.T) {
+	r := &ReviewedWrites{PreviousRelease: commitA, Writes: []ReviewedWrite{
+		{Pattern: "patch configmaps/*", Reason: "entrypoint.py changed"},
+		{Pattern: "patch statefulsets/opup-o[0-9]", Reason: "config hash", Rolls: true},
+		{Pattern: "patch statefulsets/*-postgres", Reason: "a label, no pod change"},
+	}}
+	sts := []string{"opup-o2", "opup-o1-cache", "opup-o1", "opup-o1-postgres"}
+	if got, want := r.Rolling(commitA, sts), []string{"opup-o1", "opup-o2"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("rolling %v, want %v (a pattern that writes without rolling rolls nothing)", got, want)
+	}
+	if got := r.Rolling("0000000000000000000000000000000000000000", sts); got != nil {
+		t.Errorf("a list reviewed for another release rolled %v", got)
+	}
+}
+
+func TestOnlyAStatefulSetPatternRolls(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "writes.yaml")
+	body := "previousRelease: " + commitA + "\nwrites:\n- pattern: \"patch configmaps/*\"\n  reason: x\n  rolls: true\n"
+	if err := os.WriteFile(f, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadReviewedWrites(f); err == nil || !strings.Contains(err.Error(), "rolls") {
+		t.Errorf("a rolling ConfigMap pattern loaded: %v", err)
+	}
+}

@@ -168,6 +168,10 @@ func render(f *e2e.Figures, src string) string {
 		if f.OperatorUpgradeReviewedWrites > 0 {
 			w("| … writes of the upgrade from the previous release on its reviewed list (test/e2e/testdata/operator-upgrade-writes.yaml) | %d | each listed pattern seen |\n", f.OperatorUpgradeReviewedWrites)
 		}
+		if f.OperatorUpgradeReviewedPodsReplaced > 0 {
+			w("| … pods replaced by the rollout the reviewed list declares (a pod template this release renders differently) | %d | those StatefulSets' pods, once |\n", f.OperatorUpgradeReviewedPodsReplaced)
+			w("| … most of their Tiled pods unready at once | %d | ≤ 1 (maxUnavailable) |\n", f.OperatorUpgradeReviewedRolloutMaxUnready)
+		}
 		w("| … every owned object at the same resourceVersion after the last new manager led (the window upgrades 1 to 3 share) | %.0f s | ≥ 120 s |\n", f.OperatorUpgradeRVStableSeconds)
 		if f.OperatorRenderRolloutSeconds > 0 {
 			w("| a build rendering one more Tiled pod annotation: apply → every Tiled pod of the fleet Ready with it | %.1f s | |\n", f.OperatorRenderRolloutSeconds)
