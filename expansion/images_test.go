@@ -94,7 +94,7 @@ func TestWithImagesProvenance(t *testing.T) {
 
 	profile := v1alpha1.TiledProfile{}
 	profile.Name, profile.Namespace, profile.Generation = "site", "beamlines", 2
-	profile.Spec.InstanceTemplate.Streaming = &v1alpha1.StreamingSpec{Managed: &v1alpha1.ManagedCache{Image: "r.example.org/redis:7"}}
+	profile.Spec.Streaming = &v1alpha1.StreamingSpec{Managed: &v1alpha1.ManagedCache{Image: "r.example.org/redis:7"}}
 	ti := &v1alpha1.TiledInstance{}
 	ti.Name, ti.Namespace = "a", "beamlines"
 	ti.Labels = map[string]string{"site": "x"}
