@@ -163,10 +163,16 @@ func imageRoles() []string {
 }
 
 // FullImageReference spells an image reference out in full, as container runtimes read it:
-// postgres:16 is docker.io/library/postgres:16, bitnami/postgresql:16 is
-// docker.io/bitnami/postgresql:16. Mirroring tools match images on their registry.
+// postgres:16 and docker.io/postgres:16 are docker.io/library/postgres:16, bitnami/postgresql:16 and
+// index.docker.io/bitnami/postgresql:16 are docker.io/bitnami/postgresql:16. Mirroring tools match images on their registry.
 func FullImageReference(ref string) string {
 	first, rest, found := strings.Cut(ref, "/")
+	if first == "docker.io" || first == "index.docker.io" {
+		if !strings.Contains(rest, "/") {
+			return "docker.io/library/" + rest
+		}
+		return "docker.io/" + rest
+	}
 	if found && (strings.ContainsAny(first, ".:") || first == "localhost") {
 		return ref
 	}

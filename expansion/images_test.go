@@ -130,6 +130,8 @@ func TestFullImageReference(t *testing.T) {
 		"localhost/tiled:dev":             "localhost/tiled:dev",
 		"registry:5000/tiled:1":           "registry:5000/tiled:1",
 		"docker.io/library/postgres:16.4": "docker.io/library/postgres:16.4",
+		"docker.io/postgres:16":           "docker.io/library/postgres:16",
+		"index.docker.io/valkey/valkey:8": "docker.io/valkey/valkey:8",
 	} {
 		g.Expect(FullImageReference(in)).To(Equal(want), in)
 	}
