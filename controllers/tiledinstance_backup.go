@@ -43,7 +43,7 @@ func (r *TiledInstanceReconciler) restore(ctx context.Context, cur *instanceStat
 	if b == nil || b.RestoreFrom == "" || recorded != nil {
 		return false, nil
 	}
-	o := backup.RestoreObserved{Instance: ti.Namespace + "/" + ti.Name, Spec: spec, ToolsImage: expansion.PostgresImage, Now: time.Now()}
+	o := backup.RestoreObserved{Instance: ti.Namespace + "/" + ti.Name, Spec: spec, ToolsImage: r.Builtins.Image(expansion.ImagePostgreSQL), Now: time.Now()}
 	if t := spec.Spec.Tiled; t != nil {
 		o.Version, _ = tiledversion.Of(t.Image, t.Version)
 	}

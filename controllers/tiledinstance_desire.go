@@ -53,7 +53,7 @@ func (r *TiledInstanceReconciler) inputs(ctx context.Context, cur *instanceState
 	if err != nil {
 		return instanceInputs{}, &stall{reason: expansionReason(err), message: err.Error()}
 	}
-	in := instanceInputs{spec: spec, render: render.Inputs{ServiceMonitorAvailable: r.ServiceMonitorAvailable, ToolsImage: expansion.PostgresImage}}
+	in := instanceInputs{spec: spec, render: render.Inputs{ServiceMonitorAvailable: r.ServiceMonitorAvailable, ToolsImage: r.Builtins.Image(expansion.ImagePostgreSQL)}}
 	if db := spec.Spec.Database; db != nil && db.External != nil {
 		in.external = true
 		keys, msg := cur.externalSecretKeys(ctx, spec)

@@ -39,7 +39,7 @@ func (r *TiledInstanceReconciler) upgrade(ctx context.Context, cur *instanceStat
 	if w, ok := r.memories.upgrades.load(key); ok {
 		w.apply(ti) // ti is this reconcile's copy
 	}
-	o := upgrade.Observed{Upgrade: ti.Status.Upgrade, ToolsImage: expansion.PostgresImage, Now: time.Now()}
+	o := upgrade.Observed{Upgrade: ti.Status.Upgrade, ToolsImage: r.Builtins.Image(expansion.ImagePostgreSQL), Now: time.Now()}
 	if t := spec.Spec.Tiled; t != nil {
 		o.SpecImage = t.Image
 		o.SpecVersion, _ = tiledversion.Of(t.Image, t.Version)

@@ -46,20 +46,32 @@ type Builtins struct {
 	Version string
 	// Defaults are the default settings; provenance calls them "default".
 	Defaults v1alpha1.InstanceTemplate
+	// Sources give, for a field of Defaults that the operator's configuration rather than this
+	// code set (a built-in image replaced by WithImages), the provenance that says so, e.g.
+	// spec.tiled.image: "default (RELATED_IMAGE_TILED)". Nil for DefaultBuiltins.
+	Sources map[string]string
 }
 
 // DefaultBuiltins returns the operator's built-in defaults at BuiltinsVersion: a small, secure
 // Tiled (one replica running as uid and gid 999, single-user API key, no anonymous access) on a
 // 10Gi ReadWriteOnce volume of the cluster's default storage class, with a managed PostgreSQL
 // database, a managed streaming cache, a ClusterIP Service, and NetworkPolicies that admit only the
-// instance's own pods to its database and cache. Each call returns a fresh copy.
+// instance's own pods to its database and cache. The images are BuiltinImages' defaults. Each call
+// returns a fresh copy.
 func DefaultBuiltins() Builtins {
+	b := defaultBuiltins()
+	for _, bi := range builtinImages {
+		*bi.field(&b.Defaults) = bi.Default
+	}
+	return b
+}
+
+func defaultBuiltins() Builtins {
 	q := resource.MustParse
 	return Builtins{
 		Version: BuiltinsVersion,
 		Defaults: v1alpha1.InstanceTemplate{
 			Tiled: &v1alpha1.TiledServerSpec{
-				Image:           TiledImage,
 				ImagePullPolicy: corev1.PullIfNotPresent,
 				Replicas:        ptr.To[int32](1),
 				Autoscaling: &v1alpha1.AutoscalingSpec{
@@ -86,8 +98,7 @@ func DefaultBuiltins() Builtins {
 			},
 			Database: &v1alpha1.DatabaseSpec{
 				Managed: &v1alpha1.ManagedDatabase{
-					Image: PostgresImage,
-					Size:  "10Gi",
+					Size: "10Gi",
 					Resources: &corev1.ResourceRequirements{
 						Requests: corev1.ResourceList{corev1.ResourceCPU: q("100m"), corev1.ResourceMemory: q("256Mi")},
 						Limits:   corev1.ResourceList{corev1.ResourceMemory: q("1Gi")},
@@ -114,7 +125,6 @@ func DefaultBuiltins() Builtins {
 			Streaming: &v1alpha1.StreamingSpec{
 				Enabled: ptr.To(true),
 				Managed: &v1alpha1.ManagedCache{
-					Image: CacheImage,
 					Resources: &corev1.ResourceRequirements{
 						Requests: corev1.ResourceList{corev1.ResourceCPU: q("50m"), corev1.ResourceMemory: q("64Mi")},
 						Limits:   corev1.ResourceList{corev1.ResourceMemory: q("256Mi")},

@@ -214,7 +214,11 @@ func (e *engine) checkExpanded(instance string, spec *v1alpha1.TiledInstanceSpec
 func attribute(prov map[string]string, rank map[string]int, paths []string) string {
 	best, bestRank := SourceDefault, -1
 	consider := func(src string) {
-		r, ok := rank[strings.TrimSuffix(src, ExpressionSuffix)]
+		layer := strings.TrimSuffix(src, ExpressionSuffix)
+		if IsDefaultSource(layer) {
+			layer = SourceDefault
+		}
+		r, ok := rank[layer]
 		if ok && (r > bestRank || (r == bestRank && src < best)) {
 			best, bestRank = src, r
 		}

@@ -9,7 +9,9 @@
 // An instance's spec is built from layers, lowest to highest:
 //
 //  1. the built-in defaults (Builtins; DefaultBuiltins at BuiltinsVersion, with the Tiled image
-//     taken from TiledVersion);
+//     taken from TiledVersion and every image from BuiltinImages, which Builtins.WithImages
+//     replaces: the manager passes the images of its RELATED_IMAGE_<ROLE> variables, read by
+//     ImagesFromEnvironment, since the engine reads no environment);
 //  2. the instance's profiles, ordered by (priority, name) — the cluster's profileSelector selects
 //     profiles for every instance, and an instance's own profileSelector adds more for that instance
 //     (a union; see package profiles);
@@ -61,7 +63,8 @@
 // keyed-list items as spec.tiled.env[name=FOO].value; map keys that are not plain names as
 // spec.tiled.podAnnotations["example.org/team"]) maps to the highest layer whose field set holds it:
 // "default", "profile/<name>@<generation>", "cluster/template", "instance/<name>/overrides" or
-// "instance", with " (expression)" appended when an expression computed the value. Why answers
+// "instance", with " (expression)" appended when an expression computed the value; a built-in
+// image WithImages replaced is "default (RELATED_IMAGE_<ROLE>)" (IsDefaultSource). Why answers
 // "where does this field come from" from it.
 //
 // # Conflicts

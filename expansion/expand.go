@@ -114,7 +114,7 @@ func expand(cluster *v1alpha1.TiledCluster, candidates []v1alpha1.TiledProfile, 
 	if err != nil {
 		return nil, err
 	}
-	base, err := e.newLayer(SourceDefault, &builtins.Defaults)
+	base, err := e.builtinsLayer(&builtins)
 	if err != nil {
 		return nil, err
 	}
@@ -223,7 +223,7 @@ func ExpandInstance(instance *v1alpha1.TiledInstance, candidates []v1alpha1.Tile
 		return nil, err
 	}
 	stack := make([]*layer, 0, len(chosen)+2)
-	base, err := e.newLayer(SourceDefault, &builtins.Defaults)
+	base, err := e.builtinsLayer(&builtins)
 	if err != nil {
 		return nil, err
 	}
@@ -474,6 +474,9 @@ func provenance(leaves *fieldpath.Set, mats []*material) map[string]string {
 		}
 		rendered := renderPath(p)
 		src := mats[owner].source
+		if s, ok := mats[owner].sources[rendered]; ok {
+			src = s
+		}
 		if mats[owner].computed[rendered] {
 			src += ExpressionSuffix
 		}

@@ -103,6 +103,8 @@ type material struct {
 	members map[string]choice
 	// computed holds the rendered paths of the fields the layer's expressions computed.
 	computed map[string]bool
+	// sources give the provenance of some fields in place of source (Builtins.Sources).
+	sources map[string]string
 }
 
 // engine holds what one Expand call shares across its instances.
@@ -159,6 +161,20 @@ func (e *engine) newLayer(source string, template any) (*layer, error) {
 		return nil, &InvalidFieldError{Layer: source, Field: "spec", Reason: err.Error()}
 	}
 	return e.newLayerFromMap(source, spec)
+}
+
+// builtinsLayer is the lowest layer: the built-in defaults, with their own provenance for the fields
+// the operator's configuration set (Builtins.Sources).
+func (e *engine) builtinsLayer(b *Builtins) (*layer, error) {
+	l, err := e.newLayer(SourceDefault, &b.Defaults)
+	if err != nil || len(b.Sources) == 0 {
+		return l, err
+	}
+	if l.static == nil {
+		return nil, &InvalidFieldError{Layer: SourceDefault, Field: "spec", Reason: "the built-in defaults hold an expression"}
+	}
+	l.static.sources = b.Sources
+	return l, nil
 }
 
 func (e *engine) newLayerFromMap(source string, spec map[string]any) (*layer, error) {

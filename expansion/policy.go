@@ -64,7 +64,13 @@ func (e *NotAllowedError) Error() string {
 
 // adminSource reports whether a provenance source is the built-in defaults or a profile.
 func adminSource(src string) bool {
-	return src == SourceDefault || strings.HasPrefix(src, "profile/")
+	return IsDefaultSource(src) || strings.HasPrefix(src, "profile/")
+}
+
+// IsDefaultSource reports whether a provenance source is the built-in defaults: "default", or
+// "default (RELATED_IMAGE_<ROLE>)" for a built-in image the manager's environment replaced.
+func IsDefaultSource(src string) bool {
+	return src == SourceDefault || (strings.HasPrefix(src, SourceDefault+" ("+RelatedImagePrefix) && strings.HasSuffix(src, ")"))
 }
 
 // setter returns the source among the given fields' that decides whether a setting is allowed: the

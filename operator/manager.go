@@ -63,6 +63,10 @@ type ManagerOptions struct {
 	WatchNamespaces []string
 	// Webhooks serves the admission webhooks (package webhooks); nil turns them off.
 	Webhooks *webhooks.Options
+	// Builtins are the built-in defaults of every expansion (the controllers' and the webhooks'); zero
+	// means expansion.DefaultBuiltins(). cmd/manager passes them with the images of its
+	// RELATED_IMAGE_<ROLE> variables (expansion.ImagesFromEnvironment).
+	Builtins expansion.Builtins
 	// Restartable allows several managers in one process, one after another (tests, benchmarks):
 	// controller names are then not checked for uniqueness across managers.
 	Restartable bool
@@ -212,7 +216,10 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (*Operator, error) {
 		instanceResync: make(chan event.GenericEvent, 64),
 		profileResync:  make(chan event.GenericEvent, 64),
 	}
-	builtins := expansion.DefaultBuiltins()
+	builtins := o.Builtins
+	if builtins.Version == "" {
+		builtins = expansion.DefaultBuiltins()
+	}
 	recorder := mgr.GetEventRecorder(tiledv1alpha1.FieldOwner)
 	opMetrics := controllers.NewMetrics(crmetrics.Registry)
 	if err := (&controllers.TiledClusterReconciler{
@@ -236,7 +243,9 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (*Operator, error) {
 		return nil, fmt.Errorf("setting up the fleet metrics: %w", err)
 	}
 	if o.Webhooks != nil {
-		if op.Webhooks, err = webhooks.Setup(mgr, *o.Webhooks); err != nil {
+		wo := *o.Webhooks
+		wo.Builtins = builtins // the mutating webhook expands as the controllers do
+		if op.Webhooks, err = webhooks.Setup(mgr, wo); err != nil {
 			return nil, fmt.Errorf("setting up the webhooks: %w", err)
 		}
 	}

@@ -11,7 +11,9 @@
 //	--cert-management=self          who provides their certificate: self (default), cert-manager, olm
 //
 // and the webhook, metrics and probe flags `manager --help` lists. docs/getting-started.md says
-// which install path sets which.
+// which install path sets which. The environment variables RELATED_IMAGE_TILED,
+// RELATED_IMAGE_POSTGRESQL and RELATED_IMAGE_CACHE replace the built-in images
+// (docs/disconnected.md).
 package main
 
 import (
@@ -26,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/bluesky/tiled-operator/expansion"
 	"github.com/bluesky/tiled-operator/operator"
 	"github.com/bluesky/tiled-operator/operator/memtarget"
 	"github.com/bluesky/tiled-operator/webhooks"
@@ -86,6 +89,9 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
+	if o.Builtins, err = builtins(os.Environ()); err != nil {
+		return err
+	}
 
 	if *webhooksOn {
 		wh.Complete()
@@ -101,6 +107,11 @@ func run(args []string) error {
 		return fmt.Errorf("setting up the manager: %w", err)
 	}
 	buildInfo(crmetrics.Registry, version)
+	for _, bi := range expansion.BuiltinImages() {
+		if image := o.Builtins.Image(bi.Role); image != bi.Default {
+			log.Info("built-in image replaced", "variable", bi.Variable(), "image", image, "builtin", bi.Default)
+		}
+	}
 	log.Info("operator running", "version", version, "host", cfg.Host, "memoryTarget", memory.Target, "memoryCeiling", memory.Ceiling, "namespaces", namespacesForLog(o.WatchNamespaces),
 		"webhooks", *webhooksOn, "certManagement", certMode(o.Webhooks))
 	ctx := ctrl.SetupSignalHandler()
@@ -108,6 +119,21 @@ func run(args []string) error {
 		go memtarget.Run(ctx, memory, memtarget.DefaultInterval)
 	}
 	return mgr.Start(ctx)
+}
+
+// builtins are the built-in defaults of every expansion, with the images the RELATED_IMAGE_<ROLE>
+// variables of environ name instead of the built-in ones (a disconnected site's mirror; OLM's
+// convention): an unknown variable or an invalid reference stops the manager, naming the variable.
+func builtins(environ []string) (expansion.Builtins, error) {
+	images, err := expansion.ImagesFromEnvironment(environ)
+	if err != nil {
+		return expansion.Builtins{}, fmt.Errorf("the built-in images: %w", err)
+	}
+	b, err := expansion.DefaultBuiltins().WithImages(images)
+	if err != nil {
+		return expansion.Builtins{}, fmt.Errorf("the built-in images: %w", err)
+	}
+	return b, nil
 }
 
 // ParseNamespaces splits a comma-separated list, dropping blanks and repeats: OLM's

@@ -7,6 +7,8 @@ import (
 	. "github.com/onsi/gomega"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/bluesky/tiled-operator/expansion"
 )
 
 // OLM's olm.targetNamespaces is "" for AllNamespaces, one name for OwnNamespace and
@@ -48,4 +50,21 @@ func TestBuildInfo(t *testing.T) {
 # TYPE tiled_operator_build_info gauge
 tiled_operator_build_info{version="v9.9.9-test"} 1
 `), "tiled_operator_build_info")).To(Succeed())
+}
+
+// The RELATED_IMAGE_<ROLE> variables replace the built-in images; a bad one stops the manager at
+// start, before it reaches the cluster, with an error naming the variable.
+func TestRelatedImageVariables(t *testing.T) {
+	g := NewWithT(t)
+	b, err := builtins([]string{"RELATED_IMAGE_CACHE=registry.example.org/valkey/valkey:8.1", "HOME=/"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(b.Image(expansion.ImageCache)).To(Equal("registry.example.org/valkey/valkey:8.1"))
+	g.Expect(b.Image(expansion.ImageTiled)).To(Equal(expansion.TiledImage))
+
+	t.Setenv("KUBECONFIG", "/nonexistent")
+	t.Setenv("RELATED_IMAGE_CACHE", "Registry.example.org/Valkey:8.1")
+	g.Expect(run(nil)).To(MatchError(ContainSubstring(`RELATED_IMAGE_CACHE="Registry.example.org/Valkey:8.1" is not a valid image reference`)))
+	t.Setenv("RELATED_IMAGE_CACHE", "valkey:8.1")
+	t.Setenv("RELATED_IMAGE_REDIS", "redis:7")
+	g.Expect(run(nil)).To(MatchError(ContainSubstring("RELATED_IMAGE_REDIS: no built-in image has this variable")))
 }

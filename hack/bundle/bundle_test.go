@@ -18,6 +18,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
 
 	webhookconfig "github.com/bluesky/tiled-operator/config/webhook"
 	"github.com/bluesky/tiled-operator/expansion"
@@ -359,10 +360,10 @@ func TestCSVInstallModes(t *testing.T) {
 	}
 }
 
-// relatedImages list the manager's image and the built-in Tiled and PostgreSQL images, read from
-// expansion (so a new default reaches the bundle by `make bundle`), fully qualified; the CSV says
-// it installs disconnected under the current and the older annotation; the maintainer is the
-// project.
+// relatedImages list the manager's image and every image of expansion.BuiltinImages (the images
+// the operator runs by default, which a test of expansion checks against what render emits), fully
+// qualified, and the manager's RELATED_IMAGE_<ROLE> variables name the same images; the CSV says it
+// installs disconnected under the current and the older annotation; the maintainer is the project.
 func TestCSVRelatedImagesAndAnnotations(t *testing.T) {
 	b, err := manifests.GetBundleFromDir(filepath.Join(root, "bundle"))
 	if err != nil {
@@ -373,13 +374,22 @@ func TestCSVRelatedImagesAndAnnotations(t *testing.T) {
 	for _, ri := range csv.Spec.RelatedImages {
 		images[ri.Name] = ri.Image
 	}
-	want := map[string]string{
-		"tiled-operator": csv.Annotations["containerImage"],
-		"tiled":          expansion.TiledImage,
-		"postgresql":     "docker.io/library/" + expansion.PostgresImage,
+	env := map[string]string{}
+	for _, e := range csv.Spec.InstallStrategy.StrategySpec.DeploymentSpecs[0].Spec.Template.Spec.Containers[0].Env {
+		env[e.Name] = e.Value
+	}
+	want := map[string]string{"tiled-operator": csv.Annotations["containerImage"]}
+	for _, bi := range expansion.BuiltinImages() {
+		want[bi.Role] = expansion.FullImageReference(bi.Default)
+		if env[bi.Variable()] != want[bi.Role] {
+			t.Errorf("the manager's %s is %q, want %q", bi.Variable(), env[bi.Variable()], want[bi.Role])
+		}
+	}
+	if want["cache"] != "docker.io/valkey/valkey:8.1" || want["postgresql"] != "docker.io/library/postgres:16" {
+		t.Errorf("the built-in images are not the ones expected: %v", want)
 	}
 	if !maps.Equal(images, want) {
-		t.Errorf("relatedImages %v, want %v", images, want)
+		t.Errorf("relatedImages %v, want %v: run make bundle", images, want)
 	}
 	if csv.Annotations["features.operators.openshift.io/disconnected"] != "true" || csv.Annotations["operators.openshift.io/infrastructure-features"] != `["disconnected"]` {
 		t.Errorf("disconnected annotations: %q, %q", csv.Annotations["features.operators.openshift.io/disconnected"], csv.Annotations["operators.openshift.io/infrastructure-features"])
@@ -408,16 +418,39 @@ func TestNormalizeImage(t *testing.T) {
 	}
 }
 
-// A claim of disconnected installs without the images to mirror, or with the two annotations
-// disagreeing, fails the generation.
+// A claim of disconnected installs without every image to mirror (each built-in image in turn
+// left out), without the manager's variable naming it, or with the two annotations disagreeing,
+// fails the generation.
 func TestDisconnectedClaimIsChecked(t *testing.T) {
-	csv := &operatorsv1alpha1.ClusterServiceVersion{}
-	csv.Annotations = map[string]string{"containerImage": "ghcr.io/bluesky/tiled-operator:1.0.0",
-		annotationDisconnected: "true", annotationInfrastructureFeat: `["disconnected"]`}
+	files, _, err := Generate(committed())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var csv *operatorsv1alpha1.ClusterServiceVersion
+	if err := yaml.Unmarshal(files["manifests/"+PackageName+".clusterserviceversion.yaml"], &csv); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkDisconnected(csv); err != nil {
+		t.Fatal(err)
+	}
+	for _, bi := range expansion.BuiltinImages() {
+		c := csv.DeepCopy()
+		c.Spec.RelatedImages = slices.DeleteFunc(c.Spec.RelatedImages, func(ri operatorsv1alpha1.RelatedImage) bool { return ri.Name == bi.Role })
+		if err := checkDisconnected(c); err == nil || !strings.Contains(err.Error(), "relatedImages lacks "+bi.Role) {
+			t.Errorf("relatedImages without %s: %v", bi.Role, err)
+		}
+		c = csv.DeepCopy()
+		ctr := &c.Spec.InstallStrategy.StrategySpec.DeploymentSpecs[0].Spec.Template.Spec.Containers[0]
+		ctr.Env = slices.DeleteFunc(ctr.Env, func(e corev1.EnvVar) bool { return e.Name == bi.Variable() })
+		if err := checkDisconnected(c); err == nil || !strings.Contains(err.Error(), bi.Variable()) {
+			t.Errorf("the manager without %s: %v", bi.Variable(), err)
+		}
+	}
+	csv.Spec.RelatedImages = nil
 	if err := checkDisconnected(csv); err == nil || !strings.Contains(err.Error(), "relatedImages lacks") {
 		t.Errorf("no relatedImages: %v", err)
 	}
-	csv.Spec.RelatedImages = relatedImages("ghcr.io/bluesky/tiled-operator:1.0.0")
+	csv.Spec.RelatedImages = relatedImages(csv.Annotations["containerImage"])
 	if err := checkDisconnected(csv); err != nil {
 		t.Error(err)
 	}

@@ -222,7 +222,9 @@ func (b *bundle) sortRendered() error {
 
 // managerImage: the Deployment's image, which must be this release's, and every image the operator
 // runs, for mirroring into disconnected registries: the manager's and the built-in defaults of
-// every instance (a profile may name others; docs/getting-started.md).
+// every instance (a profile may name others; docs/disconnected.md), which the manager's
+// RELATED_IMAGE_<ROLE> variables name too (checked with relatedImages once the install strategy
+// holds the Deployment).
 func (b *bundle) managerImage() error {
 	image := b.deployment.Spec.Template.Spec.Containers[0].Image
 	if !strings.HasSuffix(image, ":"+b.version.String()) {
@@ -233,7 +235,7 @@ func (b *bundle) managerImage() error {
 		return err
 	}
 	b.csv.Spec.RelatedImages = relatedImages(image)
-	return checkDisconnected(b.csv)
+	return relatedImageEnv(&b.deployment.Spec.Template.Spec.Containers[0])
 }
 
 // webhookDefinitions: OLM creates the admission webhook configurations from the CSV's
@@ -286,7 +288,7 @@ func (b *bundle) installStrategy() error {
 		strategy.ClusterPermissions = []operatorsv1alpha1.StrategyDeploymentPermissions{{ServiceAccountName: b.serviceAccount, Rules: clusterWide}}
 	}
 	b.csv.Spec.InstallStrategy = operatorsv1alpha1.NamedInstallStrategy{StrategyName: operatorsv1alpha1.InstallStrategyNameDeployment, StrategySpec: strategy}
-	return nil
+	return checkDisconnected(b.csv)
 }
 
 // ownedCRDs: names, versions and descriptions from the CRDs, descriptors from the base, checked;

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -23,29 +24,38 @@ const (
 	annotationInfrastructureFeat = "operators.openshift.io/infrastructure-features"
 )
 
+// managerImageName names the manager's own image in relatedImages.
+const managerImageName = "tiled-operator"
+
 // relatedImages are every image the operator runs by default, so that a disconnected cluster can
-// mirror them: the manager, and the built-in Tiled and PostgreSQL images of expansion (a profile
-// naming other images makes those the facility's to mirror).
+// mirror them: the manager, and each of expansion.BuiltinImages under its role (a profile naming
+// other images makes those the facility's to mirror), spelt out in full.
 func relatedImages(manager string) []operatorsv1alpha1.RelatedImage {
-	return []operatorsv1alpha1.RelatedImage{
-		{Name: "tiled-operator", Image: normalizeImage(manager)},
-		{Name: "tiled", Image: normalizeImage(expansion.TiledImage)},
-		{Name: "postgresql", Image: normalizeImage(expansion.PostgresImage)},
+	out := []operatorsv1alpha1.RelatedImage{{Name: managerImageName, Image: normalizeImage(manager)}}
+	for _, bi := range expansion.BuiltinImages() {
+		out = append(out, operatorsv1alpha1.RelatedImage{Name: bi.Role, Image: normalizeImage(bi.Default)})
 	}
+	return out
+}
+
+// relatedImageEnv sets, on the manager's container, the RELATED_IMAGE_<ROLE> variable of each
+// built-in image to its entry in relatedImages (OLM's convention: tools that pin digests or mirror
+// the bundle rewrite both alike, and a Subscription's spec.config.env overrides them). The fully
+// qualified spelling names the built-in image itself, so the manager renders what it would without
+// them.
+func relatedImageEnv(c *corev1.Container) error {
+	for _, bi := range expansion.BuiltinImages() {
+		if slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == bi.Variable() }) {
+			return fmt.Errorf("%s: the manager already sets %s: hack/bundle sets it from expansion.BuiltinImages", overlay, bi.Variable())
+		}
+		c.Env = append(c.Env, corev1.EnvVar{Name: bi.Variable(), Value: normalizeImage(bi.Default)})
+	}
+	return nil
 }
 
 // normalizeImage spells an image reference out in full, as container runtimes read it
 // ("postgres:16" is docker.io/library/postgres:16): mirroring tools match on the registry.
-func normalizeImage(ref string) string {
-	first, rest, found := strings.Cut(ref, "/")
-	if found && (strings.ContainsAny(first, ".:") || first == "localhost") {
-		return ref
-	}
-	if !found {
-		return "docker.io/library/" + ref
-	}
-	return "docker.io/" + first + "/" + rest
-}
+func normalizeImage(ref string) string { return expansion.FullImageReference(ref) }
 
 // checkDisconnected refuses a CSV that claims disconnected installs without listing the images to
 // mirror, or whose two disconnected annotations disagree.
@@ -63,13 +73,27 @@ func checkDisconnected(csv *operatorsv1alpha1.ClusterServiceVersion) error {
 	if !current {
 		return nil
 	}
-	images := map[string]bool{}
+	images := map[string]string{}
 	for _, ri := range csv.Spec.RelatedImages {
-		images[ri.Image] = true
+		images[ri.Name] = ri.Image
 	}
-	for _, want := range []string{csv.Annotations["containerImage"], expansion.TiledImage, expansion.PostgresImage} {
-		if !images[normalizeImage(want)] {
-			return fmt.Errorf("the CSV claims disconnected installs but relatedImages lacks %s", want)
+	want := map[string]string{managerImageName: csv.Annotations["containerImage"]}
+	for _, bi := range expansion.BuiltinImages() {
+		want[bi.Role] = bi.Default
+	}
+	for _, name := range slices.Sorted(maps.Keys(want)) {
+		if images[name] != normalizeImage(want[name]) {
+			return fmt.Errorf("the CSV claims disconnected installs but relatedImages lacks %s (%s)", name, want[name])
+		}
+	}
+	var env []corev1.EnvVar
+	if deps := csv.Spec.InstallStrategy.StrategySpec.DeploymentSpecs; len(deps) > 0 && len(deps[0].Spec.Template.Spec.Containers) > 0 {
+		env = deps[0].Spec.Template.Spec.Containers[0].Env
+	}
+	for _, bi := range expansion.BuiltinImages() {
+		i := slices.IndexFunc(env, func(e corev1.EnvVar) bool { return e.Name == bi.Variable() })
+		if i < 0 || env[i].Value != images[bi.Role] {
+			return fmt.Errorf("the manager's %s is not relatedImages' %s (%s)", bi.Variable(), bi.Role, images[bi.Role])
 		}
 	}
 	return nil

@@ -32,7 +32,8 @@ type TiledInstanceApplyConfiguration struct {
 	// Provenance maps the path of every expanded leaf field (e.g. spec.storage.data.size) to the layer
 	// that set it: default, profile/<name>@<generation>, cluster/template, instance/<name>/overrides,
 	// or instance (for a standalone instance's own fields), with " (expression)" appended when a CEL
-	// expression of that layer computed the value. `kubectl tiled why` reads it.
+	// expression of that layer computed the value. A built-in image the manager's environment
+	// replaced is "default (RELATED_IMAGE_<ROLE>)", naming the variable. `kubectl tiled why` reads it.
 	Provenance map[string]string `json:"provenance,omitempty"`
 	// Status is the observed state of the deployment.
 	Status *TiledInstanceStatusApplyConfiguration `json:"status,omitempty"`
