@@ -70,7 +70,7 @@ func Stuck(sts *appsv1.StatefulSet, pods []corev1.Pod, replaced map[string]strin
 	to := sts.Status.UpdateRevision
 	for i := range pods {
 		p := &pods[i]
-		if p.DeletionTimestamp != nil || !ownedBy(p.Name, sts.Name) {
+		if p.DeletionTimestamp != nil || !OwnedBy(p.Name, sts.Name) {
 			continue
 		}
 		from := p.Labels[appsv1.ControllerRevisionHashLabelKey]
@@ -92,8 +92,8 @@ func Stuck(sts *appsv1.StatefulSet, pods []corev1.Pod, replaced map[string]strin
 	return out
 }
 
-// ownedBy says whether pod is one of the StatefulSet sts's pods by its name (<sts>-<ordinal>).
-func ownedBy(pod, sts string) bool {
+// OwnedBy says whether pod is one of the StatefulSet sts's pods by its name (<sts>-<ordinal>).
+func OwnedBy(pod, sts string) bool {
 	rest, ok := strings.CutPrefix(pod, sts+"-")
 	if !ok || rest == "" {
 		return false
