@@ -92,6 +92,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apisv1alpha1.PendingRolloutApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ReadOnlyMount"):
 		return &apisv1alpha1.ReadOnlyMountApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("ReplacedPod"):
+		return &apisv1alpha1.ReplacedPodApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("RestoreRecord"):
 		return &apisv1alpha1.RestoreRecordApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("RolloutSpec"):

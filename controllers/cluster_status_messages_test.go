@@ -6,9 +6,11 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
+	"github.com/bluesky/tiled-operator/controllers/rollout"
 )
 
 // TestHeldMessage: the Ready condition names the first few held instances and counts the rest.
@@ -75,4 +77,23 @@ func TestStalledMembers(t *testing.T) {
 	}, []string{"fleet-c (invalid: spec.storage.data.size)"})
 	g.Expect(msg).To(Equal("4 of 6 instances stalled: fleet-b (CrashLoopBackOff: pod fleet-b-0); fleet-c (invalid: spec.storage.data.size); " +
 		"fleet-d (ImagePullBackOff: pod fleet-d-0); and 1 more (kubectl get ti -l tiled.blueskyproject.io/cluster=fleet shows each)"))
+}
+
+// TestClusterStalledKeepsItsTransitionTime: a cluster's Stalled computed again (a restarted
+// operator's first reconcile) keeps its place and lastTransitionTime, so that nothing is written.
+func TestClusterStalledKeepsItsTransitionTime(t *testing.T) {
+	g := NewWithT(t)
+	cluster := &tiledv1alpha1.TiledCluster{ObjectMeta: metav1.ObjectMeta{Name: "fleet", Generation: 2}}
+	member := &tiledv1alpha1.TiledInstance{ObjectMeta: metav1.ObjectMeta{Name: "fleet-a"}}
+	member.Status.Conditions = []metav1.Condition{{Type: ConditionStalled, Status: metav1.ConditionTrue, Reason: "CrashLoopBackOff", Message: "crash"}}
+	p := clusterPlan{members: []*tiledv1alpha1.TiledInstance{member}}
+	p.Decisions = []rollout.Decision{{Name: "fleet-a", Action: rollout.Apply, Member: true}}
+	first := &tiledv1alpha1.TiledClusterStatus{}
+	setRolloutStatus(first, cluster, p, clusterApplied{})
+	c := meta.FindStatusCondition(first.Conditions, ConditionStalled)
+	g.Expect(c).NotTo(BeNil())
+	c.LastTransitionTime = metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	again := first.DeepCopy()
+	setRolloutStatus(again, cluster, p, clusterApplied{})
+	g.Expect(again).To(Equal(first))
 }

@@ -89,6 +89,9 @@ const (
 	// ReasonRenderChanged: the operator renders an instance's pod template differently though its spec
 	// did not change (RolloutPending, and the Event naming what differs).
 	ReasonRenderChanged = "RenderChanged"
+	// ReasonStuckPodReplaced: the Event of a pod deleted because it was stuck, failing and not Ready,
+	// on an older revision of its StatefulSet (status.replacedPods).
+	ReasonStuckPodReplaced = "StuckPodReplaced"
 	// ReasonNotAllowed: an NFS export, uid or gid that the instance's TiledProfiles do not allow.
 	ReasonNotAllowed = "NotAllowed"
 )

@@ -15,7 +15,9 @@
 //	                              the status before it is applied
 //	apply     tiled*_apply.go     package childset: apply in order, refusals classified, what was
 //	prune                         sent recorded; prune what is owned and no longer wanted
-//	status    tiled*_status.go    the status, written only when it changed; Events on transitions
+//	status    tiled*_status.go    the status, written only when it changed; Events on transitions;
+//	                              for an instance, first the pods stuck on an older revision of
+//	                              their StatefulSet are replaced (tiledinstance_stuckpods.go)
 //
 // Around them: retention.go (what the Retain policy does when an instance goes and comes back, at
 // both levels), memories.go (everything kept from one reconcile to the next, and how each is

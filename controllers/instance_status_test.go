@@ -3,10 +3,12 @@ package controllers
 import (
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -262,4 +264,27 @@ func TestEventNoteFitsTheAPI(t *testing.T) {
 	g.Expect(len(long)).To(BeNumerically("<=", maxEventNote))
 	g.Expect(long).To(HaveSuffix("..."))
 	g.Expect(utf8.ValidString(long)).To(BeTrue())
+}
+
+// TestStalledKeepsItsTransitionTime: a stall computed again (the next reconcile, or a restarted
+// operator's first) keeps Stalled's lastTransitionTime, so that the status is not written again;
+// a stuck pod that a hold keeps is named in the Stalled message.
+func TestStalledKeepsItsTransitionTime(t *testing.T) {
+	g := NewWithT(t)
+	crash := &podstatus.Problem{Pod: "fleet-csx-0", Reason: podstatus.ReasonCrashLoop, Message: "pod fleet-csx-0: crash", Stalled: true}
+	o := observedInstance{Generation: 3, Namespace: "nsls2", TiledName: "fleet-csx", Replicas: 1,
+		Tiled: sts(5, 5, 0), External: true, ServerProblem: crash}
+	first := instanceStatus(&tiledv1alpha1.TiledInstanceStatus{}, o)
+	c := meta.FindStatusCondition(first.Conditions, ConditionStalled)
+	g.Expect(c).NotTo(BeNil())
+	long := metav1.NewTime(c.LastTransitionTime.Add(-time.Hour))
+	c.LastTransitionTime = long
+	again := instanceStatus(first, o)
+	g.Expect(meta.FindStatusCondition(again.Conditions, ConditionStalled).LastTransitionTime).To(Equal(long))
+	g.Expect(again).To(Equal(first), "nothing to write")
+	g.Expect(equality.Semantic.DeepEqual(first, again)).To(BeTrue())
+
+	o.StuckHeld = "pod fleet-csx-0 is stuck on revision fleet-csx-1 of StatefulSet fleet-csx and is not replaced while TiledCluster fleet spec.instances[csx].hold is set"
+	held := instanceStatus(first, o)
+	g.Expect(meta.FindStatusCondition(held.Conditions, ConditionStalled).Message).To(Equal("pod fleet-csx-0: crash; " + o.StuckHeld))
 }

@@ -60,6 +60,9 @@ type observedInstance struct {
 	// spec, not applied, waiting for the cluster's rollout (nil: none); PendingMessage describes it.
 	PendingRollout *tiledv1alpha1.PendingRollout
 	PendingMessage string
+	// StuckHeld names the pods stuck on an older revision of their StatefulSet that are not replaced
+	// because the instance is held ("" when none); said in the Stalled condition.
+	StuckHeld string
 }
 
 // instanceStatus computes an instance's status from its previous one (whose conditions keep their
@@ -109,7 +112,7 @@ func instanceStatus(prev *tiledv1alpha1.TiledInstanceStatus, o observedInstance)
 	}
 
 	// A pod failure that will not mend by itself stalls the instance; everything was applied all the
-	// same, and nothing is deleted.
+	// same, and nothing is deleted but a pod stuck on an older revision (tiledinstance_stuckpods.go).
 	var stall *podstatus.Problem
 	switch {
 	case !dbReady && dbProblem != nil && dbProblem.Stalled:
@@ -119,12 +122,21 @@ func instanceStatus(prev *tiledv1alpha1.TiledInstanceStatus, o observedInstance)
 	case !serverReady && o.ServerProblem != nil && o.ServerProblem.Stalled:
 		stall = o.ServerProblem
 	}
-	removeCondition(&status.Conditions, ConditionStalled)
+	// Stalled is removed only when nothing stalls: set again, it keeps its place and the time of
+	// its transition (else every reconcile of a stalled instance, a restarted operator's first
+	// included, would write a new one).
+	if o.UpgradeStall == nil && stall == nil {
+		removeCondition(&status.Conditions, ConditionStalled)
+	}
 	switch {
 	case o.UpgradeStall != nil:
 		setStalled(&status.Conditions, gen, o.UpgradeStall.Reason, o.UpgradeStall.Message)
 	case stall != nil:
-		setStalled(&status.Conditions, gen, stall.Reason, stall.Message)
+		msg := stall.Message
+		if o.StuckHeld != "" {
+			msg += "; " + o.StuckHeld
+		}
+		setStalled(&status.Conditions, gen, stall.Reason, msg)
 	case o.UpgradeProgress != nil:
 		setReconciling(&status.Conditions, gen, o.UpgradeProgress.Reason, o.UpgradeProgress.Message)
 	case !dbReady:

@@ -27,6 +27,9 @@ import (
 //	upgrades        instanceMemories         instance   the instance is gone (instanceMemories.forget);
 //	                                                    ignored for another UID, or once the cache
 //	                                                    shows a newer instance
+//	replaced        instanceMemories         instance   the instance is gone (instanceMemories.forget);
+//	                                                    ignored for another UID, or once the cache
+//	                                                    shows a newer instance
 //	verdicts        profileMemories          profile    the profile is gone (profileMemories.forget);
 //	                                                    ignored for another UID or generation
 //	records         applier.Applier          object     pruned (childset.Prune: Forget), seen deleted by
@@ -69,6 +72,28 @@ type instanceMemories struct {
 	// was written over: until the cache shows a newer instance, a reconcile decides from what was
 	// written, so that a transition (a backup's name, an Event) is never made twice.
 	upgrades keyed[writtenUpgrade]
+	// replaced is the status.replacedPods this controller last wrote (or is about to write: the
+	// pods are deleted first) and the version of the instance it was written over: until the cache
+	// shows a newer instance, a reconcile decides from it, so that a pod is never deleted twice for
+	// one revision because the cache has not yet caught up with the record.
+	replaced keyed[writtenReplaced]
+}
+
+// writtenReplaced is the status.replacedPods written over the instance with this UID at this
+// resourceVersion.
+type writtenReplaced struct {
+	uid             types.UID
+	resourceVersion string
+	records         []tiledv1alpha1.ReplacedPod
+}
+
+// of returns what was written when the cache still shows the instance the write went over
+// (same UID, same resourceVersion), and the cache's records otherwise.
+func (w writtenReplaced) of(ti *tiledv1alpha1.TiledInstance) []tiledv1alpha1.ReplacedPod {
+	if w.uid == ti.UID && w.resourceVersion == ti.ResourceVersion {
+		return w.records
+	}
+	return ti.Status.ReplacedPods
 }
 
 // writtenUpgrade is the upgrade status written over the instance with this UID at this
@@ -106,12 +131,13 @@ type instanceSecrets struct {
 }
 
 // forget drops what the controller and the applier remember of an instance that is gone: its
-// Secret's data, its render, the upgrade status it wrote, and the records of its status and its children's applies (group
+// Secret's data, its render, the upgrade status and replaced pods it wrote, and the records of its status and its children's applies (group
 // "namespace/name").
 func (m *instanceMemories) forget(a *applier.Applier, instance types.NamespacedName) {
 	m.secrets.forget(instance)
 	m.rendered.Forget(instance)
 	m.upgrades.forget(instance)
+	m.replaced.forget(instance)
 	a.ForgetGroup(instance.String())
 }
 

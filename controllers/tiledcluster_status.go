@@ -114,7 +114,6 @@ func setRolloutStatus(status *tiledv1alpha1.TiledClusterStatus, cluster *tiledv1
 	status.HeldInstances = int32(len(held))
 	status.Held = held[:min(len(held), maxHeldListed)]
 	heldMsg := heldMessage(held)
-	removeCondition(&status.Conditions, ConditionStalled)
 	members := make([]*tiledv1alpha1.TiledInstance, 0, total)
 	for _, m := range p.members {
 		if m != nil {
@@ -122,6 +121,11 @@ func setRolloutStatus(status *tiledv1alpha1.TiledClusterStatus, cluster *tiledv1
 		}
 	}
 	stalled := stalledMembers(cluster.Name, total, members, done.refused)
+	// Stalled is removed only when nothing stalls: set again, it keeps its place and the time of
+	// its transition (else a restarted operator's first reconcile would write a new one).
+	if stalled == "" {
+		removeCondition(&status.Conditions, ConditionStalled)
+	}
 	switch {
 	case stalled != "":
 		setStalled(&status.Conditions, cluster.Generation, ReasonInstancesStalled, stalled)

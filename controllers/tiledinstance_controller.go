@@ -30,7 +30,9 @@ import (
 // is never pruned and the operator cannot delete Secrets. A StatefulSet is listed past the cache
 // (by name) only when the render changes its pod template without a change of the spec
 // (tiledinstance_rendergate.go), to name what differs. test/packaging's
-// TestManagerUsesEveryPermission fails on a verb the manager never uses; docs/rbac.md.
+// TestManagerUsesEveryPermission fails on a verb the manager never uses; docs/rbac.md. Pods are
+// read from the cache, and one is deleted only when it is stuck on an older revision of its
+// StatefulSet (tiledinstance_stuckpods.go).
 // +kubebuilder:rbac:groups=tiled.blueskyproject.io,resources=tiledinstances/status,verbs=patch
 // +kubebuilder:rbac:groups="",resources=configmaps;services;persistentvolumeclaims,verbs=list;watch;create;patch;delete
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;patch
@@ -40,7 +42,7 @@ import (
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=autoscaling,resources=horizontalpodautoscalers,verbs=list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=monitoring.coreos.com,resources=servicemonitors,verbs=list;watch;create;patch;delete
-// +kubebuilder:rbac:groups="",resources=pods,verbs=list;watch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=list;watch;delete
 
 // DefaultInstanceConcurrency is how many TiledInstances the manager reconciles at once.
 const DefaultInstanceConcurrency = 4

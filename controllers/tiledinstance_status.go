@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -34,7 +35,13 @@ func (r *TiledInstanceReconciler) status(ctx context.Context, cur *instanceState
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	stuck, err := r.replaceStuck(ctx, cur, []*appsv1.StatefulSet{obs.Tiled, obs.Postgres, obs.Cache})
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	obs.StuckHeld = stuck.held
 	status := instanceStatus(&ti.Status, obs)
+	status.ReplacedPods = stuck.records
 	backupEvent, reportPending, err := r.backupStatus(ctx, cur, in, status)
 	if err != nil {
 		return ctrl.Result{}, err

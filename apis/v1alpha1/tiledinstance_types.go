@@ -219,6 +219,43 @@ type TiledInstanceStatus struct {
 	// applies it at once, with an Event).
 	// +optional
 	PendingRollout *PendingRollout `json:"pendingRollout,omitempty"`
+
+	// ReplacedPods records the pods of the instance's StatefulSets (Tiled, PostgreSQL, streaming
+	// cache) the operator deleted because they were stuck: failing (an image that cannot be pulled,
+	// a crash loop, a container that cannot be created) and not Ready on an older revision of their
+	// StatefulSet after its pod template changed, which a StatefulSet never replaces by itself. The
+	// StatefulSet controller then created them again from the current template. A pod is replaced
+	// at most once for a revision of its StatefulSet, also across restarts of the operator; its
+	// entry goes once it is Ready on that revision. Each replacement is also an Event (reason
+	// StuckPodReplaced).
+	// +optional
+	// +listType=map
+	// +listMapKey=pod
+	// +kubebuilder:validation:MaxItems=64
+	ReplacedPods []ReplacedPod `json:"replacedPods,omitempty"`
+}
+
+// ReplacedPod is a pod the operator deleted because it was stuck on an older revision of its
+// StatefulSet.
+type ReplacedPod struct {
+	// Pod is the pod's name.
+	// +kubebuilder:validation:MaxLength=253
+	Pod string `json:"pod"`
+
+	// Revision is the StatefulSet's revision (status.updateRevision, the name of a
+	// ControllerRevision) the pod was replaced to reach.
+	// +kubebuilder:validation:MaxLength=253
+	Revision string `json:"revision"`
+
+	// Reason is why the pod was stuck, as the kubelet said it (ImagePullBackOff, CrashLoopBackOff,
+	// CreateContainerConfigError, ...).
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	Reason string `json:"reason,omitempty"`
+
+	// Time is when the operator deleted the pod.
+	// +optional
+	Time *metav1.Time `json:"time,omitempty"`
 }
 
 // PendingRollout is a change of a StatefulSet's pod template caused by the operator's render, not by

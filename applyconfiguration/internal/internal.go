@@ -635,6 +635,21 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: nfs
       type:
         namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.NFSVolumeSource
+- name: com.github.bluesky.tiled-operator.apis.v1alpha1.ReplacedPod
+  map:
+    fields:
+    - name: pod
+      type:
+        scalar: string
+    - name: reason
+      type:
+        scalar: string
+    - name: revision
+      type:
+        scalar: string
+    - name: time
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
 - name: com.github.bluesky.tiled-operator.apis.v1alpha1.RestoreRecord
   map:
     fields:
@@ -925,6 +940,14 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: readyReplicas
       type:
         scalar: numeric
+    - name: replacedPods
+      type:
+        list:
+          elementType:
+            namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.ReplacedPod
+          elementRelationship: associative
+          keys:
+          - pod
     - name: upgrade
       type:
         namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.UpgradeStatus

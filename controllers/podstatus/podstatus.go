@@ -206,10 +206,10 @@ func truncate(s string) string {
 	return s[:cut] + "…"
 }
 
-// Trim is the cache transform of the operator's pods: it keeps the name, namespace, labels (but
-// the ones the StatefulSet controller gives each pod of its own, podOnlyLabels), deletion mark and
-// the status fields Diagnose reads, and drops the rest (spec, annotations, managed fields,
-// addresses, resources), so that the pods cost little memory.
+// Trim is the cache transform of the operator's pods: it keeps the name, namespace, uid,
+// resourceVersion, labels (but the ones the StatefulSet controller gives each pod of its own,
+// podOnlyLabels), deletion mark and the status fields Diagnose and Stuck read, and drops the rest
+// (spec, annotations, managed fields, addresses, resources), so that the pods cost little memory.
 func Trim(obj any) (any, error) {
 	p, ok := obj.(*corev1.Pod)
 	if !ok {
@@ -230,14 +230,16 @@ func Trim(obj any) (any, error) {
 	return out, nil
 }
 
-// podOnlyLabels are the labels the StatefulSet controller adds to each of its pods (name, ordinal,
-// revision): the operator reads none, and without them a pod's labels are its template's — the
-// StatefulSet's own for PostgreSQL and the streaming cache — so that the cache keeps one map for
-// both (operator/cachetrim.go shares equal label maps) instead of one per pod.
+// podOnlyLabels are the labels the StatefulSet controller adds to each of its pods of its own (name,
+// ordinal): the operator reads neither, and without them the pods of one revision share one label
+// map (operator/cachetrim.go shares equal label maps) instead of one per pod. The revision label
+// (controller-revision-hash) stays: Stuck compares it with the StatefulSet's update revision. It
+// is the same on every pod of a revision, so the pods of a StatefulSet still share one map, their
+// template's labels and the revision (a map of their own beside the StatefulSet's, for PostgreSQL
+// and the streaming cache, whose pod labels are the StatefulSet's).
 var podOnlyLabels = map[string]bool{
-	appsv1.StatefulSetPodNameLabel:        true,
-	appsv1.PodIndexLabel:                  true,
-	appsv1.ControllerRevisionHashLabelKey: true,
+	appsv1.StatefulSetPodNameLabel: true,
+	appsv1.PodIndexLabel:           true,
 }
 
 // templateLabels is labels without podOnlyLabels (labels itself when it has none of them).

@@ -245,8 +245,10 @@ func TestTrim(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	tp := out.(*corev1.Pod)
 	g.Expect(tp.Name).To(Equal("t-0"))
-	// The labels but the StatefulSet controller's own for each pod: the template's.
-	g.Expect(tp.Labels).To(Equal(map[string]string{"app.kubernetes.io/instance": "t", "batch.kubernetes.io/job-name": "j"}))
+	// The labels but the StatefulSet controller's own for each pod (name, ordinal): the template's,
+	// and the revision, which Stuck reads.
+	g.Expect(tp.Labels).To(Equal(map[string]string{"app.kubernetes.io/instance": "t", "batch.kubernetes.io/job-name": "j",
+		"controller-revision-hash": "t-5d4f"}))
 	g.Expect(p.Labels).To(HaveLen(5), "the pod trimmed is not changed")
 	g.Expect(tp.Annotations).To(BeNil())
 	g.Expect(tp.ManagedFields).To(BeNil())

@@ -17,7 +17,10 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -28,6 +31,7 @@ import (
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/names"
+	"github.com/bluesky/tiled-operator/render"
 	"github.com/bluesky/tiled-operator/test/support/fleet"
 	"github.com/bluesky/tiled-operator/test/support/testenv"
 )
@@ -332,6 +336,38 @@ stringData: {uri: "postgresql://tiled:secret@db.example.org:5432/catalog"}
 	g.Eventually(cronJob).WithContext(ctx).WithTimeout(time.Minute).Should(Equal("0 3 * * *"), "the backup CronJob's new schedule")
 	apply(profileDoc(false))
 	g.Eventually(cronJob).WithContext(ctx).WithTimeout(time.Minute).Should(BeEmpty(), "the backup CronJob pruned without a target")
+
+	// A Tiled pod stuck on an older revision of its StatefulSet (no StatefulSet controller or
+	// kubelet runs here: the test writes the pod, its status and the StatefulSet's revisions) is
+	// deleted.
+	stuck := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: names("fleet-b").Tiled + "-0", Labels: map[string]string{
+			tiledv1alpha1.LabelManagedBy: tiledv1alpha1.ManagedByValue, tiledv1alpha1.LabelAppInstance: "fleet-b",
+			tiledv1alpha1.LabelAppComponent: render.ComponentServer, appsv1.ControllerRevisionHashLabelKey: "old",
+		}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "tiled", Image: "example.org/tiled:typo"}}},
+	}
+	stuck, err = e.Clientset.CoreV1().Pods(ns).Create(ctx, stuck, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Eventually(func() error {
+		sts, err := e.Clientset.AppsV1().StatefulSets(ns).Get(ctx, names("fleet-b").Tiled, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		sts.Status = appsv1.StatefulSetStatus{ObservedGeneration: sts.Generation, Replicas: 1, CurrentRevision: "old", UpdateRevision: "new"}
+		_, err = e.Clientset.AppsV1().StatefulSets(ns).UpdateStatus(ctx, sts, metav1.UpdateOptions{})
+		return err
+	}).WithContext(ctx).WithTimeout(time.Minute).Should(Succeed())
+	// The failure last, so that the instance's Stalled transition and the deletion come in one
+	// reconcile.
+	stuck.Status = corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{Name: "tiled",
+		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff"}}}}}
+	_, err = e.Clientset.CoreV1().Pods(ns).UpdateStatus(ctx, stuck, metav1.UpdateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Eventually(func() bool {
+		_, err := e.Clientset.CoreV1().Pods(ns).Get(ctx, stuck.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	}).WithContext(ctx).WithTimeout(time.Minute).Should(BeTrue(), "the stuck pod deleted")
 
 	// The webhook CA rotates: the CA Secret is updated.
 	g.Expect(m.op.Webhooks.Certs.Rotate(ctx)).To(Succeed())

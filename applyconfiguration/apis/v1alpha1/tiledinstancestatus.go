@@ -56,6 +56,15 @@ type TiledInstanceStatusApplyConfiguration struct {
 	// then applied and this field goes. Absent when no such change waits (a standalone instance
 	// applies it at once, with an Event).
 	PendingRollout *PendingRolloutApplyConfiguration `json:"pendingRollout,omitempty"`
+	// ReplacedPods records the pods of the instance's StatefulSets (Tiled, PostgreSQL, streaming
+	// cache) the operator deleted because they were stuck: failing (an image that cannot be pulled,
+	// a crash loop, a container that cannot be created) and not Ready on an older revision of their
+	// StatefulSet after its pod template changed, which a StatefulSet never replaces by itself. The
+	// StatefulSet controller then created them again from the current template. A pod is replaced
+	// at most once for a revision of its StatefulSet, also across restarts of the operator; its
+	// entry goes once it is Ready on that revision. Each replacement is also an Event (reason
+	// StuckPodReplaced).
+	ReplacedPods []ReplacedPodApplyConfiguration `json:"replacedPods,omitempty"`
 }
 
 // TiledInstanceStatusApplyConfiguration constructs a declarative configuration of the TiledInstanceStatus type for use with
@@ -154,5 +163,18 @@ func (b *TiledInstanceStatusApplyConfiguration) WithBackup(value *BackupStatusAp
 // If called multiple times, the PendingRollout field is set to the value of the last call.
 func (b *TiledInstanceStatusApplyConfiguration) WithPendingRollout(value *PendingRolloutApplyConfiguration) *TiledInstanceStatusApplyConfiguration {
 	b.PendingRollout = value
+	return b
+}
+
+// WithReplacedPods adds the given value to the ReplacedPods field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the ReplacedPods field.
+func (b *TiledInstanceStatusApplyConfiguration) WithReplacedPods(values ...*ReplacedPodApplyConfiguration) *TiledInstanceStatusApplyConfiguration {
+	for i := range values {
+		if values[i] == nil {
+			panic("nil value passed to WithReplacedPods")
+		}
+		b.ReplacedPods = append(b.ReplacedPods, *values[i])
+	}
 	return b
 }
