@@ -360,7 +360,7 @@ func statefulSetOf(pod string) string {
 // operator's writes to it since the current upgrade's apply.
 func checkFleetUndisturbed(t *testing.T, to time.Time) {
 	t.Helper()
-	replaced, restarts, reviewed := 0, 0, 0
+	replaced, restarts, rolled := 0, 0, 0
 	now := fleetPods(t)
 	rolls := func(sts string) bool { return opup.label == fromPrevious && opup.rolled[sts] }
 	for name, was := range opup.pods {
@@ -368,7 +368,7 @@ func checkFleetUndisturbed(t *testing.T, to time.Time) {
 		switch {
 		case ok && is.uid != was.uid && rolls(statefulSetOf(name)):
 			// Replaced by the rollout the reviewed list declares: a new pod, never restarted.
-			reviewed++
+			rolled++
 			if is.restarts != 0 {
 				restarts += int(is.restarts)
 				t.Errorf("%s: pod %s/%s, replaced by the reviewed rollout, restarted %d times", opup.label, opupNS, name, is.restarts)
@@ -398,7 +398,7 @@ func checkFleetUndisturbed(t *testing.T, to time.Time) {
 	}
 	figMu.Lock()
 	fig.OperatorUpgradePodsReplaced += replaced
-	fig.OperatorUpgradeReviewedPodsReplaced = max(fig.OperatorUpgradeReviewedPodsReplaced, reviewed)
+	fig.OperatorUpgradeReviewedPodsReplaced = max(fig.OperatorUpgradeReviewedPodsReplaced, rolled)
 	fig.OperatorUpgradeRestarts += restarts
 	fig.OperatorUpgradeChildWrites += len(unexpected)
 	// The "(end)" check counts the upgrade's writes again from its apply: the largest count is the
