@@ -24,6 +24,12 @@ const (
 	// EntrypointKey is the key of the ConfigMap holding the entrypoint of the Tiled containers
 	// (entrypoint.py, see Entrypoint). Tiled reads only *.yml and *.yaml files of its config directory.
 	EntrypointKey = "entrypoint.py"
+	// CatalogExpectedKey is the key of the ConfigMap saying, "true", that the instance had a catalog
+	// (status.database.catalogRevision was recorded): the migrate step of entrypoint.py then refuses
+	// to initialise an empty database, which would be a lost catalog served empty. Mounted as a file
+	// beside config.yml (Tiled reads only *.yml and *.yaml there). Not part of the config hash: it is
+	// read at the next start of a pod, and writing it rolls nothing.
+	CatalogExpectedKey = "catalog-expected"
 	// MetricsScriptKey is the key of the ConfigMap holding metrics.py, the program of the metrics
 	// sidecar (see MetricsSidecar); present only when the instance asks for a ServiceMonitor.
 	MetricsScriptKey = "metrics.py"
@@ -112,6 +118,9 @@ type Inputs struct {
 	// database (a managed one uses its own image); Lifecycle.ToolsImage, when set, wins. The
 	// controller gives the built-in PostgreSQL image, whose tools read older servers.
 	ToolsImage string
+	// CatalogExpected writes CatalogExpectedKey into the ConfigMap: the instance had a catalog, and
+	// the migrate step must never initialise a new one in its place.
+	CatalogExpected bool
 }
 
 func (in Inputs) names(ti *v1alpha1.TiledInstance) names.Objects {
@@ -347,7 +356,8 @@ var metricsScript string
 func MetricsScript() string { return metricsScript }
 
 // ConfigMap returns the ConfigMap holding config.yml and entrypoint.py (and metrics.py when the
-// instance asks for a ServiceMonitor), and the hash of its content.
+// instance asks for a ServiceMonitor, catalog-expected once it had a catalog), and the hash of its
+// content (catalog-expected excepted).
 func ConfigMap(ti *v1alpha1.TiledInstance, in Inputs) (*corev1ac.ConfigMapApplyConfiguration, string, error) {
 	b, err := ConfigYAML(ti, in)
 	if err != nil {
@@ -361,6 +371,11 @@ func ConfigMap(ti *v1alpha1.TiledInstance, in Inputs) (*corev1ac.ConfigMapApplyC
 		// they were before the metrics sidecar existed.
 		data[MetricsScriptKey] = metricsScript
 		hash = Hash(b, []byte(entrypoint), []byte(metricsScript))
+	}
+	if in.CatalogExpected {
+		// Outside the hash: the pods need not restart to read it (the next start does), and an
+		// operator upgrade that writes it into existing instances' ConfigMaps replaces no pod.
+		data[CatalogExpectedKey] = "true"
 	}
 	cm := corev1ac.ConfigMap(n.ConfigMap, ti.Namespace).
 		WithLabels(Labels(ti, ComponentServer)).

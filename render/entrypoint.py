@@ -29,6 +29,12 @@ cannot be configured to do:
 - Pooled connections are checked before use (SQLAlchemy's pool pre-ping): Tiled creates its catalog
   pool with pool_pre_ping=False, so the first request after PostgreSQL restarts would otherwise fail
   on a stale connection.
+- migrate never initialises a catalog for an instance that had one: once the operator recorded the
+  instance's catalog, its ConfigMap holds catalog-expected ("true"), mounted beside this file, and an
+  empty (unstamped) catalog database is then a lost one (a database claim deleted and made again, a
+  database dropped). migrate refuses it, exits non-zero and reports {"catalogLost": true, ...}: the
+  operator stops Tiled and names the loss (status.catalogLost), rather than Tiled serving a new,
+  empty catalog as if nothing had happened.
 - migrate waits (bounded) until the database accepts connections, with one log line per ten seconds,
   instead of failing into a restart back-off, and migrates under a PostgreSQL advisory lock, so that
   of several replicas starting on a new database exactly one creates the tables.
@@ -298,6 +304,33 @@ def publish(report):
         f.write(line)
 
 
+# The ConfigMap key (render.CatalogExpectedKey) saying the instance had a catalog, mounted as a file
+# beside this one.
+CATALOG_EXPECTED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "catalog-expected")
+
+
+def catalog_expected():
+    """Whether the operator recorded a catalog for this instance (the ConfigMap's catalog-expected)."""
+    try:
+        with open(CATALOG_EXPECTED) as f:
+            return f.read().strip().lower() == "true"
+    except FileNotFoundError:
+        return False
+
+
+def refuse_lost_catalog(uri, report):
+    """The catalog database is empty where the instance had a catalog: report it and exit non-zero,
+    initialising nothing."""
+    report = dict(report, catalogLost=True)
+    publish(report)
+    raise SystemExit(
+        f"[tiled-operator] the catalog database {where(uri)} holds no catalog, but this instance had one "
+        f"(catalog-expected in its ConfigMap): it was lost (a new, empty database volume?); refusing to "
+        f"initialise an empty catalog in its place. Restore a backup (spec.backup.onCatalogLost: RestoreLatest) "
+        f"or accept the loss (annotation tiled.blueskyproject.io/accept-catalog-loss); docs/backups.md"
+    )
+
+
 def migrate_steps(catalog, auth):
     """Bring the databases to the revisions this Tiled requires.
 
@@ -316,6 +349,8 @@ def migrate_steps(catalog, auth):
                 f"[tiled-operator] the {name} database {where(uri)} is at revision {before[name]['current']}, "
                 f"which Tiled {before['version']} does not know (a newer Tiled migrated it): restore a backup taken before"
             )
+    if catalog and is_postgres(catalog) and before["catalog"]["current"] is None and catalog_expected():
+        refuse_lost_catalog(catalog, before)
     steps = (
         ("catalog", catalog, ("catalog", "init"), ("catalog", "upgrade-database")),
         ("auth", auth, ("admin", "initialize-database"), ("admin", "upgrade-database")),

@@ -45,6 +45,10 @@ const (
 	// StepBootstrap restores a new instance's empty databases from a backup on spec.backup's target
 	// (spec.backup.restoreFrom) before Tiled first starts.
 	StepBootstrap StepKind = "bootstrap"
+	// StepRecover restores the newest whole backup on spec.backup's target into the empty database
+	// that replaced a lost catalog (spec.backup.onCatalogLost RestoreLatest), Tiled stopped. It runs
+	// as a bootstrap does (only into an empty database); its own kind names its own Job.
+	StepRecover StepKind = "recover"
 )
 
 // Step is one Job of the upgrade procedure.
@@ -133,7 +137,7 @@ func LifecycleJob(ti *v1alpha1.TiledInstance, in Inputs) (*batchv1ac.JobApplyCon
 		pod, err = tiledStepPod(ti, in, s)
 	case StepBackup, StepRestore:
 		pod, err = databaseStepPod(ti, in, s)
-	case StepBootstrap:
+	case StepBootstrap, StepRecover:
 		pod, err = targetPod(ti, in, dbtoolRestore, []*corev1ac.EnvVarApplyConfiguration{
 			corev1ac.EnvVar().WithName("BACKUP").WithValue(s.Backup),
 			corev1ac.EnvVar().WithName("RESTORE_IF_EMPTY").WithValue("1"),

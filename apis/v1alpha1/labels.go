@@ -33,6 +33,12 @@ const AnnotationAllowConflicts = "tiled.blueskyproject.io/allow-conflicts"
 // applies that StatefulSet once it sees it. Present only while such a change rolls.
 const AnnotationApprovedTemplate = "tiled.blueskyproject.io/approved-template"
 
+// AnnotationAcceptCatalogLoss on a TiledInstance whose catalog was lost (status.catalogLost) accepts
+// the loss: its value is the UID of the database claim now bound (status.catalogLost.newClaimUID),
+// so that it accepts that loss and no later one. The instance then starts Tiled on the empty
+// database, which Tiled initialises as a new catalog (docs/backups.md, "A lost catalog").
+const AnnotationAcceptCatalogLoss = "tiled.blueskyproject.io/accept-catalog-loss"
+
 // Labels `kubectl tiled import-helm` puts on what it writes; the operator gives them no meaning.
 const (
 	// LabelProfile on a TiledProfile written by import-helm names it; the TiledCluster written

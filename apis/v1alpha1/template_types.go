@@ -771,7 +771,30 @@ type BackupSpec struct {
 	// +optional
 	// +kubebuilder:validation:Pattern=`^(latest|[0-9]{8}T[0-9]{6}Z)$`
 	RestoreFrom string `json:"restoreFrom,omitempty"`
+
+	// OnCatalogLost says what the operator does when the catalog of an instance that had one is
+	// lost: the managed database's claim is not the one the catalog lived on (deleted, and made
+	// again empty), or the migrate step finds the database empty. Either way Tiled is stopped (never
+	// started on an empty or broken database), scheduled backups are suspended, and the instance is
+	// Stalled (reason CatalogLost) naming the claim, the catalog revision lost and the newest whole
+	// backup that would restore it (status.catalogLost). Stall (the default, also when empty) waits
+	// for a person: set RestoreLatest, or accept the loss with the annotation
+	// tiled.blueskyproject.io/accept-catalog-loss. RestoreLatest restores that backup at once into
+	// the new database, with Tiled stopped, and starts Tiled once it is restored.
+	// +optional
+	// +kubebuilder:validation:Enum=Stall;RestoreLatest
+	OnCatalogLost CatalogLostPolicy `json:"onCatalogLost,omitempty"`
 }
+
+// CatalogLostPolicy is what the operator does when an instance's catalog is lost.
+type CatalogLostPolicy string
+
+const (
+	// CatalogLostStall stops Tiled and waits for a person.
+	CatalogLostStall CatalogLostPolicy = "Stall"
+	// CatalogLostRestoreLatest restores the newest whole backup.
+	CatalogLostRestoreLatest CatalogLostPolicy = "RestoreLatest"
+)
 
 // BackupRetention is how many backups, and how old, each backup keeps on its target.
 type BackupRetention struct {

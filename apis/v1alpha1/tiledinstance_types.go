@@ -36,6 +36,79 @@ type DatabaseStatus struct {
 	// AuthRevision is the alembic revision of the authentication database ("" without OIDC).
 	// +optional
 	AuthRevision string `json:"authRevision,omitempty"`
+
+	// ClaimUID is the UID of the managed database's claim the catalog lives on: the claim bound
+	// when the catalog was first migrated (or when an operator that did not record it first saw the
+	// catalog). A claim of another UID under that name is a new, empty volume: the catalog is lost
+	// (status.catalogLost).
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	ClaimUID string `json:"claimUID,omitempty"`
+}
+
+// CatalogLostPhase is where the handling of a lost catalog stands.
+// +kubebuilder:validation:Enum=Stalled;Restoring;Restored
+type CatalogLostPhase string
+
+const (
+	// CatalogLostStalled: Tiled is stopped, waiting for a person (or for the new claim before a
+	// restore).
+	CatalogLostStalled CatalogLostPhase = "Stalled"
+	// CatalogLostRestoring: a Job restores the newest whole backup (spec.backup.onCatalogLost
+	// RestoreLatest), Tiled stopped.
+	CatalogLostRestoring CatalogLostPhase = "Restoring"
+	// CatalogLostRestored: the backup is restored and Tiled starts; the record goes once a Tiled
+	// pod reports the catalog at a revision.
+	CatalogLostRestored CatalogLostPhase = "Restored"
+)
+
+// CatalogLost records the loss of an instance's catalog: what was lost, where, and what would
+// restore it.
+type CatalogLost struct {
+	// Phase is where its handling stands.
+	Phase CatalogLostPhase `json:"phase"`
+
+	// Claim is the managed database's claim ("" for an external database).
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Claim string `json:"claim,omitempty"`
+	// OldClaimUID is the UID of the claim the catalog lived on (status.database.claimUID).
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	OldClaimUID string `json:"oldClaimUID,omitempty"`
+	// NewClaimUID is the UID of the claim found in its place ("" while there is none, or the old
+	// one is being deleted).
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	NewClaimUID string `json:"newClaimUID,omitempty"`
+
+	// Revision is the catalog's alembic revision when it was lost.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Revision string `json:"revision,omitempty"`
+
+	// Backup is the newest whole backup on the target when the loss was found: the one that would
+	// restore the catalog ("" when there is none).
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Backup string `json:"backup,omitempty"`
+
+	// Reason is how the loss was found: ClaimReplaced (the claim's UID changed), ClaimDeleted (the
+	// claim is gone or being deleted) or DatabaseEmpty (the migrate step found no catalog).
+	// +kubebuilder:validation:Enum=ClaimReplaced;ClaimDeleted;DatabaseEmpty
+	Reason string `json:"reason"`
+
+	// Time is when the operator found the loss.
+	Time metav1.Time `json:"time"`
+
+	// RestoreCompletionTime is when the restore of Backup ended (phase Restored).
+	// +optional
+	RestoreCompletionTime *metav1.Time `json:"restoreCompletionTime,omitempty"`
+
+	// Message says why a restore failed.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
 }
 
 // UpgradePhase is a step of the upgrade procedure of an instance whose Tiled version changes.
@@ -208,6 +281,13 @@ type TiledInstanceStatus struct {
 	// on the target, and the restore its database started from.
 	// +optional
 	Backup *BackupStatus `json:"backup,omitempty"`
+
+	// CatalogLost is the loss of the instance's catalog, while it is handled: Tiled is not started
+	// on the database (condition Stalled, reason CatalogLost) until the newest whole backup is
+	// restored (spec.backup.onCatalogLost RestoreLatest) or a person accepts the loss. Absent
+	// otherwise.
+	// +optional
+	CatalogLost *CatalogLost `json:"catalogLost,omitempty"`
 
 	// PendingRollout is a change of the Tiled pod template that the operator renders though the
 	// instance's spec did not change (typically a new operator release: a new default, label,

@@ -152,6 +152,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: claim
       type:
         namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.BackupClaimTarget
+    - name: onCatalogLost
+      type:
+        namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.CatalogLostPolicy
     - name: restoreFrom
       type:
         scalar: string
@@ -209,6 +212,43 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: tls
       type:
         scalar: boolean
+- name: com.github.bluesky.tiled-operator.apis.v1alpha1.CatalogLost
+  map:
+    fields:
+    - name: backup
+      type:
+        scalar: string
+    - name: claim
+      type:
+        scalar: string
+    - name: message
+      type:
+        scalar: string
+    - name: newClaimUID
+      type:
+        scalar: string
+    - name: oldClaimUID
+      type:
+        scalar: string
+    - name: phase
+      type:
+        namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.CatalogLostPhase
+    - name: reason
+      type:
+        scalar: string
+    - name: restoreCompletionTime
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: revision
+      type:
+        scalar: string
+    - name: time
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+- name: com.github.bluesky.tiled-operator.apis.v1alpha1.CatalogLostPhase
+  scalar: string
+- name: com.github.bluesky.tiled-operator.apis.v1alpha1.CatalogLostPolicy
+  scalar: string
 - name: com.github.bluesky.tiled-operator.apis.v1alpha1.ClusterInstance
   map:
     fields:
@@ -266,6 +306,9 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         scalar: string
     - name: catalogRevision
+      type:
+        scalar: string
+    - name: claimUID
       type:
         scalar: string
     - name: mode
@@ -914,6 +957,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: backup
       type:
         namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.BackupStatus
+    - name: catalogLost
+      type:
+        namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.CatalogLost
     - name: conditions
       type:
         list:

@@ -8,6 +8,10 @@ Licensed under the BSD 3-Clause License; see LICENSE.
 
 package v1alpha1
 
+import (
+	apisv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
+)
+
 // BackupSpecApplyConfiguration represents a declarative configuration of the BackupSpec type for use
 // with apply.
 //
@@ -44,6 +48,16 @@ type BackupSpecApplyConfiguration struct {
 	// condition Stalled (reason RestoreFailed) and nothing restored. Done once per instance
 	// (status.backup.restore).
 	RestoreFrom *string `json:"restoreFrom,omitempty"`
+	// OnCatalogLost says what the operator does when the catalog of an instance that had one is
+	// lost: the managed database's claim is not the one the catalog lived on (deleted, and made
+	// again empty), or the migrate step finds the database empty. Either way Tiled is stopped (never
+	// started on an empty or broken database), scheduled backups are suspended, and the instance is
+	// Stalled (reason CatalogLost) naming the claim, the catalog revision lost and the newest whole
+	// backup that would restore it (status.catalogLost). Stall (the default, also when empty) waits
+	// for a person: set RestoreLatest, or accept the loss with the annotation
+	// tiled.blueskyproject.io/accept-catalog-loss. RestoreLatest restores that backup at once into
+	// the new database, with Tiled stopped, and starts Tiled once it is restored.
+	OnCatalogLost *apisv1alpha1.CatalogLostPolicy `json:"onCatalogLost,omitempty"`
 }
 
 // BackupSpecApplyConfiguration constructs a declarative configuration of the BackupSpec type for use with
@@ -105,5 +119,13 @@ func (b *BackupSpecApplyConfiguration) WithS3(value *BackupS3TargetApplyConfigur
 // If called multiple times, the RestoreFrom field is set to the value of the last call.
 func (b *BackupSpecApplyConfiguration) WithRestoreFrom(value string) *BackupSpecApplyConfiguration {
 	b.RestoreFrom = &value
+	return b
+}
+
+// WithOnCatalogLost sets the OnCatalogLost field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the OnCatalogLost field is set to the value of the last call.
+func (b *BackupSpecApplyConfiguration) WithOnCatalogLost(value apisv1alpha1.CatalogLostPolicy) *BackupSpecApplyConfiguration {
+	b.OnCatalogLost = &value
 	return b
 }

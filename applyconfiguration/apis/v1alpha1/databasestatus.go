@@ -23,6 +23,11 @@ type DatabaseStatusApplyConfiguration struct {
 	CatalogRevision *string `json:"catalogRevision,omitempty"`
 	// AuthRevision is the alembic revision of the authentication database ("" without OIDC).
 	AuthRevision *string `json:"authRevision,omitempty"`
+	// ClaimUID is the UID of the managed database's claim the catalog lives on: the claim bound
+	// when the catalog was first migrated (or when an operator that did not record it first saw the
+	// catalog). A claim of another UID under that name is a new, empty volume: the catalog is lost
+	// (status.catalogLost).
+	ClaimUID *string `json:"claimUID,omitempty"`
 }
 
 // DatabaseStatusApplyConfiguration constructs a declarative configuration of the DatabaseStatus type for use with
@@ -60,5 +65,13 @@ func (b *DatabaseStatusApplyConfiguration) WithCatalogRevision(value string) *Da
 // If called multiple times, the AuthRevision field is set to the value of the last call.
 func (b *DatabaseStatusApplyConfiguration) WithAuthRevision(value string) *DatabaseStatusApplyConfiguration {
 	b.AuthRevision = &value
+	return b
+}
+
+// WithClaimUID sets the ClaimUID field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ClaimUID field is set to the value of the last call.
+func (b *DatabaseStatusApplyConfiguration) WithClaimUID(value string) *DatabaseStatusApplyConfiguration {
+	b.ClaimUID = &value
 	return b
 }

@@ -47,6 +47,11 @@ type TiledInstanceStatusApplyConfiguration struct {
 	// Backup is the state of the instance's backups: the last one, the last whole one, the backups
 	// on the target, and the restore its database started from.
 	Backup *BackupStatusApplyConfiguration `json:"backup,omitempty"`
+	// CatalogLost is the loss of the instance's catalog, while it is handled: Tiled is not started
+	// on the database (condition Stalled, reason CatalogLost) until the newest whole backup is
+	// restored (spec.backup.onCatalogLost RestoreLatest) or a person accepts the loss. Absent
+	// otherwise.
+	CatalogLost *CatalogLostApplyConfiguration `json:"catalogLost,omitempty"`
 	// PendingRollout is a change of the Tiled pod template that the operator renders though the
 	// instance's spec did not change (typically a new operator release: a new default, label,
 	// annotation or probe), waiting for the instance's TiledCluster to roll it within
@@ -155,6 +160,14 @@ func (b *TiledInstanceStatusApplyConfiguration) WithLastMigration(value *Migrati
 // If called multiple times, the Backup field is set to the value of the last call.
 func (b *TiledInstanceStatusApplyConfiguration) WithBackup(value *BackupStatusApplyConfiguration) *TiledInstanceStatusApplyConfiguration {
 	b.Backup = value
+	return b
+}
+
+// WithCatalogLost sets the CatalogLost field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the CatalogLost field is set to the value of the last call.
+func (b *TiledInstanceStatusApplyConfiguration) WithCatalogLost(value *CatalogLostApplyConfiguration) *TiledInstanceStatusApplyConfiguration {
+	b.CatalogLost = value
 	return b
 }
 
