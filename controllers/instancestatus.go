@@ -97,6 +97,7 @@ func instanceStatus(prev *tiledv1alpha1.TiledInstanceStatus, o observedInstance)
 	status.Database = &tiledv1alpha1.DatabaseStatus{Mode: mode, Ready: dbReady}
 	if prev.Database != nil {
 		status.Database.CatalogRevision, status.Database.AuthRevision = prev.Database.CatalogRevision, prev.Database.AuthRevision
+		status.Database.ClaimUID = prev.Database.ClaimUID
 	}
 	if r := o.Revisions; r != nil {
 		status.Version = r.Version

@@ -25,8 +25,8 @@ import (
 //	rendered        instanceMemories         instance   the instance is gone (instanceMemories.forget);
 //	                (desired.Renders)                   replaced when its render's inputs change
 //	upgrades        instanceMemories         instance   the instance is gone (instanceMemories.forget);
-//	                                                    ignored for another UID, or once the cache
-//	                                                    shows a newer instance
+//	(and catalog                                        ignored for another UID, or once the cache
+//	losses)                                             shows a newer instance
 //	replaced        instanceMemories         instance   the instance is gone (instanceMemories.forget);
 //	                                                    ignored for another UID, or once the cache
 //	                                                    shows a newer instance
@@ -105,6 +105,20 @@ type writtenUpgrade struct {
 	last            *tiledv1alpha1.MigrationRecord
 	// restore is the status.backup.restore written (the bootstrap restore happens once).
 	restore *tiledv1alpha1.RestoreRecord
+	// lost and database are the status.catalogLost and status.database written (a loss is
+	// recorded, and its Event sent, once; tiledinstance_lostcatalog.go).
+	lost     *tiledv1alpha1.CatalogLost
+	database *tiledv1alpha1.DatabaseStatus
+}
+
+// written is what a status write over ti recorded, to remember until the cache shows it.
+func written(ti *tiledv1alpha1.TiledInstance, status *tiledv1alpha1.TiledInstanceStatus) writtenUpgrade {
+	w := writtenUpgrade{uid: ti.UID, resourceVersion: ti.ResourceVersion, upgrade: status.Upgrade, last: status.LastMigration,
+		lost: status.CatalogLost, database: status.Database}
+	if status.Backup != nil {
+		w.restore = status.Backup.Restore
+	}
+	return w
 }
 
 // apply puts what was written into ti's status when the cache still shows the instance the write
@@ -113,6 +127,7 @@ type writtenUpgrade struct {
 func (w writtenUpgrade) apply(ti *tiledv1alpha1.TiledInstance) {
 	if w.uid == ti.UID && w.resourceVersion == ti.ResourceVersion {
 		ti.Status.Upgrade, ti.Status.LastMigration = w.upgrade, w.last
+		ti.Status.CatalogLost, ti.Status.Database = w.lost, w.database
 		if w.restore != nil {
 			if ti.Status.Backup == nil {
 				ti.Status.Backup = &tiledv1alpha1.BackupStatus{}

@@ -79,12 +79,7 @@ func (r *TiledInstanceReconciler) restore(ctx context.Context, cur *instanceStat
 	if err != nil {
 		return false, err
 	}
-	w, _ := r.memories.upgrades.load(key)
-	if w.uid != ti.UID {
-		w = writtenUpgrade{uid: ti.UID}
-	}
-	w.resourceVersion, w.upgrade, w.last, w.restore = ti.ResourceVersion, status.Upgrade, status.LastMigration, d.Record
-	r.memories.upgrades.store(key, w)
+	r.memories.upgrades.store(key, written(ti, status))
 	ti.Status = *status
 	if e := d.Event; e != nil && sent {
 		r.Recorder.Eventf(ti, nil, corev1.EventTypeNormal, e.Reason, "Restore", "%s", eventNote(e.Message))

@@ -58,7 +58,8 @@ const DefaultProbeGrace = 60 * time.Second
 //
 // One reconcile is a list of stages, each in its own file: observe (tiledinstance_observe.go: the
 // instance and every read of the reconcile, from the cache), inputs (tiledinstance_desire.go: the
-// expanded spec, the Secret's data), upgrade (tiledinstance_upgrade.go: the next step of a Tiled
+// expanded spec, the Secret's data), restore (tiledinstance_backup.go: a new instance's bootstrap
+// from a backup), lost catalog (tiledinstance_lostcatalog.go, package catalog), upgrade (tiledinstance_upgrade.go: the next step of a Tiled
 // version change, package upgrade), desire (tiledinstance_desire.go: the render, package desired),
 // apply and prune (tiledinstance_apply.go: package childset, retention.go) and status
 // (tiledinstance_status.go, from the pure instanceStatus).
@@ -116,6 +117,12 @@ func (r *TiledInstanceReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 	restoring, err := r.restore(ctx, cur, &in)
 	if err != nil {
 		return r.failed(ctx, cur, err)
+	}
+	if !restoring {
+		// A lost catalog keeps Tiled stopped (and may restore it) whatever an upgrade would do.
+		if restoring, err = r.lostCatalog(ctx, cur, &in); err != nil {
+			return r.failed(ctx, cur, err)
+		}
 	}
 	in.restoring = restoring
 	if !restoring {

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
+	"github.com/bluesky/tiled-operator/controllers/catalog"
 	"github.com/bluesky/tiled-operator/controllers/desired"
 	"github.com/bluesky/tiled-operator/controllers/upgrade"
 	"github.com/bluesky/tiled-operator/expansion"
@@ -31,8 +32,12 @@ type instanceInputs struct {
 	render render.Inputs
 	// upgrade is the upgrade procedure's decision (tiledinstance_upgrade.go).
 	upgrade upgrade.Decision
-	// restoring: a restore of the instance's database runs (tiledinstance_backup.go).
+	// restoring: a restore of the instance's database runs (tiledinstance_backup.go), or its
+	// catalog is lost (tiledinstance_lostcatalog.go).
 	restoring bool
+	// claim is the managed database's claim as the lost-catalog stage read it (nil: none, or an
+	// external database).
+	claim *catalog.Claim
 }
 
 // inputs gathers what the instance's children are rendered from, or the stall that keeps them
@@ -155,6 +160,7 @@ func (r *TiledInstanceReconciler) random() io.Reader {
 // desire returns the children the instance wants (package desired, which keeps the prepared form
 // of the last render per instance); a render error stalls the instance.
 func (r *TiledInstanceReconciler) desire(cur *instanceState, in instanceInputs) (*desired.Children, error) {
+	in.render.CatalogExpected = catalogExpected(&cur.ti.Status)
 	want, err := r.memories.rendered.Render(cur.ti, in.spec, in.render)
 	if err != nil {
 		return nil, renderStall(err)

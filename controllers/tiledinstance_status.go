@@ -17,6 +17,7 @@ import (
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/controllers/applier"
+	"github.com/bluesky/tiled-operator/controllers/catalog"
 	"github.com/bluesky/tiled-operator/controllers/childset"
 	"github.com/bluesky/tiled-operator/controllers/podstatus"
 	"github.com/bluesky/tiled-operator/expansion"
@@ -42,6 +43,11 @@ func (r *TiledInstanceReconciler) status(ctx context.Context, cur *instanceState
 	obs.StuckHeld = stuck.held
 	status := instanceStatus(&ti.Status, obs)
 	status.ReplacedPods = stuck.records
+	if status.CatalogLost == nil && in.claim != nil {
+		// Once the catalog exists, the claim it lives on (a lost catalog records the claim anew
+		// when it is restored or its loss accepted).
+		status.Database.ClaimUID = catalog.RecordClaim(status.Database, true, in.claim)
+	}
 	backupEvent, reportPending, err := r.backupStatus(ctx, cur, in, status)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -223,7 +229,12 @@ func (r *TiledInstanceReconciler) stalled(ctx context.Context, ti *tiledv1alpha1
 	status := ti.Status.DeepCopy()
 	status.ObservedGeneration = ti.Generation
 	if s.database != nil {
-		status.Database = s.database
+		db := s.database.DeepCopy()
+		if prev := ti.Status.Database; prev != nil {
+			// What the catalog is and where it lives stays known through a stall.
+			db.CatalogRevision, db.AuthRevision, db.ClaimUID = prev.CatalogRevision, prev.AuthRevision, prev.ClaimUID
+		}
+		status.Database = db
 	}
 	setStalled(&status.Conditions, ti.Generation, s.reason, s.message)
 	sent, err := r.writeStatus(ctx, ti, status)

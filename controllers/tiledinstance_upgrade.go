@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/controllers/applier"
 	"github.com/bluesky/tiled-operator/controllers/podstatus"
 	"github.com/bluesky/tiled-operator/controllers/upgrade"
@@ -118,11 +117,7 @@ func (r *TiledInstanceReconciler) upgrade(ctx context.Context, cur *instanceStat
 		// The migration's end is recorded (status.lastMigration) by this write, once.
 		r.Metrics.migrationEnded(ti, d.Record)
 	}
-	var restored *tiledv1alpha1.RestoreRecord
-	if status.Backup != nil {
-		restored = status.Backup.Restore
-	}
-	r.memories.upgrades.store(key, writtenUpgrade{uid: ti.UID, resourceVersion: ti.ResourceVersion, upgrade: status.Upgrade, last: status.LastMigration, restore: restored})
+	r.memories.upgrades.store(key, written(ti, status))
 	// A stall this write records is the status stage's transition no more: say it here, once, unless
 	// the decision's own Event says it.
 	if c, changed := transitioned(ti.Status.Conditions, status.Conditions, ConditionStalled); sent && changed && c.Status == metav1.ConditionTrue &&

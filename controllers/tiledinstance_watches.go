@@ -31,10 +31,15 @@ func indexPodInstance(o client.Object) []string {
 	return nil
 }
 
-// unownedDeleted passes the deletion of an object without a controller reference.
+// unownedDeleted passes the deletion of an object without a controller reference, and its marking
+// for deletion.
 var unownedDeleted = predicate.Funcs{
-	CreateFunc:  func(event.CreateEvent) bool { return false },
-	UpdateFunc:  func(event.UpdateEvent) bool { return false },
+	CreateFunc: func(event.CreateEvent) bool { return false },
+	// Marked for deletion (a retained database claim waits for its pod to let go): the catalog on it
+	// is as good as lost, and Tiled is stopped at once (tiledinstance_lostcatalog.go).
+	UpdateFunc: func(e event.UpdateEvent) bool {
+		return metav1.GetControllerOf(e.ObjectNew) == nil && e.ObjectOld.GetDeletionTimestamp() == nil && e.ObjectNew.GetDeletionTimestamp() != nil
+	},
 	GenericFunc: func(event.GenericEvent) bool { return false },
 	DeleteFunc:  func(e event.DeleteEvent) bool { return metav1.GetControllerOf(e.Object) == nil },
 }

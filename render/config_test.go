@@ -190,3 +190,19 @@ func TestConfigHashFollowsConfig(t *testing.T) {
 	c, _ := Render(singleUserManaged(), Inputs{SecretData: secretData})
 	g.Expect(c.ConfigHash).To(Equal(a.ConfigHash))
 }
+
+// catalog-expected is written once the instance had a catalog, outside the config hash: writing it
+// rolls no pod (an operator upgrade writes it into the ConfigMaps of instances that had one).
+func TestCatalogExpectedOutsideTheHash(t *testing.T) {
+	g := NewWithT(t)
+	ti := singleUserManaged()
+	without, hashWithout, err := ConfigMap(ti, Inputs{})
+	g.Expect(err).NotTo(HaveOccurred())
+	with, hashWith, err := ConfigMap(ti, Inputs{CatalogExpected: true})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(without.Data).NotTo(HaveKey(CatalogExpectedKey), "a new instance initialises its catalog")
+	g.Expect(with.Data).To(HaveKeyWithValue(CatalogExpectedKey, "true"))
+	g.Expect(hashWith).To(Equal(hashWithout))
+	g.Expect(CatalogExpectedKey).NotTo(HaveSuffix(".yml"), "Tiled reads every *.yml and *.yaml of the config directory")
+	g.Expect(Entrypoint()).To(ContainSubstring(`"` + CatalogExpectedKey + `"`), "entrypoint.py reads the key's file")
+}

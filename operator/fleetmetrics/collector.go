@@ -79,6 +79,8 @@ var (
 		"1 while status.upgrade is present and its phase is not Failed, else 0.", instanceLabels)
 	descInstanceMigrationFailed = newDesc("tiled_operator_instance_migration_failed",
 		"1 while the upgrade's migration has failed: status.upgrade.phase is Restoring or Failed (the instance is Stalled until spec.tiled.image changes), else 0.", instanceLabels)
+	descInstanceCatalogLost = newDesc("tiled_operator_instance_catalog_lost",
+		"1 while the instance's catalog is lost and not yet back (status.catalogLost, phase Stalled or Restoring: Tiled is stopped), else 0.", instanceLabels)
 	descInstanceLastMigration = newDesc("tiled_operator_instance_last_migration_timestamp_seconds",
 		"Unix time the last migration of the instance's databases ended (status.lastMigration.completionTime), by its result (Succeeded, RolledBack); absent when none.",
 		append(instanceLabels, "result"))
@@ -104,7 +106,7 @@ var (
 	allDescs = []*prometheus.Desc{
 		descLeader, descCollectErrors,
 		descInstanceInfo, descInstanceReady, descInstanceReadyReplicas, descInstanceStalled, descInstanceRolloutPending,
-		descInstanceHeld, descInstanceUpgrade, descInstanceMigrationFailed, descInstanceLastMigration,
+		descInstanceHeld, descInstanceUpgrade, descInstanceMigrationFailed, descInstanceCatalogLost, descInstanceLastMigration,
 		descInstanceBackupLast, descInstanceBackupInterval,
 		descClusterInstances, descClusterReady, descClusterRollout, descClusterPaused, descClusterChangesHeld,
 	}
@@ -315,6 +317,7 @@ func (c *Collector) instance(emit func(prometheus.Metric), f *fleet, ti *tiledv1
 	u := st.Upgrade
 	emit(gauge(descInstanceUpgrade, b2f(u != nil && u.Phase != tiledv1alpha1.UpgradeFailed), lv...))
 	emit(gauge(descInstanceMigrationFailed, b2f(migrationFailed(u)), lv...))
+	emit(gauge(descInstanceCatalogLost, b2f(st.CatalogLost != nil && st.CatalogLost.Phase != tiledv1alpha1.CatalogLostRestored), lv...))
 	if m := st.LastMigration; m != nil && !m.CompletionTime.IsZero() {
 		emit(gauge(descInstanceLastMigration, unix(m.CompletionTime.Time), append(lv, m.Result)...))
 	}

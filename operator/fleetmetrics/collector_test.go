@@ -272,6 +272,24 @@ func TestCollector(t *testing.T) {
 			},
 		},
 		{
+			name:   "lost catalogs: stalled and restoring count, restored (Tiled starting on it) does not",
+			leader: true,
+			objs: []client.Object{
+				standalone("stalled", lostCatalog(tiledv1alpha1.CatalogLostStalled)),
+				standalone("restoring", lostCatalog(tiledv1alpha1.CatalogLostRestoring)),
+				standalone("restored", lostCatalog(tiledv1alpha1.CatalogLostRestored)),
+				standalone("whole", nil),
+			},
+			metrics: map[string][]string{
+				"tiled_operator_instance_catalog_lost": {
+					`{instance="restored",namespace="nsls2",tiled_cluster=""} 0`,
+					`{instance="restoring",namespace="nsls2",tiled_cluster=""} 1`,
+					`{instance="stalled",namespace="nsls2",tiled_cluster=""} 1`,
+					`{instance="whole",namespace="nsls2",tiled_cluster=""} 0`,
+				},
+			},
+		},
+		{
 			name:   "backups: the last success, and the schedule's longest interval",
 			leader: true,
 			objs: []client.Object{
@@ -529,4 +547,11 @@ func TestRecentReadIsCompact(t *testing.T) {
 		g.Expect(got.String()).To(Equal(want.String()))
 	}
 	goruntime.KeepAlive(series)
+}
+
+// lostCatalog records a lost catalog at phase p.
+func lostCatalog(p tiledv1alpha1.CatalogLostPhase) func(*tiledv1alpha1.TiledInstance) {
+	return func(ti *tiledv1alpha1.TiledInstance) {
+		ti.Status.CatalogLost = &tiledv1alpha1.CatalogLost{Phase: p, Reason: "ClaimReplaced", Claim: ti.Name + "-postgres-data"}
+	}
 }
