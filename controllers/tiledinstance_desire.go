@@ -38,6 +38,9 @@ type instanceInputs struct {
 	// claim is the managed database's claim as the lost-catalog stage read it (nil: none, or an
 	// external database).
 	claim *catalog.Claim
+	// claimRecheck: the catalog is lost and its claim is gone; the apply makes it again, and a
+	// claim's creation is not watched: look again shortly, to name it and restore into it.
+	claimRecheck bool
 }
 
 // inputs gathers what the instance's children are rendered from, or the stall that keeps them

@@ -86,6 +86,7 @@ func (r *TiledInstanceReconciler) lostCatalog(ctx context.Context, cur *instance
 	if d.Lifecycle != nil {
 		in.render.Lifecycle = d.Lifecycle
 	}
+	in.claimRecheck = d.Lost != nil && o.Managed && o.Claim == nil
 	in.upgrade = upgrade.Decision{Lifecycle: d.Lifecycle}
 	if s := d.Stall; s != nil {
 		in.upgrade.Stall = &upgrade.Condition{Reason: s.Reason, Message: s.Message}

@@ -71,6 +71,9 @@ func (r *TiledInstanceReconciler) status(ctx context.Context, cur *instanceState
 		// A backup Job ended and its pod's report has not reached the cache yet.
 		result.RequeueAfter = 2 * time.Second
 	}
+	if in.claimRecheck && (result.RequeueAfter == 0 || result.RequeueAfter > claimRecheck) {
+		result.RequeueAfter = claimRecheck
+	}
 	if unseen := rec.Recheck; unseen > 0 && (result.RequeueAfter == 0 || unseen < result.RequeueAfter) {
 		// A child just created is not in the cache yet: look again once the cache must show it,
 		// in case it was deleted before it ever did.
@@ -106,6 +109,10 @@ func (r *TiledInstanceReconciler) status(ctx context.Context, cur *instanceState
 	}
 	return result, nil
 }
+
+// claimRecheck is how soon an instance whose catalog is lost looks for the database claim made
+// again in place of the one deleted (tiledinstance_lostcatalog.go).
+const claimRecheck = 3 * time.Second
 
 // observed gathers what the instance's status is computed from (instanceStatus): the StatefulSets
 // from the cache, the generations the applier produced, what the pods' statuses say and the fields
