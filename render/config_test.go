@@ -204,5 +204,5 @@ func TestCatalogExpectedOutsideTheHash(t *testing.T) {
 	g.Expect(with.Data).To(HaveKeyWithValue(CatalogExpectedKey, "true"))
 	g.Expect(hashWith).To(Equal(hashWithout))
 	g.Expect(CatalogExpectedKey).NotTo(HaveSuffix(".yml"), "Tiled reads every *.yml and *.yaml of the config directory")
-	g.Expect(Entrypoint()).To(ContainSubstring(`"` + CatalogExpectedKey + `"`), "entrypoint.py reads the key's file")
+	g.Expect(Entrypoint()).To(ContainSubstring(`"`+CatalogExpectedKey+`"`), "entrypoint.py reads the key's file")
 }

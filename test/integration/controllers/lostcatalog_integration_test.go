@@ -164,7 +164,9 @@ func TestLostCatalog(t *testing.T) {
 	f.expectReplicas(0)
 
 	// RestoreLatest: a Job of its own restores the backup the record names, Tiled stopped.
-	f.updateInstance(func(ti *tiledv1alpha1.TiledInstance) { ti.Spec.Backup.OnCatalogLost = tiledv1alpha1.CatalogLostRestoreLatest })
+	f.updateInstance(func(ti *tiledv1alpha1.TiledInstance) {
+		ti.Spec.Backup.OnCatalogLost = tiledv1alpha1.CatalogLostRestoreLatest
+	})
 	var rj *batchv1.Job
 	g.Eventually(func(g Gomega) {
 		jobs := f.jobs(g, render.StepRecover)
