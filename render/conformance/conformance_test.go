@@ -879,6 +879,45 @@ func (d *deployment) get(s *server, path string) (int, string) {
 	return resp.StatusCode, string(body)
 }
 
+// An instance that had a catalog (its ConfigMap holds catalog-expected) whose catalog database is
+// found empty — a database claim deleted and made again, a database dropped — is never given a new,
+// empty catalog: the migrate step refuses, exits non-zero, names the loss in its last line and
+// reports {"catalogLost": true} (what the operator reads, tiledinstance_lostcatalog.go), and creates
+// nothing. Without the key (a new instance, or a loss a person accepted) it initialises the catalog
+// as it always did; with the key again, the catalog it finds is kept.
+func TestMigrateRefusesALostCatalog(t *testing.T) {
+	t.Parallel()
+	e := ownPostgres(t)
+	g := NewWithT(t)
+	d := deploy(t, e, instance("lost"), render.Inputs{CatalogExpected: true}, nil)
+	marker := filepath.Join(d.dir, "config", render.CatalogExpectedKey)
+	g.Expect(os.ReadFile(marker)).To(BeEquivalentTo("true"), "the ConfigMap's key, as the mount holds it")
+	e.provisionManaged(t, string(d.secrets[d.objs.Names.Secret][render.SecretKeyDatabasePassword]))
+
+	cmd, out := d.initCmd(nil)
+	err := cmd.Run()
+	t.Logf("migrate on an empty database, a catalog expected:\n%s", out)
+	g.Expect(err).To(HaveOccurred(), "migrate initialised a catalog where one was lost")
+	last := podstatus.LastLine(kubeletTail(out.String()))
+	g.Expect(last).To(MatchRegexp(`the catalog database 127\.0\.0\.1:\d+/catalog holds no catalog, but this instance had one`))
+	g.Expect(last).To(ContainSubstring("refusing to initialise an empty catalog"))
+	g.Expect(out.String()).NotTo(ContainSubstring("running tiled catalog init"))
+	g.Expect(out.String()).To(ContainSubstring(`"catalogLost":true`), "the report the operator reads")
+	g.Expect(e.query(t, "catalog", "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'")).To(Equal("0"), "nothing created")
+
+	// The loss accepted (the operator drops the key): a new catalog, as for a new instance.
+	g.Expect(os.Remove(marker)).To(Succeed())
+	g.Expect(d.runInit()).To(ContainSubstring("running tiled catalog init"))
+	// The key back: the catalog there is kept, nothing initialised.
+	g.Expect(os.WriteFile(marker, []byte("true"), 0o644)).To(Succeed())
+	log := d.runInit()
+	g.Expect(log).NotTo(ContainSubstring("running tiled"))
+	g.Expect(log).To(ContainSubstring("nothing to migrate"))
+	s := d.mustStart()
+	d.python("write", s.url)
+	s.stop()
+}
+
 // tiled0214CatalogHead is Tiled 0.2.14's catalog revision (tiled.catalog.core.REQUIRED_REVISION in
 // 0.2.14): a beamline that ran 0.2.14 has its catalog there.
 const tiled0214CatalogHead = "b93c79d197f4"
