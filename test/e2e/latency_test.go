@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -118,10 +119,11 @@ func (w *readyWatch) stop(t *testing.T) (podReady map[string]time.Time, clusterR
 }
 
 // operatorLatency is what the operator adds to the pods' own start in a stamp-out that began at
-// start: dispatch is start → its last write of a child (any non-status, non-event write in ns)
-// before the last pod was Ready, from the apiserver's audit log; report is the last pod Ready →
-// the TiledCluster Ready, both seen by watches. A controller that created the Tiled StatefulSet
-// only after PostgreSQL was up, rewrote a child mid-start or polled for status would show here.
+// start: dispatch is start → its last write of a child that the pods wait for (any non-status,
+// non-event write in ns, but a change of an existing ConfigMap: waitedFor) before the last pod was
+// Ready, from the apiserver's audit log; report is the last pod Ready → the TiledCluster Ready,
+// both seen by watches. A controller that created the Tiled StatefulSet only after PostgreSQL was
+// up, rewrote a child mid-start or polled for status would show here.
 func operatorLatency(t *testing.T, ns string, start time.Time, readyAt map[string]time.Time, clusterReady time.Time) (dispatch, report time.Duration, lastPod string) {
 	t.Helper()
 	var lastReady time.Time
@@ -137,7 +139,7 @@ func operatorLatency(t *testing.T, ns string, start time.Time, readyAt map[strin
 	lastWrite := start
 	for _, ev := range auditSince(t, operatorUser, start, lastReady) {
 		if ev.ObjectRef == nil || ev.ObjectRef.Namespace != ns || ev.ObjectRef.Subresource != "" ||
-			ev.ObjectRef.Resource == "events" || !isWrite(ev.Verb) {
+			ev.ObjectRef.Resource == "events" || !isWrite(ev.Verb) || !waitedFor(ev) {
 			continue
 		}
 		if ev.RequestReceived.After(lastWrite) {
@@ -148,4 +150,19 @@ func operatorLatency(t *testing.T, ns string, start time.Time, readyAt map[strin
 		t.Errorf("no write of the operator in %s between the apply and the last pod Ready in the audit log", ns)
 	}
 	return lastWrite.Sub(start), clusterReady.Sub(lastReady), lastPod
+}
+
+// waitedFor says whether the pods may wait for the write ev: all writes but a change (not the
+// creation) of an existing ConfigMap. A pod waits for its ConfigMap to exist (the kubelet mounts
+// it before the containers start), never for a later change of it: the mount follows a change
+// only at the kubelet's next sync, and a change the running pods must see changes the config hash
+// on the StatefulSet's pod template, a write counted here. The write this leaves out is the
+// catalog-expected key (render.CatalogExpectedKey), written once the first migrate step reported
+// the catalog — during the start of the fleet's slower pods, for no pod to wait on: it is read by
+// the next start of a migrate step, to refuse initialising a lost catalog.
+func waitedFor(ev auditEvent) bool {
+	if ev.ObjectRef.Resource != "configmaps" || ev.Verb != "patch" {
+		return true
+	}
+	return ev.ResponseStatus == nil || ev.ResponseStatus.Code == http.StatusCreated
 }

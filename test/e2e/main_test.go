@@ -205,6 +205,11 @@ type auditEvent struct {
 		APIGroup    string `json:"apiGroup"`
 	} `json:"objectRef"`
 	RequestReceived time.Time `json:"requestReceivedTimestamp"`
+	// ResponseStatus is the answer's status: its code tells a server-side apply that created the
+	// object (201) from one that changed it (200), both verb "patch".
+	ResponseStatus *struct {
+		Code int `json:"code"`
+	} `json:"responseStatus"`
 }
 
 // auditSince returns the completed requests of user received in [from, to), once the audit log
