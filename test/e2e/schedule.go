@@ -178,8 +178,9 @@ func (s *scheduler) leave(i int) {
 // Why in order: the suite is ordered so that the long cases start first and the chains (the first
 // fleet's, the upgrade fleet's) keep moving beside them. Were a slot given to whichever case's
 // goroutine asked first (a channel's send queue), a case listed later could take it ahead of an
-// earlier one that had been waiting all along: one run's case 10 (backups, long) waited 353 s for
-// a slot a later, shorter case took at 258 s, and the suite ended later by that much. A case of a
+// earlier one that had been waiting all along: in one run, cases 7 and the upgrade window's end
+// (listed after it) took slots at 258 s while case 10 (backups, one of the long cases) waited for
+// one until 353 s, and the long cases, not the short ones, set the suite's end. A case of a
 // chain that may start when its predecessor ends is also ahead of later cases, since leave makes
 // it waiting before the slot is granted.
 func (s *scheduler) grant() {
