@@ -184,6 +184,21 @@ func (r *recorder) meet(t *testing.T, other int) {
 	}
 }
 
+// scheduleMeeting runs cases through Schedule, parallel at once; each case, once started, meets
+// the cases meets lists for it (waits for each to have started), then ends.
+func scheduleMeeting(t *testing.T, cases []Case, parallel int, meets map[int][]int) *recorder {
+	r := newRecorder(len(cases))
+	Schedule(cases, parallel, func(i int) bool {
+		r.begin(i)
+		defer r.finish(i)
+		for _, other := range meets[i] {
+			r.meet(t, other)
+		}
+		return true
+	})
+	return r
+}
+
 func TestScheduleChainsAreSeparate(t *testing.T) {
 	g := NewWithT(t)
 	// 0 and 2 are the upgrade fleet's (2 after 0), 1 the first fleet's: 1 runs beside 0, 2 only
@@ -191,18 +206,7 @@ func TestScheduleChainsAreSeparate(t *testing.T) {
 	// only 0 to wait (as this test once did), 1 could start and end before 0's goroutine first ran,
 	// and the two not overlap (3 runs in 8 failed so under -race).
 	cases := []Case{{Name: "window end", Needs: UpgradeFleet}, {Name: "fleet", Needs: FirstFleet}, {Name: "read back and remove", Needs: UpgradeFleet}}
-	r := newRecorder(len(cases))
-	Schedule(cases, 5, func(i int) bool {
-		r.begin(i)
-		defer r.finish(i)
-		switch i {
-		case 0:
-			r.meet(t, 1)
-		case 1:
-			r.meet(t, 0)
-		}
-		return true
-	})
+	r := scheduleMeeting(t, cases, 5, map[int][]int{0: {1}, 1: {0}})
 	g.Expect(overlap(r.spans[0], r.spans[1])).To(BeTrue(), "cases of different chains run beside each other")
 	g.Expect(r.spans[0].end).To(BeNumerically("<", r.spans[2].start), "the upgrade fleet's cases run in their order, one at a time")
 }
@@ -216,19 +220,7 @@ func TestScheduleGrantsSlotsInTheSuitesOrder(t *testing.T) {
 	// whichever case asked first gives it to 3 or 4, waiting since the start.
 	cases := []Case{{Name: "fleet 1", Needs: FirstFleet}, {Name: "own long", Needs: OwnNamespace},
 		{Name: "fleet 2", Needs: FirstFleet}, {Name: "own later", Needs: OwnNamespace}, {Name: "own last", Needs: OwnNamespace}}
-	r := newRecorder(len(cases))
-	Schedule(cases, 2, func(i int) bool {
-		r.begin(i)
-		defer r.finish(i)
-		switch i {
-		case 0:
-			r.meet(t, 1)
-		case 1:
-			r.meet(t, 0)
-			r.meet(t, 2)
-		}
-		return true
-	})
+	r := scheduleMeeting(t, cases, 2, map[int][]int{0: {1}, 1: {0, 2}})
 	g.Expect(r.most).To(BeNumerically("<=", 2))
 	g.Expect(r.spans[2].start).To(BeNumerically("<", r.spans[3].start), "fleet 2 (eligible when fleet 1 ended) before own later")
 	g.Expect(r.spans[2].start).To(BeNumerically("<", r.spans[4].start), "fleet 2 (eligible when fleet 1 ended) before own last")
