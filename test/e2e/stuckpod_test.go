@@ -53,6 +53,8 @@ const (
 	// again): alone each takes well under a minute; beside the long cases a pod's start can take
 	// minutes on the node's two cores.
 	stuckWait = 5 * time.Minute
+	// stuckHold bounds the watch of a stuck pod left alone (holdWhileStuck).
+	stuckHold = 30 * time.Second
 	// stuckEnv is the Tiled overrides that break its pod template: the kubelet cannot create the
 	// containers (CreateContainerConfigError), the Secret does not exist.
 	stuckEnv = "env: [{name: E2E_STUCK, valueFrom: {secretKeyRef: {name: e2e-stuck-missing, key: typo}}}]"
@@ -150,6 +152,32 @@ func updateRevisionOf(ns, name string) (string, error) {
 		return "", fmt.Errorf("StatefulSet %s: generation %d not observed yet (%d)", name, sts.Generation, sts.Status.ObservedGeneration)
 	}
 	return sts.Status.UpdateRevision, nil
+}
+
+// holdWhileStuck watches the stuck pod until the kubelet has updated its status twice (each update
+// reaches the operator, which judges the pod again: a pull retried, ErrImagePull and
+// ImagePullBackOff in turn), or for stuckHold when it does not (a container that cannot be created
+// keeps its status), and fails if it is replaced or deleted meanwhile.
+func holdWhileStuck(t *testing.T, ns string, s stuckPod) {
+	t.Helper()
+	deadline := time.Now().Add(stuckHold)
+	var last string
+	changes := 0
+	for changes < 2 && time.Now().Before(deadline) {
+		var p corev1.Pod
+		if err := cl.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: s.name}, &p); err != nil {
+			t.Fatalf("the stuck pod %s: %v", s.name, err)
+		}
+		if p.UID != s.uid || p.DeletionTimestamp != nil {
+			t.Fatalf("pod %s was replaced or is being deleted while its template is unchanged: uid %s (was %s), deletion %v", s.name, p.UID, s.uid, p.DeletionTimestamp)
+		}
+		if last != "" && p.ResourceVersion != last {
+			changes++
+		}
+		last = p.ResourceVersion
+		time.Sleep(time.Second)
+	}
+	t.Logf("pod %s left alone while stuck: %d status updates seen", s.name, changes)
 }
 
 // checkLeftAlone checks that the stuck pod is still there, the same pod, with no StuckPodReplaced
@@ -408,6 +436,7 @@ func (c stuckCase) run(t *testing.T, before, whileStuck func(ti *v1alpha1.TiledI
 	t.Logf("pod %s stuck on revision %s (%s), %.1fs after the break", s.name, s.revision, s.reason, stuckAt.Sub(breakAt).Seconds())
 
 	// 2. Left alone while the template is unchanged.
+	holdWhileStuck(t, c.ns, s)
 	checkLeftAlone(t, c.ns, ti.Name, s)
 	whileStuck(ti)
 
