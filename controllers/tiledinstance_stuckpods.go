@@ -21,7 +21,9 @@ import (
 // The replacement of stuck pods, part of the status stage: a pod of one of the instance's
 // StatefulSets that fails (an image it cannot pull, a crash loop) and is not Ready on an older
 // revision, after the pod template changed (a fix, or a revert), is never replaced by the
-// StatefulSet controller; the operator deletes it (podstatus.Stuck decides which), once per
+// StatefulSet controller under OrderedReady pod management (PostgreSQL, cache; under Parallel,
+// Tiled's, the controller may replace it first, and the operator's conditional deletion then finds
+// it gone); the operator deletes it (podstatus.Stuck decides which), once per
 // revision, and the StatefulSet controller creates it again from the current template.
 //
 // It writes nothing when nothing is stuck. Each deletion is made on the condition that the pod is
@@ -115,7 +117,7 @@ func (r *TiledInstanceReconciler) deleteStuck(ctx context.Context, ti *tiledv1al
 		return false, fmt.Errorf("deleting the stuck pod %s/%s: %w", ti.Namespace, p.Pod, err)
 	}
 	r.Recorder.Eventf(ti, nil, corev1.EventTypeNormal, ReasonStuckPodReplaced, "Reconcile",
-		"deleted pod %s: stuck on revision %s of StatefulSet %s, not Ready, container %s %s; the StatefulSet creates it again from revision %s (a StatefulSet never replaces a pod that is not Ready)",
+		"deleted pod %s: stuck on revision %s of StatefulSet %s, not Ready, container %s %s; the StatefulSet creates it again from revision %s (a StatefulSet with OrderedReady pod management never replaces a pod that is not Ready)",
 		p.Pod, p.From, p.StatefulSet, p.Container, p.Reason, p.To)
 	return true, nil
 }

@@ -8,9 +8,11 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// A StatefulSet never replaces a pod that is not Ready on its way through a rolling update (with
-// the default OrderedReady pod management it waits for it; Kubernetes calls the way out a "forced
-// rollback", a person deleting the pod). A pod that fails on the template it was created from (an
+// A StatefulSet with the default OrderedReady pod management (the PostgreSQL and cache
+// StatefulSets) never replaces a pod that is not Ready on its way through a rolling update: it waits
+// for it (Kubernetes calls the way out a "forced rollback", a person deleting the pod). With Parallel
+// pod management (Tiled's) the StatefulSet controller replaces such a pod itself, and whichever of
+// the two deletes it first, the other's deletion finds it gone. A pod that fails on the template it was created from (an
 // image that cannot be pulled, a crash loop) so stays on it after the template is fixed. Stuck
 // decides which such pods the operator deletes in the person's stead, so that the StatefulSet
 // controller creates them again from the current template.

@@ -3,6 +3,7 @@
 Usage:
     stream.py check WRITER_URL READER_URL [--updates N] [--timeout S]
     stream.py latency WRITER_URL READER_URL [--updates N] [--timeout S]
+    stream.py latency-pair WRITER_A WRITER_B READER_URL [--updates N] [--timeout S]
     stream.py replay URL [--key PATH --from SEQ] [--updates N] [--timeout S]
     stream.py probe URL [--timeout S]
 
@@ -31,6 +32,10 @@ Commands (each prints one JSON line on stdout and exits 0, or prints what failed
            order, with consecutive sequence numbers and the payload written. Reports counts and the
            array's write-to-callback latency. WRITER_URL and READER_URL may be two replicas.
   latency  only the array part of check: {"p50_ms", "p99_ms", "n", ...}.
+  latency-pair WRITER_A WRITER_B READER_URL
+           the same, the writes alternating between two servers (A, B, A, B, ...) to one array,
+           all seen by one subscriber through READER_URL: {"a": {"n", "p50_ms", "p99_ms", ...},
+           "b": {...}}, each writer timed under the same load as the other.
   replay   subscribes with start=SEQ to the array at --key (one `check` wrote, e.g. through another
            server, or before Tiled restarted) and checks that the cached updates from SEQ to its last
            row are replayed in order, then that one more write arrives live after them (no gap, no
@@ -211,24 +216,34 @@ def compact(seqs, n=12):
 def stream_array(writer_node, reader_node, updates, timeout):
     """Patch rows 1..updates into the array one at a time, each waited for at the subscriber.
 
-    Row k holds the value k, so each update's payload says which write it is. Returns the report and
-    the subscription's first and last counted sequence numbers.
+    Row k holds the value k, so each update's payload says which write it is. writer_node may be a
+    list of nodes (the same array through several servers): row k is then written through
+    writer_node[(k - 1) % len], so that each writer's updates are timed interleaved with the others',
+    under the same load, and the report holds each writer's figures in "by_writer". Returns the
+    report and the subscription's first and last counted sequence numbers.
     """
+    writers = writer_node if isinstance(writer_node, list) else [writer_node]
     got = Collector(array_fields)
     sub = subscribe(reader_node, "new_data", got, timeout)
     try:
-        # Warm-up: row 0 written again with -n (the counted rows are >= 1).
-        base, warmups = warm_up(
-            got,
-            lambda n: writer_node.patch(numpy.full((1, WIDTH), -float(n)), offset=(0,)),
-            lambda u, n: u["row"] == 0 and u["values"] == [-float(n)],
-            timeout,
-        )
+        # Warm-up through each writer in turn: row 0 written again with -n (the counted rows are
+        # >= 1); the numbers of one writer's warm-ups follow the previous writer's.
+        base, warmups = None, 0
+        for w in writers:
+            first = warmups
+            base, n = warm_up(
+                got,
+                lambda n, w=w, first=first: w.patch(numpy.full((1, WIDTH), -float(first + n)), offset=(0,)),
+                lambda u, n, first=first: u["row"] == 0 and u["values"] == [-float(first + n)],
+                timeout,
+            )
+            warmups += n
         counted_from = len(got.snapshot())
         sent, returned = [], []
         for k in range(1, updates + 1):
+            w = writers[(k - 1) % len(writers)]
             sent.append(time.monotonic())
-            writer_node.patch(numpy.full((1, WIDTH), float(k)), offset=(k,), extend=True)
+            w.patch(numpy.full((1, WIDTH), float(k)), offset=(k,), extend=True)
             returned.append(time.monotonic())
             if not got.wait(lambda ups: any(u["row"] == k for u in ups[counted_from:]), timeout):
                 raise Failure(f"array: update {k} of {updates} (row {k}) did not arrive within {timeout}s; "
@@ -262,6 +277,14 @@ def stream_array(writer_node, reader_node, updates, timeout):
         "after_return_p99_ms": ms(percentile(from_return, 99)),
         "write_p50_ms": ms(percentile(write, 50)),
     }
+    if len(writers) > 1:
+        report["by_writer"] = [
+            {"n": len(from_call[i::len(writers)]),
+             "p50_ms": ms(percentile(from_call[i::len(writers)], 50)),
+             "p99_ms": ms(percentile(from_call[i::len(writers)], 99)),
+             "write_p50_ms": ms(percentile(write[i::len(writers)], 50))}
+            for i in range(len(writers))
+        ]
     return report
 
 
@@ -349,6 +372,20 @@ def latency(args):
             "max_ms": report["max_ms"], "after_return_p50_ms": report["after_return_p50_ms"],
             "after_return_p99_ms": report["after_return_p99_ms"], "write_p50_ms": report["write_p50_ms"],
             "key": key}
+
+
+def latency_pair(args):
+    """Two writers timed interleaved: write k goes through WRITER_A when k is odd, WRITER_B when even,
+    each waited for at one subscriber through READER_URL, so that both are timed under the same
+    load, write for write (two runs one after another differ by more than the two paths do on a
+    busy machine). Reports {"a": {...}, "b": {...}} with each writer's n, p50_ms, p99_ms."""
+    reader = client(args.reader_url, args.api_key)
+    a, b = client(args.writer_a, args.api_key), client(args.writer_b, args.api_key)
+    key = f"stream-latency-{uuid.uuid4().hex[:10]}"
+    reader.write_array(numpy.zeros((1, WIDTH)), key=key)
+    report = stream_array([a[key], b[key]], reader[key], 2 * args.updates, args.timeout)
+    ra, rb = report["by_writer"]
+    return {"a": ra, "b": rb, "warmup_writes": report["warmup_writes"], "key": key}
 
 
 def replay(args):
@@ -443,6 +480,11 @@ def main():
         p.add_argument("writer_url")
         p.add_argument("reader_url")
         p.add_argument("--updates", type=int, default=20 if name == "check" else 200)
+    p = commands.add_parser("latency-pair")
+    p.add_argument("writer_a")
+    p.add_argument("writer_b")
+    p.add_argument("reader_url")
+    p.add_argument("--updates", type=int, default=200, help="writes through each writer (default 200)")
     p = commands.add_parser("replay")
     p.add_argument("url")
     p.add_argument("--key", help="path of an array written earlier (e.g. the array key `check` printed)")
@@ -455,7 +497,7 @@ def main():
         sub.add_argument("--timeout", type=float, default=argparse.SUPPRESS)
         sub.add_argument("--api-key", default=argparse.SUPPRESS)
     args = parser.parse_args()
-    run = {"check": check, "latency": latency, "replay": replay, "probe": probe}[args.command]
+    run = {"check": check, "latency": latency, "latency-pair": latency_pair, "replay": replay, "probe": probe}[args.command]
     try:
         result = run(args)
     except (Failure, Refused) as err:

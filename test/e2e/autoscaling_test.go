@@ -108,6 +108,25 @@ while any(th.is_alive() for th in threads):
     report()
 `
 
+// requireFreeVolumes fails the test unless the node has at least n Available PersistentVolumes of
+// the suite's storage class: a case's fleet binds one per claim, and a released one is never reused.
+func requireFreeVolumes(t *testing.T, n int) {
+	t.Helper()
+	var pvs corev1.PersistentVolumeList
+	if err := cl.List(context.Background(), &pvs); err != nil {
+		t.Fatal(err)
+	}
+	free := 0
+	for _, pv := range pvs.Items {
+		if pv.Spec.StorageClassName == storageClass && pv.Status.Phase == corev1.VolumeAvailable {
+			free++
+		}
+	}
+	if free < n {
+		t.Fatalf("%d Available PersistentVolumes of class %s, the case needs %d (raise PV_COUNT in hack/node/cluster.sh)", free, storageClass, n)
+	}
+}
+
 // tiledPods counts an instance's Tiled pods that are not terminating, and those of them Ready.
 func tiledPods(t *testing.T, ns, instance string) (pods, ready int) {
 	for _, p := range serverPodsOf(t, ns, instance) {
@@ -239,20 +258,8 @@ func testAutoscaling(t *testing.T) {
 		t.Fatalf("the metrics API does not answer: %v\n%s", err, out)
 	}
 
-	// The instance binds two of the node's volumes (data, database); a released one is never reused.
-	var pvs corev1.PersistentVolumeList
-	if err := cl.List(ctx, &pvs); err != nil {
-		t.Fatal(err)
-	}
-	free := 0
-	for _, pv := range pvs.Items {
-		if pv.Spec.StorageClassName == storageClass && pv.Status.Phase == corev1.VolumeAvailable {
-			free++
-		}
-	}
-	if free < 2 {
-		t.Fatalf("%d Available PersistentVolumes of class %s, the instance needs 2 (raise PV_COUNT in hack/node/cluster.sh)", free, storageClass)
-	}
+	// The instance binds two of the node's volumes (data, database).
+	requireFreeVolumes(t, 2)
 
 	// 1. The instance with the autoscaler on.
 	mustKubectl(t, []byte(autoscaleProfileYAML()), "apply", "--server-side", "-f", "-")

@@ -83,6 +83,8 @@ func suite() []e2eCase {
 		c("4 rolling change within maxUnavailable; paused freezes it", FirstFleet, testRollingChange),
 		c("8 removed beamline keeps its claims (released); re-added finds its data", FirstFleet, testRemoveReadd),
 		c("bad input: image pull, PostgreSQL never ready, config Tiled refuses -> named conditions", FirstFleet, testBadInput),
+		c("16 stuck Tiled pod: a template whose containers cannot be created, the pod left alone until the fix, then replaced once (the StatefulSet controller or the operator), Ready again", OwnNamespace, testStuckTiledPod),
+		c("17 stuck PostgreSQL pod: an image that cannot be pulled, the pod left alone until the fix, then deleted once by the operator (StuckPodReplaced, status.replacedPods); the same claim, the data read back", OwnNamespace, testStuckPostgresPod),
 		c("7 mutating webhook on the real path; a bad profile refused at admission", OwnNamespace, testMutatingWebhook),
 		c("operator upgrades 1-3 (end): every object the operator owns at the same resourceVersion from upgrade 1 until 2 minutes after upgrade 3", UpgradeFleet, testOperatorUpgradeWindow),
 		c("operator upgrades: the data written under the previous release read back after three upgrades", UpgradeFleet, testOperatorUpgradeData),
@@ -969,24 +971,32 @@ func podPeakMemory(uid types.UID) (int64, error) {
 
 // keptData is what must outlive pods and beamlines: the data claims by UID and the Secret's values.
 type keptData struct {
+	ns     string
 	claims map[string]types.UID
 	secret string
 	data   map[string][]byte
 }
 
-// snapshotData records the data claims and the Secret of an instance's names.
+// snapshotData records the data claims and the Secret of an instance's names in the first fleet's
+// namespace.
 func snapshotData(t *testing.T, n names.Objects) keptData {
 	t.Helper()
-	k := keptData{claims: map[string]types.UID{}, secret: n.Secret}
+	return snapshotDataIn(t, tenantNS, n)
+}
+
+// snapshotDataIn is snapshotData in namespace ns.
+func snapshotDataIn(t *testing.T, ns string, n names.Objects) keptData {
+	t.Helper()
+	k := keptData{ns: ns, claims: map[string]types.UID{}, secret: n.Secret}
 	for _, c := range []string{n.DataClaim, n.DatabaseClaim} {
 		var pvc corev1.PersistentVolumeClaim
-		if err := cl.Get(context.Background(), types.NamespacedName{Namespace: tenantNS, Name: c}, &pvc); err != nil {
+		if err := cl.Get(context.Background(), types.NamespacedName{Namespace: k.ns, Name: c}, &pvc); err != nil {
 			t.Fatal(err)
 		}
 		k.claims[c] = pvc.UID
 	}
 	var sec corev1.Secret
-	if err := cl.Get(context.Background(), types.NamespacedName{Namespace: tenantNS, Name: n.Secret}, &sec); err != nil {
+	if err := cl.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: n.Secret}, &sec); err != nil {
 		t.Fatal(err)
 	}
 	k.data = sec.Data
@@ -999,7 +1009,7 @@ func (k keptData) sameClaims(t *testing.T, when string) []corev1.PersistentVolum
 	var out []corev1.PersistentVolumeClaim
 	for c, uid := range k.claims {
 		var pvc corev1.PersistentVolumeClaim
-		if err := cl.Get(context.Background(), types.NamespacedName{Namespace: tenantNS, Name: c}, &pvc); err != nil {
+		if err := cl.Get(context.Background(), types.NamespacedName{Namespace: k.ns, Name: c}, &pvc); err != nil {
 			t.Fatalf("claim %s %s: %v", c, when, err)
 		}
 		if pvc.UID != uid {
@@ -1014,7 +1024,7 @@ func (k keptData) sameClaims(t *testing.T, when string) []corev1.PersistentVolum
 func (k keptData) sameSecret(t *testing.T, when string) {
 	t.Helper()
 	var sec corev1.Secret
-	if err := cl.Get(context.Background(), types.NamespacedName{Namespace: tenantNS, Name: k.secret}, &sec); err != nil {
+	if err := cl.Get(context.Background(), types.NamespacedName{Namespace: k.ns, Name: k.secret}, &sec); err != nil {
 		t.Fatal(err)
 	}
 	for key, v := range k.data {

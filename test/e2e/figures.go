@@ -115,6 +115,18 @@ type Figures struct {
 	NetworkPolicyControlsFailed    int     `json:"network_policy_controls_failed"`
 	NetworkPolicyOffSeconds        float64 `json:"network_policy_off_seconds,omitempty"`
 	NetworkPolicyOnSeconds         float64 `json:"network_policy_on_seconds,omitempty"`
+
+	// Stuck pods (stuckpod_test.go), each on a one-beamline fleet of its own: from the fixed spec
+	// applied to the instance Ready again, its pod stuck on the broken template replaced once. The
+	// Tiled pod (a container that cannot be created: an environment variable from a Secret key that
+	// does not exist), and who deleted it (the audit log's user: the Tiled StatefulSet's Parallel pod
+	// management lets the StatefulSet controller replace it); the PostgreSQL pod (an image that
+	// cannot be pulled from loopback; OrderedReady: only the operator replaces it), and the
+	// deletions of it the operator made (1).
+	StuckPodReplacedSeconds         float64 `json:"stuck_pod_replaced_seconds,omitempty"`
+	StuckPodDeletedBy               string  `json:"stuck_pod_deleted_by,omitempty"`
+	StuckPostgresPodReplacedSeconds float64 `json:"stuck_postgres_pod_replaced_seconds,omitempty"`
+	StuckPostgresPodOperatorDeletes int     `json:"stuck_postgres_pod_operator_deletes,omitempty"`
 }
 
 // CPUUse is the CPU the suite used while it ran, in seconds: the machine's busy time (all its

@@ -48,24 +48,10 @@ func watchReadiness(t *testing.T, ns, cluster string) *readyWatch {
 	}
 	consume := func(what string, wi watch.Interface, seen func(obj any, at time.Time)) {
 		defer w.wg.Done()
-		defer wi.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case ev, ok := <-wi.ResultChan():
-				if !ok {
-					if ctx.Err() == nil {
-						w.mu.Lock()
-						w.closedEarly = append(w.closedEarly, what)
-						w.mu.Unlock()
-					}
-					return
-				}
-				if ev.Type == watch.Added || ev.Type == watch.Modified {
-					seen(ev.Object, time.Now())
-				}
-			}
+		if !followWatch(ctx, wi, seen) {
+			w.mu.Lock()
+			w.closedEarly = append(w.closedEarly, what)
+			w.mu.Unlock()
 		}
 	}
 	w.wg.Add(2)
@@ -92,6 +78,25 @@ func watchReadiness(t *testing.T, ns, cluster string) *readyWatch {
 		w.mu.Unlock()
 	})
 	return w
+}
+
+// followWatch hands every object added or modified through wi to seen, with when it came, until ctx
+// ends; then it stops wi. It returns false when the server closed the watch first.
+func followWatch(ctx context.Context, wi watch.Interface, seen func(obj any, at time.Time)) bool {
+	defer wi.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return true
+		case ev, ok := <-wi.ResultChan():
+			if !ok {
+				return ctx.Err() != nil
+			}
+			if ev.Type == watch.Added || ev.Type == watch.Modified {
+				seen(ev.Object, time.Now())
+			}
+		}
+	}
 }
 
 // stop ends the watches and returns what they saw. A watch the server closed before stop is an

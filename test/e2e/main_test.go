@@ -205,16 +205,29 @@ type auditEvent struct {
 		APIGroup    string `json:"apiGroup"`
 	} `json:"objectRef"`
 	RequestReceived time.Time `json:"requestReceivedTimestamp"`
-	// ResponseStatus is the answer's status: its code tells a server-side apply that created the
+	// ResponseStatus is the answer's status: its code tells a deletion done (200, 202) from one
+	// refused (409: a precondition no longer held; 404), and a server-side apply that created the
 	// object (201) from one that changed it (200), both verb "patch".
 	ResponseStatus *struct {
-		Code int `json:"code"`
+		Code int32 `json:"code"`
 	} `json:"responseStatus"`
+}
+
+// succeeded says whether the request was answered with a 2xx status.
+func (ev auditEvent) succeeded() bool {
+	return ev.ResponseStatus != nil && ev.ResponseStatus.Code >= 200 && ev.ResponseStatus.Code < 300
 }
 
 // auditSince returns the completed requests of user received in [from, to), once the audit log
 // holds every request received before to (auditThrough).
 func auditSince(t *testing.T, user string, from, to time.Time) []auditEvent {
+	t.Helper()
+	return auditWhere(t, from, to, func(ev auditEvent) bool { return ev.User.Username == user })
+}
+
+// auditWhere returns the completed requests received in [from, to) that keep says to keep, once the
+// audit log holds every request received before to (auditThrough).
+func auditWhere(t *testing.T, from, to time.Time, keep func(auditEvent) bool) []auditEvent {
 	t.Helper()
 	auditThrough(t, to)
 	f, err := os.Open(e.auditLog)
@@ -230,7 +243,7 @@ func auditSince(t *testing.T, user string, from, to time.Time) []auditEvent {
 		if json.Unmarshal(sc.Bytes(), &ev) != nil {
 			continue
 		}
-		if ev.Stage != "ResponseComplete" || ev.User.Username != user {
+		if ev.Stage != "ResponseComplete" || !keep(ev) {
 			continue
 		}
 		if ev.RequestReceived.Before(from) || !ev.RequestReceived.Before(to) {

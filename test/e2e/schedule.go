@@ -69,8 +69,10 @@ type Outcome struct {
 // and their Needs permit: an Alone case waits for every case before it to end and holds back every
 // case after it; FirstFleet cases run one after another in their order; OwnNamespace cases run
 // beside any but Alone ones; UpgradeFleet cases form a chain of their own like FirstFleet's. A
-// Required case runs alone, as a barrier, and when it fails no later case runs. run is called from several goroutines at once; Schedule returns when every case it
-// started has ended, with one Outcome per case.
+// Required case runs alone, as a barrier, and when it fails no later case runs. A free slot goes to
+// the earliest case, in the suite's order, that may start (grant). run is called from several
+// goroutines at once; Schedule returns when every case it started has ended, with one Outcome per
+// case.
 func Schedule(cases []Case, parallel int, run func(i int) bool) []Outcome {
 	if parallel < 1 {
 		parallel = 1
@@ -78,18 +80,26 @@ func Schedule(cases []Case, parallel int, run func(i int) bool) []Outcome {
 	s := &scheduler{
 		out:     make([]Outcome, len(cases)),
 		running: map[int]bool{},
-		slots:   make(chan struct{}, parallel),
+		free:    parallel,
+		granted: make([]chan struct{}, len(cases)),
+		waiting: map[int]bool{},
+		next:    map[int]int{},
+		ended:   map[int]bool{},
 		start:   time.Now(),
 	}
-	// The last case of each chain (FirstFleet, UpgradeFleet) ends when its channel closes.
-	chainDone := map[Needs]chan struct{}{FirstFleet: closedChan(), UpgradeFleet: closedChan()}
+	for i := range s.granted {
+		s.granted[i] = make(chan struct{})
+	}
+	// The last case started of each chain (FirstFleet, UpgradeFleet), -1 for none yet.
+	tail := map[Needs]int{FirstFleet: -1, UpgradeFleet: -1}
 	var wg sync.WaitGroup
 	for i, c := range cases {
 		if s.stopped() {
 			break
 		}
 		if c.Needs == Alone || c.Required {
-			// Every case before it ends, and none after it starts, until it has ended.
+			// Every case before it ends, and none after it starts, until it has ended. It takes no
+			// slot: nothing else runs.
 			s.op.Lock()
 			s.do(i, run)
 			s.op.Unlock()
@@ -99,36 +109,92 @@ func Schedule(cases []Case, parallel int, run func(i int) bool) []Outcome {
 			continue
 		}
 		s.op.RLock() // released when the case ends: an Alone case after it waits for that
-		var prev, mine chan struct{}
+		prev := -1
 		if c.Needs.chained() {
-			prev, mine = chainDone[c.Needs], make(chan struct{})
-			chainDone[c.Needs] = mine
+			prev, tail[c.Needs] = tail[c.Needs], i
 		}
+		s.queue(i, prev)
 		wg.Add(1)
-		go func(i int, prev <-chan struct{}, mine chan struct{}) {
+		go func(i int) {
 			defer wg.Done()
 			defer s.op.RUnlock()
-			if mine != nil {
-				defer close(mine)
-				<-prev // the chain's previous case has ended
-			}
-			s.slots <- struct{}{}
-			defer func() { <-s.slots }()
+			<-s.granted[i]
 			s.do(i, run)
-		}(i, prev, mine)
+			s.leave(i)
+		}(i)
 	}
 	wg.Wait()
 	return s.out
 }
 
+// scheduler is Schedule's state. Every field below mu is read and written under it.
 type scheduler struct {
-	op      sync.RWMutex // Alone cases hold it for writing, the others for reading
-	slots   chan struct{}
-	start   time.Time
-	mu      sync.Mutex
+	op    sync.RWMutex // Alone cases hold it for writing, the others for reading
+	start time.Time
+	mu    sync.Mutex
+	// free is how many more cases may run now. granted[i] is closed when case i may start.
+	free    int
+	granted []chan struct{}
+	// waiting holds the cases that may start as soon as a slot is free; next[p] = i when case i of
+	// a chain waits for case p, the one before it, to end; ended holds the cases that have ended.
+	waiting map[int]bool
+	next    map[int]int
+	ended   map[int]bool
 	running map[int]bool
 	out     []Outcome
 	halted  bool
+}
+
+// queue makes case i wait for a slot, or, when prev (the case before it in its chain; -1 for
+// none) has not ended yet, for prev to end first.
+func (s *scheduler) queue(i, prev int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if prev >= 0 && !s.ended[prev] {
+		s.next[prev] = i
+		return
+	}
+	s.waiting[i] = true
+	s.grant()
+}
+
+// leave ends case i: the case after it in its chain may now start, and its slot is free. Both
+// happen under one lock before any slot is granted, so that the chain's next case competes for
+// the slot it leaves (a case of a chain is often among the earliest waiting).
+func (s *scheduler) leave(i int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ended[i] = true
+	if n, ok := s.next[i]; ok {
+		delete(s.next, i)
+		s.waiting[n] = true
+	}
+	s.free++
+	s.grant()
+}
+
+// grant gives the free slots to the waiting cases earliest in the suite's order; s.mu is held.
+//
+// Why in order: the suite is ordered so that the long cases start first and the chains (the first
+// fleet's, the upgrade fleet's) keep moving beside them. Were a slot given to whichever case's
+// goroutine asked first (a channel's send queue), a case listed later could take it ahead of an
+// earlier one that had been waiting all along: in one run, cases 7 and the upgrade window's end
+// (listed after it) took slots at 258 s while case 10 (backups, one of the long cases) waited for
+// one until 353 s, and the long cases, not the short ones, set the suite's end. A case of a
+// chain that may start when its predecessor ends is also ahead of later cases, since leave makes
+// it waiting before the slot is granted.
+func (s *scheduler) grant() {
+	for s.free > 0 && len(s.waiting) > 0 {
+		first := -1
+		for j := range s.waiting {
+			if first < 0 || j < first {
+				first = j
+			}
+		}
+		delete(s.waiting, first)
+		s.free--
+		close(s.granted[first])
+	}
 }
 
 func (s *scheduler) do(i int, run func(int) bool) {
@@ -159,12 +225,6 @@ func (s *scheduler) stopped() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.halted
-}
-
-func closedChan() chan struct{} {
-	c := make(chan struct{})
-	close(c)
-	return c
 }
 
 // defaultParallel is how many cases run at once when E2E_PARALLEL is not set: the four long

@@ -52,8 +52,8 @@ func (r *recorder) finish(i int) {
 func overlap(a, b *span) bool { return a.start < b.end && b.start < a.end }
 
 func TestSchedule(t *testing.T) {
-	// Cases: 0 alone (required), 1 and 2 own namespace (each waits, up to a second, for the other to
-	// start: they must run at once), 3 and 4 first fleet, 5 alone, 6 own namespace.
+	// Cases: 0 alone (required), 1 and 2 own namespace (each waits for the other to start: they must
+	// run at once), 3 and 4 first fleet, 5 alone, 6 own namespace.
 	cases := []Case{
 		{Name: "install", Needs: Alone, Required: true},
 		{Name: "own a", Needs: OwnNamespace},
@@ -74,19 +74,11 @@ func TestSchedule(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
 			r := newRecorder(len(cases))
-			met := map[int]bool{}
-			var metMu sync.Mutex
 			out := Schedule(cases, tc.parallel, func(i int) bool {
 				r.begin(i)
 				defer r.finish(i)
 				if other, ok := map[int]int{1: 2, 2: 1}[i]; ok {
-					select {
-					case <-r.started[other]:
-						metMu.Lock()
-						met[i] = true
-						metMu.Unlock()
-					case <-time.After(time.Second):
-					}
+					r.meet(t, other)
 				}
 				time.Sleep(5 * time.Millisecond)
 				return true
@@ -98,7 +90,7 @@ func TestSchedule(t *testing.T) {
 			}
 			g.Expect(r.most).To(BeNumerically("<=", tc.parallel), "more cases at once than parallel")
 			// The own-namespace pair ran at once.
-			g.Expect(met).To(Equal(map[int]bool{1: true, 2: true}), "own-namespace cases 1 and 2 did not run beside each other")
+			g.Expect(overlap(r.spans[1], r.spans[2])).To(BeTrue(), "own-namespace cases 1 and 2 did not run beside each other")
 			g.Expect(out[1].Beside).To(BeNumerically(">=", 1))
 			// Nothing overlaps an Alone case.
 			for _, a := range []int{0, 5} {
@@ -127,8 +119,7 @@ func TestScheduleOneAtATimeKeepsTheOrder(t *testing.T) {
 	r := newRecorder(len(cases))
 	Schedule(cases, 1, func(i int) bool { r.begin(i); r.finish(i); return true })
 	g.Expect(r.most).To(Equal(1))
-	g.Expect(r.order).To(ConsistOf(0, 1, 2, 3, 4))
-	g.Expect(r.order[3:]).To(Equal([]int{3, 4}), "the Alone case and the one after it keep their places")
+	g.Expect(r.order).To(Equal([]int{0, 1, 2, 3, 4}), "one slot goes to each case in the suite's order")
 }
 
 func TestScheduleStopsAfterARequiredCaseFails(t *testing.T) {
@@ -173,24 +164,56 @@ func TestParseParallel(t *testing.T) {
 	}
 }
 
-func TestScheduleChainsAreSeparate(t *testing.T) {
-	g := NewWithT(t)
-	// 0 and 2 are the upgrade fleet's (2 after 0, though 0 is slow), 1 the first fleet's: 1 runs
-	// beside 0, 2 only after 0 has ended.
-	cases := []Case{{Name: "window end", Needs: UpgradeFleet}, {Name: "fleet", Needs: FirstFleet}, {Name: "read back and remove", Needs: UpgradeFleet}}
+// meet is a case body's wait for case other to have started: every case that meets another has
+// started before either ends, so their spans overlap whatever order their goroutines run in. It
+// waits on the recorder's channel, not on time; the minute is only a guard against a scheduler
+// that never starts other, and fails the test.
+func (r *recorder) meet(t *testing.T, other int) {
+	select {
+	case <-r.started[other]:
+	case <-time.After(time.Minute):
+		t.Errorf("case %d never started", other)
+	}
+}
+
+// scheduleMeeting runs cases through Schedule, parallel at once; each case, once started, meets
+// the cases meets lists for it (waits for each to have started), then ends.
+func scheduleMeeting(t *testing.T, cases []Case, parallel int, meets map[int][]int) *recorder {
 	r := newRecorder(len(cases))
-	Schedule(cases, 5, func(i int) bool {
+	Schedule(cases, parallel, func(i int) bool {
 		r.begin(i)
 		defer r.finish(i)
-		if i == 0 {
-			select { // slow until the first fleet's case has started beside it
-			case <-r.started[1]:
-			case <-time.After(time.Second):
-			}
-			time.Sleep(20 * time.Millisecond)
+		for _, other := range meets[i] {
+			r.meet(t, other)
 		}
 		return true
 	})
+	return r
+}
+
+func TestScheduleChainsAreSeparate(t *testing.T) {
+	g := NewWithT(t)
+	// 0 and 2 are the upgrade fleet's (2 after 0), 1 the first fleet's: 1 runs beside 0, 2 only
+	// after 0 has ended. 0 and 1 each wait for the other to start, so that both run at once: were
+	// only 0 to wait (as this test once did), 1 could start and end before 0's goroutine first ran,
+	// and the two not overlap (3 runs in 8 failed so under -race).
+	cases := []Case{{Name: "window end", Needs: UpgradeFleet}, {Name: "fleet", Needs: FirstFleet}, {Name: "read back and remove", Needs: UpgradeFleet}}
+	r := scheduleMeeting(t, cases, 5, map[int][]int{0: {1}, 1: {0}})
 	g.Expect(overlap(r.spans[0], r.spans[1])).To(BeTrue(), "cases of different chains run beside each other")
 	g.Expect(r.spans[0].end).To(BeNumerically("<", r.spans[2].start), "the upgrade fleet's cases run in their order, one at a time")
+}
+
+func TestScheduleGrantsSlotsInTheSuitesOrder(t *testing.T) {
+	g := NewWithT(t)
+	// Two slots. 0 and 1 take them (they meet, so both hold one at once). When 0 ends, 2 (the
+	// first fleet's next case, eligible from then on) and 3 and 4 (own namespace, eligible all
+	// along) want its slot: 2 comes first in the suite, so 2 gets it. 1 holds its slot until 2 has
+	// started, so 3 cannot start through 1's slot first. A scheduler that grants the slot to
+	// whichever case asked first gives it to 3 or 4, waiting since the start.
+	cases := []Case{{Name: "fleet 1", Needs: FirstFleet}, {Name: "own long", Needs: OwnNamespace},
+		{Name: "fleet 2", Needs: FirstFleet}, {Name: "own later", Needs: OwnNamespace}, {Name: "own last", Needs: OwnNamespace}}
+	r := scheduleMeeting(t, cases, 2, map[int][]int{0: {1}, 1: {0, 2}})
+	g.Expect(r.most).To(BeNumerically("<=", 2))
+	g.Expect(r.spans[2].start).To(BeNumerically("<", r.spans[3].start), "fleet 2 (eligible when fleet 1 ended) before own later")
+	g.Expect(r.spans[2].start).To(BeNumerically("<", r.spans[4].start), "fleet 2 (eligible when fleet 1 ended) before own last")
 }

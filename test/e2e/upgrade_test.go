@@ -113,6 +113,8 @@ type upgradeClusterSpec struct {
 	replicas       map[string]int    // beamline -> tiled.replicas (the data claim then ReadWriteMany)
 	hold           map[string]bool   // beamline -> hold
 	image          map[string]string // beamline -> tiled.image pinned in its overrides
+	tiledExtra     map[string]string // beamline -> more of its tiled overrides, flow YAML ("env: [...]")
+	database       map[string]string // beamline -> its database overrides, flow YAML ("managed: {image: x}")
 }
 
 func (c upgradeClusterSpec) yaml() string {
@@ -144,15 +146,24 @@ spec:
 		if img := c.image[n]; img != "" {
 			tiled = append(tiled, fmt.Sprintf("image: %q", img))
 		}
-		if len(tiled) == 0 {
+		if x := c.tiledExtra[n]; x != "" {
+			tiled = append(tiled, x)
+		}
+		db := c.database[n]
+		if len(tiled) == 0 && db == "" {
 			continue
 		}
 		b.WriteString("    overrides:\n")
-		fmt.Fprintf(&b, "      tiled: {%s}\n", strings.Join(tiled, ", "))
+		if len(tiled) > 0 {
+			fmt.Fprintf(&b, "      tiled: {%s}\n", strings.Join(tiled, ", "))
+		}
 		if c.replicas[n] > 1 {
 			// Admission refuses more than one replica on a ReadWriteOnce data claim; the node's
 			// PersistentVolumes offer ReadWriteMany.
 			b.WriteString("      storage: {data: {accessModes: [ReadWriteMany]}}\n")
+		}
+		if db != "" {
+			fmt.Fprintf(&b, "      database: {%s}\n", db)
 		}
 	}
 	return b.String()

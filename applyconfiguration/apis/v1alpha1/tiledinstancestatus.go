@@ -64,8 +64,9 @@ type TiledInstanceStatusApplyConfiguration struct {
 	// ReplacedPods records the pods of the instance's StatefulSets (Tiled, PostgreSQL, streaming
 	// cache) the operator deleted because they were stuck: failing (an image that cannot be pulled,
 	// a crash loop, a container that cannot be created) and not Ready on an older revision of their
-	// StatefulSet after its pod template changed, which a StatefulSet never replaces by itself. The
-	// StatefulSet controller then created them again from the current template. A pod is replaced
+	// StatefulSet after its pod template changed, which a StatefulSet with OrderedReady pod
+	// management (PostgreSQL, cache) never replaces by itself. The StatefulSet controller then
+	// created them again from the current template. A pod is replaced
 	// at most once for a revision of its StatefulSet, also across restarts of the operator; its
 	// entry goes once it is Ready on that revision. Each replacement is also an Event (reason
 	// StuckPodReplaced).

@@ -189,6 +189,15 @@ func render(f *e2e.Figures, src string) string {
 			w("| … `enabled` true again → every one back | %.1f s | |\n", f.NetworkPolicyOnSeconds)
 		}
 	}
+	if f.StuckPodReplacedSeconds > 0 {
+		// Only from a run that had the stuck Tiled pod case.
+		w("| stuck Tiled pod (a container that cannot be created): fixed spec applied → instance Ready, the pod replaced once (by %s) | %.1f s | |\n", f.StuckPodDeletedBy, f.StuckPodReplacedSeconds)
+	}
+	if f.StuckPostgresPodReplacedSeconds > 0 {
+		// Only from a run that had the stuck PostgreSQL pod case.
+		w("| stuck PostgreSQL pod (an image that cannot be pulled): fixed spec applied → instance Ready, its data read back | %.1f s | |\n", f.StuckPostgresPodReplacedSeconds)
+		w("| … deletions of the stuck pod by the operator (audit log; one `StuckPodReplaced` Event) | %d | 1 |\n", f.StuckPostgresPodOperatorDeletes)
+	}
 	w("| operator pod peak memory (cgroup) | %.1f MiB | |\n", f.OperatorPeakMemoryMiB)
 	return b.String()
 }
