@@ -249,3 +249,17 @@ func TestUnions(t *testing.T) {
 		})
 	}
 }
+
+// spec.backup.onCatalogLost flows as any field: a profile sets it for a facility, an instance's
+// overrides set it for one beamline, and provenance names who did.
+func TestOnCatalogLostFromProfiles(t *testing.T) {
+	g := NewWithT(t)
+	profile := P(t, "facility", 0, "backup: {claim: {claimName: backups}, onCatalogLost: RestoreLatest}")
+	o := one(t, C("", I("x", nil)), profile)
+	g.Expect(o.Spec.Backup.OnCatalogLost).To(Equal(v1alpha1.CatalogLostRestoreLatest))
+	g.Expect(o.Provenance).To(HaveKeyWithValue("spec.backup.onCatalogLost", "profile/facility@1"))
+	o = one(t, C("", I("x", T(t, "backup: {onCatalogLost: Stall}"))), profile)
+	g.Expect(o.Spec.Backup.OnCatalogLost).To(Equal(v1alpha1.CatalogLostStall))
+	g.Expect(o.Spec.Backup.Claim.ClaimName).To(Equal("backups"))
+	g.Expect(o.Provenance).To(HaveKeyWithValue("spec.backup.onCatalogLost", "instance/x/overrides"))
+}
