@@ -85,6 +85,10 @@ func (r *TiledInstanceReconciler) lostCatalog(ctx context.Context, cur *instance
 	}
 	if d.Lifecycle != nil {
 		in.render.Lifecycle = d.Lifecycle
+		// The upgrade stage, which keeps it otherwise, does not run while the loss is handled.
+		if err := keepBackupClaim(ctx, cur, n, &in.render); err != nil {
+			return false, err
+		}
 	}
 	in.claimRecheck = d.Lost != nil && o.Managed && o.Claim == nil
 	in.upgrade = upgrade.Decision{Lifecycle: d.Lifecycle}

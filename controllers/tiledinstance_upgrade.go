@@ -79,20 +79,8 @@ func (r *TiledInstanceReconciler) upgrade(ctx context.Context, cur *instanceStat
 	}
 	d := upgrade.Decide(o)
 	in.render.Lifecycle = d.Lifecycle
-	if l := d.Lifecycle; l == nil || !l.BackupClaim {
-		// The backup claim stays once an upgrade made it: it holds backups (and, under the Delete
-		// policy, would otherwise be pruned with them).
-		claim, err := cur.child(ctx, applier.Key{APIVersion: "v1", Kind: "PersistentVolumeClaim", Namespace: ti.Namespace, Name: n.BackupClaim})
-		if err != nil {
-			return upgrade.Decision{}, err
-		}
-		if claim != nil {
-			if l == nil {
-				in.render.Lifecycle = &render.Lifecycle{BackupClaim: true}
-			} else {
-				l.BackupClaim = true
-			}
-		}
+	if err := keepBackupClaim(ctx, cur, n, &in.render); err != nil {
+		return upgrade.Decision{}, err
 	}
 	if !d.Changed {
 		return d, nil
@@ -133,6 +121,26 @@ func (r *TiledInstanceReconciler) upgrade(ctx context.Context, cur *instanceStat
 		r.Recorder.Eventf(ti, nil, typ, e.Reason, "Upgrade", "%s", eventNote(e.Message))
 	}
 	return d, nil
+}
+
+// keepBackupClaim keeps the backup claim rendered once an upgrade made it: it holds backups (and,
+// under the Delete policy, would otherwise be pruned with them), whatever the render's lifecycle.
+func keepBackupClaim(ctx context.Context, cur *instanceState, n names.Objects, in *render.Inputs) error {
+	if l := in.Lifecycle; l != nil && l.BackupClaim {
+		return nil
+	}
+	claim, err := cur.child(ctx, applier.Key{APIVersion: "v1", Kind: "PersistentVolumeClaim", Namespace: cur.ti.Namespace, Name: n.BackupClaim})
+	if err != nil || claim == nil {
+		return err
+	}
+	if in.Lifecycle == nil {
+		in.Lifecycle = &render.Lifecycle{BackupClaim: true}
+	} else {
+		l := *in.Lifecycle // the decision's own is not changed
+		l.BackupClaim = true
+		in.Lifecycle = &l
+	}
+	return nil
 }
 
 // containerImage is the image of the container name in the StatefulSet's pod template.
