@@ -75,6 +75,9 @@ provenance: {spec.tiled.image: instance}`, []string{"spec.backup: no target: not
   database: {managed: {image: "postgres:16"}}
   backup: {claim: {claimName: nfs-backups}, retention: {count: 1}}
 provenance: {spec.tiled.image: instance}`, []string{"spec.backup.schedule: empty: backups are taken only on demand", "spec.backup.retention.count: 1"}},
+		{"an expanded instance restoring a lost catalog from no target", "validate-instance", admissiontable.InstanceHead + `  tiled: {image: "ghcr.io/bluesky/tiled:0.2.20", resources: {limits: {memory: 1Gi}}}
+  backup: {onCatalogLost: RestoreLatest}
+provenance: {spec.tiled.image: instance}`, []string{"spec.backup.onCatalogLost: RestoreLatest, but spec.backup has no target"}},
 		{"an expanded instance with an ingress host but enabled unset", "validate-instance", admissiontable.InstanceHead + `  tiled: {image: "ghcr.io/bluesky/tiled:0.2.20", resources: {limits: {memory: 1Gi}}}
   expose: {ingress: {className: nginx, host: a.example.org}}
 provenance: {spec.tiled.image: instance}`, []string{"spec.expose.ingress.enabled: not set, but the ingress has a host: no Ingress is created"}},

@@ -68,6 +68,9 @@ func templateWarnings(t *v1alpha1.InstanceTemplate, complete bool) []string {
 	if b := t.Backup; b != nil && (b.Claim != nil || b.S3 != nil) && b.Schedule == "" && complete {
 		out = append(out, "spec.backup.schedule: empty: backups are taken only on demand (kubectl tiled backup)")
 	}
+	if b := t.Backup; b != nil && b.OnCatalogLost == v1alpha1.CatalogLostRestoreLatest && b.Claim == nil && b.S3 == nil && complete {
+		out = append(out, "spec.backup.onCatalogLost: RestoreLatest, but spec.backup has no target: there is no backup to restore a lost catalog from, and the instance stalls as under Stall")
+	}
 	if b := t.Backup; b != nil && b.Retention != nil && b.Retention.Count != nil && *b.Retention.Count == 1 {
 		out = append(out, "spec.backup.retention.count: 1: each backup deletes the one before it once it is whole; a backup of damage already done leaves nothing older to restore")
 	}
