@@ -205,3 +205,82 @@ func TestLostCatalog(t *testing.T) {
 	g.Expect(f.events(g, catalog.ReasonCatalogLost)).To(HaveLen(1))
 	t.Logf("took %v", time.Since(start).Round(time.Millisecond))
 }
+
+// TestLostCatalogAccepted: a lost catalog without a backup target stalls; the annotation naming
+// another claim accepts nothing; naming the new claim accepts the loss: the record and the catalog's
+// revision go, catalog-expected leaves the ConfigMap, Tiled starts, one Normal Event; the new
+// catalog Tiled then reports is recorded on the new claim.
+func TestLostCatalogAccepted(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t, g, "lost-accepted")
+	f := &upgradeFixture{t: t, g: g, op: startOperator(t, ns), ns: ns, name: "lost"}
+	ti := soloInstance(ns, f.name, upgradeTo, nil)
+	createAll(t, g, ti)
+	f.n = fleet.NamesOf(ti)
+	f.expectReplicas(upgradeReplicas)
+	g.Eventually(func() bool { return exists(t, &appsv1.StatefulSet{}, ns, f.n.Postgres) }, upgradeWithin, upgradePoll).Should(BeTrue())
+	old := f.servingPods(upgradeReplicas, "", migratedReport)
+	markReady(t, g, ns, f.n.Postgres)
+	markReady(t, g, ns, f.n.Tiled)
+	claim := f.databaseClaim()
+	g.Eventually(func(g Gomega) {
+		g.Expect(f.instance(g).Status.Database.ClaimUID).To(Equal(string(claim.UID)))
+		g.Expect(configMapData(t, g, ns, f.n.ConfigMap)).To(HaveKey(render.CatalogExpectedKey))
+	}, upgradeWithin, upgradePoll).Should(Succeed())
+
+	g.Expect(env.Client.Delete(ctxT(t), claim)).To(Succeed())
+	var newUID string
+	g.Eventually(func(g Gomega) {
+		l := f.instance(g).Status.CatalogLost
+		g.Expect(l).NotTo(BeNil())
+		g.Expect(l.NewClaimUID).NotTo(BeEmpty())
+		newUID = l.NewClaimUID
+	}, upgradeWithin, upgradePoll).Should(Succeed())
+	condition(t, g, ns, f.name, controllers.ConditionStalled, metav1.ConditionTrue, catalog.ReasonCatalogLost, upgradeWithin,
+		"there is no whole backup to restore it from", tiledv1alpha1.AnnotationAcceptCatalogLoss+"="+newUID)
+	f.expectReplicas(0)
+	for _, p := range old {
+		g.Expect(client.IgnoreNotFound(env.Client.Delete(ctxT(t), p))).To(Succeed())
+	}
+
+	// Another claim's UID accepts nothing.
+	annotate := func(v string) {
+		g.Eventually(func() error {
+			cur := f.instance(g)
+			if cur.Annotations == nil {
+				cur.Annotations = map[string]string{}
+			}
+			cur.Annotations[tiledv1alpha1.AnnotationAcceptCatalogLoss] = v
+			return env.Client.Update(ctxT(t), cur)
+		}, upgradeWithin, upgradePoll).Should(Succeed())
+	}
+	annotate(string(claim.UID))
+	waitQuiet(t, f.op)
+	g.Expect(f.instance(g).Status.CatalogLost).NotTo(BeNil())
+	f.expectReplicas(0)
+
+	// The new claim's: accepted.
+	annotate(newUID)
+	g.Eventually(func(g Gomega) {
+		cur := f.instance(g)
+		g.Expect(cur.Status.CatalogLost).To(BeNil())
+		g.Expect(cur.Status.Database.CatalogRevision).To(BeEmpty())
+		g.Expect(cur.Status.Database.ClaimUID).To(Equal(newUID))
+		g.Expect(configMapData(t, g, ns, f.n.ConfigMap)).NotTo(HaveKey(render.CatalogExpectedKey))
+	}, upgradeWithin, upgradePoll).Should(Succeed())
+	f.expectReplicas(upgradeReplicas)
+	note := f.eventOnce(catalog.ReasonCatalogLossAccepted, corev1.EventTypeNormal)
+	g.Expect(note).To(ContainSubstring("initialises a new catalog"))
+
+	// Tiled initialises a new catalog: recorded, on the new claim, expected again.
+	f.servingPods(upgradeReplicas, "n", migratedReport)
+	markReady(t, g, ns, f.n.Tiled)
+	g.Eventually(func(g Gomega) {
+		cur := f.instance(g)
+		g.Expect(cur.Status.Database.CatalogRevision).To(Equal(revNew))
+		g.Expect(cur.Status.Database.ClaimUID).To(Equal(newUID))
+		g.Expect(configMapData(t, g, ns, f.n.ConfigMap)).To(HaveKeyWithValue(render.CatalogExpectedKey, "true"))
+	}, upgradeWithin, upgradePoll).Should(Succeed())
+	condition(t, g, ns, f.name, controllers.ConditionReady, metav1.ConditionTrue, controllers.ReasonReady, upgradeWithin)
+	g.Expect(f.events(g, catalog.ReasonCatalogLost)).To(HaveLen(1))
+}
