@@ -85,6 +85,7 @@ func suite() []e2eCase {
 		c("bad input: image pull, PostgreSQL never ready, config Tiled refuses -> named conditions", FirstFleet, testBadInput),
 		c("16 stuck Tiled pod: a template whose containers cannot be created, the pod left alone until the fix, then replaced once (the StatefulSet controller or the operator), Ready again", OwnNamespace, testStuckTiledPod),
 		c("17 stuck PostgreSQL pod: an image that cannot be pulled, the pod left alone until the fix, then deleted once by the operator (StuckPodReplaced, status.replacedPods); the same claim, the data read back", OwnNamespace, testStuckPostgresPod),
+		c("18 lost catalog: a serving beamline's database claim and pod deleted -> Stalled CatalogLost naming the claim and the backup, Tiled at 0, backups suspended, never served empty; RestoreLatest restores, the data read back", OwnNamespace, testLostCatalog),
 		c("7 mutating webhook on the real path; a bad profile refused at admission", OwnNamespace, testMutatingWebhook),
 		c("operator upgrades 1-3 (end): every object the operator owns at the same resourceVersion from upgrade 1 until 2 minutes after upgrade 3", UpgradeFleet, testOperatorUpgradeWindow),
 		c("operator upgrades: the data written under the previous release read back after three upgrades", UpgradeFleet, testOperatorUpgradeData),

@@ -123,17 +123,17 @@ type Figures struct {
 	// management lets the StatefulSet controller replace it); the PostgreSQL pod (an image that
 	// cannot be pulled from loopback; OrderedReady: only the operator replaces it), and the
 	// deletions of it the operator made (1).
-	StuckPodReplacedSeconds float64 `json:"stuck_pod_replaced_seconds,omitempty"`
-	StuckPodDeletedBy       string  `json:"stuck_pod_deleted_by,omitempty"`
+	StuckPodReplacedSeconds         float64 `json:"stuck_pod_replaced_seconds,omitempty"`
+	StuckPodDeletedBy               string  `json:"stuck_pod_deleted_by,omitempty"`
+	StuckPostgresPodReplacedSeconds float64 `json:"stuck_postgres_pod_replaced_seconds,omitempty"`
+	StuckPostgresPodOperatorDeletes int     `json:"stuck_postgres_pod_operator_deletes,omitempty"`
 
 	// A lost catalog (lostcatalog_test.go): the polls that found the lost catalog served (the
 	// instance Ready or a Tiled pod ready; nil: the case did not run), the claim's deletion ->
 	// status.catalogLost, and RestoreLatest applied -> the instance Ready with the record gone.
-	ClaimLossServedEmpty            *int    `json:"claim_loss_served_empty,omitempty"`
-	CatalogLostDetectedSeconds      float64 `json:"catalog_lost_detected_seconds,omitempty"`
-	CatalogLostRestoredSeconds      float64 `json:"catalog_lost_restored_seconds,omitempty"`
-	StuckPostgresPodReplacedSeconds float64 `json:"stuck_postgres_pod_replaced_seconds,omitempty"`
-	StuckPostgresPodOperatorDeletes int     `json:"stuck_postgres_pod_operator_deletes,omitempty"`
+	ClaimLossServedEmpty       *int    `json:"claim_loss_served_empty,omitempty"`
+	CatalogLostDetectedSeconds float64 `json:"catalog_lost_detected_seconds,omitempty"`
+	CatalogLostRestoredSeconds float64 `json:"catalog_lost_restored_seconds,omitempty"`
 }
 
 // CPUUse is the CPU the suite used while it ran, in seconds: the machine's busy time (all its

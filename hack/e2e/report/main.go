@@ -198,6 +198,12 @@ func render(f *e2e.Figures, src string) string {
 		w("| stuck PostgreSQL pod (an image that cannot be pulled): fixed spec applied → instance Ready, its data read back | %.1f s | |\n", f.StuckPostgresPodReplacedSeconds)
 		w("| … deletions of the stuck pod by the operator (audit log; one `StuckPodReplaced` Event) | %d | 1 |\n", f.StuckPostgresPodOperatorDeletes)
 	}
+	if f.ClaimLossServedEmpty != nil {
+		// Only from a run that had the lost-catalog case.
+		w("| lost catalog: polls (one a second, the claim's deletion → the restore) that found the instance Ready or Tiled serving the new, empty database | %d | 0 |\n", *f.ClaimLossServedEmpty)
+		w("| … the database claim deleted → `status.catalogLost` (`Stalled` `CatalogLost`) | %.1f s | |\n", f.CatalogLostDetectedSeconds)
+		w("| … `onCatalogLost: RestoreLatest` applied → the instance Ready, the record gone, the data read back | %.1f s | |\n", f.CatalogLostRestoredSeconds)
+	}
 	w("| operator pod peak memory (cgroup) | %.1f MiB | |\n", f.OperatorPeakMemoryMiB)
 	return b.String()
 }
