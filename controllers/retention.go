@@ -20,11 +20,14 @@ import (
 // cannot be owned — both when the instance goes and when it comes back:
 //
 //   - release (the cluster controller's prune, before it deletes an instance) labels the claims and
-//     the Secret LabelReleased=true;
+//     the Secret LabelReleased=true and annotates them with the instance's UID
+//     (AnnotationReleasedFrom);
 //   - releaseVolumes (the cluster controller, every reconcile) deletes the NFS PersistentVolumes of
 //     instances gone from the cache;
 //   - unrelease (the instance controller, after each apply) removes the label from a claim or
-//     Secret the instance uses again.
+//     Secret another instance of the same name uses again. The instance being removed never does:
+//     a reconcile of it already under way when the cluster released its claims would otherwise
+//     take the label back just before the instance goes, and leave its data unmarked.
 //
 // The label is applied and removed under a field owner of its own (RetentionFieldOwner), so that
 // neither write takes a field from the operator's main one.
@@ -62,10 +65,14 @@ func (rt retention) release(ctx context.Context, ti client.Object) ([]string, er
 		if _, ok := o.(*corev1.Secret); ok {
 			kind = "Secret"
 		}
-		if o.GetLabels()[LabelReleased] != "true" {
+		if o.GetLabels()[LabelReleased] != "true" || o.GetAnnotations()[AnnotationReleasedFrom] != string(ti.GetUID()) {
 			u := &unstructured.Unstructured{Object: map[string]any{
 				"apiVersion": "v1", "kind": kind,
-				"metadata": map[string]any{"name": o.GetName(), "namespace": o.GetNamespace(), "labels": map[string]any{LabelReleased: "true"}},
+				"metadata": map[string]any{
+					"name": o.GetName(), "namespace": o.GetNamespace(),
+					"labels":      map[string]any{LabelReleased: "true"},
+					"annotations": map[string]any{AnnotationReleasedFrom: string(ti.GetUID())},
+				},
 			}}
 			if err := rt.c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(tiledv1alpha1.RetentionFieldOwner), client.ForceOwnership); err != nil {
 				return nil, fmt.Errorf("labelling the retained %s %s/%s: %w", kind, o.GetNamespace(), o.GetName(), err)
@@ -81,11 +88,13 @@ func (rt retention) release(ctx context.Context, ti client.Object) ([]string, er
 	return names, nil
 }
 
-// unrelease removes the released label from a retained claim or Secret the instance uses again (a
-// beamline removed and re-added under the same name), with the field owner that set it: an apply of
-// nothing under that owner drops the label and touches no other field. current is the child as the
-// cache showed it before its apply (nil when absent).
-func (rt retention) unrelease(ctx context.Context, current client.Object) error {
+// unrelease removes the released label (and AnnotationReleasedFrom) from a retained claim or Secret
+// the instance uses again (a beamline removed and re-added under the same name), with the field
+// owner that set it: an apply of nothing under that owner drops both and touches no other field.
+// A child released by this very instance (its UID in AnnotationReleasedFrom) keeps them: the
+// instance is being removed, and this reconcile began before the release. current is the child as
+// the cache showed it before its apply (nil when absent).
+func (rt retention) unrelease(ctx context.Context, ti client.Object, current client.Object) error {
 	var kind string
 	switch c := current.(type) {
 	case *metav1.PartialObjectMetadata:
@@ -98,7 +107,7 @@ func (rt retention) unrelease(ctx context.Context, current client.Object) error 
 	default:
 		return nil
 	}
-	if current.GetLabels()[LabelReleased] == "" {
+	if current.GetLabels()[LabelReleased] == "" || current.GetAnnotations()[AnnotationReleasedFrom] == string(ti.GetUID()) {
 		return nil
 	}
 	u := &unstructured.Unstructured{Object: map[string]any{

@@ -32,8 +32,10 @@ func (r *TiledInstanceReconciler) apply(ctx context.Context, cur *instanceState,
 		Group:         client.ObjectKeyFromObject(ti).String(),
 		RetryConflict: true,
 		Record:        true,
-		AfterApply:    retention{c: r.Client}.unrelease,
-		Skip:          func(i int) bool { return i == gate.skip },
+		AfterApply: func(ctx context.Context, current client.Object) error {
+			return retention{c: r.Client}.unrelease(ctx, ti, current)
+		},
+		Skip: func(i int) bool { return i == gate.skip },
 	})
 	var refused *childset.RefusedError
 	if errors.As(err, &refused) {

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -204,6 +205,61 @@ func TestReaddedBeamlineFindsItsData(t *testing.T) {
 		g.Expect(s.Data).To(Equal(secret.Data), "the same passwords and API key")
 		g.Expect(s.Labels).NotTo(HaveKey(controllers.LabelReleased))
 	}, time.Minute, 100*time.Millisecond).Should(Succeed())
+}
+
+// TestAReleaseOutlivesTheRemovedInstancesLastReconcile: the cluster controller releases a removed
+// beamline's claims and Secret just before it deletes the instance, and a reconcile of that instance
+// can be under way then. That reconcile must leave the label (the instance's own UID is the one the
+// release recorded); only another instance of the same name takes it back. The claims are labelled
+// here as the release labels them, while the instance stays, and every instance is reconciled again.
+func TestAReleaseOutlivesTheRemovedInstancesLastReconcile(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t, g, "release-race")
+	op := startOperator(t, ns)
+	smallFleet(t, g, ns, names("a")...)
+	waitForStampOut(t, g, op, ns, "fleet", 1)
+	ti := getInstance(t, g, ns, "fleet-a")
+	n := fleet.NamesOf(ti)
+	release := func(kind, name string, from types.UID) {
+		u := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "v1", "kind": kind,
+			"metadata": map[string]any{
+				"name": name, "namespace": ns,
+				"labels":      map[string]any{controllers.LabelReleased: "true"},
+				"annotations": map[string]any{controllers.AnnotationReleasedFrom: string(from)},
+			},
+		}}
+		g.Expect(env.Client.Apply(ctxT(t), client.ApplyConfigurationFromUnstructured(u),
+			client.FieldOwner(tiledv1alpha1.RetentionFieldOwner), client.ForceOwnership)).To(Succeed())
+	}
+	children := []struct{ kind, name string }{{"PersistentVolumeClaim", n.DataClaim}, {"PersistentVolumeClaim", n.DatabaseClaim}, {"Secret", n.Secret}}
+	labelled := func() map[string]string {
+		got := map[string]string{}
+		for _, c := range children {
+			var o client.Object = &corev1.PersistentVolumeClaim{}
+			if c.kind == "Secret" {
+				o = &corev1.Secret{}
+			}
+			g.Expect(exists(t, o, ns, c.name)).To(BeTrue())
+			got[c.name] = o.GetLabels()[controllers.LabelReleased]
+		}
+		return got
+	}
+
+	for _, c := range children {
+		release(c.kind, c.name, ti.UID)
+	}
+	g.Expect(op.ResyncAll(ctxT(t))).To(Succeed())
+	waitQuiet(t, op)
+	g.Expect(labelled()).To(HaveEach("true"), "the instance that released its claims and Secret took the label back")
+
+	// Released by another instance of the name (the one removed before this one was added): this
+	// instance uses them again, and the label goes.
+	for _, c := range children {
+		release(c.kind, c.name, "a-removed-instance")
+	}
+	g.Expect(op.ResyncAll(ctxT(t))).To(Succeed())
+	g.Eventually(labelled, time.Minute, 100*time.Millisecond).Should(HaveEach(""), "claims in use again keep the label")
 }
 
 // TestMembershipIsTheControllerReference: a cluster never adopts a TiledInstance of a name it wants
