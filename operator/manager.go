@@ -29,6 +29,7 @@ import (
 	"github.com/bluesky/tiled-operator/controllers/applier"
 	"github.com/bluesky/tiled-operator/controllers/podstatus"
 	"github.com/bluesky/tiled-operator/expansion"
+	"github.com/bluesky/tiled-operator/operator/eventonce"
 	"github.com/bluesky/tiled-operator/operator/fleetmetrics"
 	"github.com/bluesky/tiled-operator/operator/metricsauth"
 	"github.com/bluesky/tiled-operator/operator/traffic"
@@ -220,7 +221,9 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (*Operator, error) {
 	if builtins.Version == "" {
 		builtins = expansion.DefaultBuiltins()
 	}
-	recorder := mgr.GetEventRecorder(tiledv1alpha1.FieldOwner)
+	// One Event per transition: a repeat against the same object version would be a series, a
+	// patch the operator is not granted (package eventonce).
+	recorder := eventonce.New(mgr.GetEventRecorder(tiledv1alpha1.FieldOwner))
 	opMetrics := controllers.NewMetrics(crmetrics.Registry)
 	if err := (&controllers.TiledClusterReconciler{
 		Client: mgr.GetClient(), Applier: op.Applier, Recorder: recorder, Builtins: builtins,
