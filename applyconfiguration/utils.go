@@ -72,6 +72,14 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apisv1alpha1.InstanceTemplateApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("LocalObjectReference"):
 		return &apisv1alpha1.LocalObjectReferenceApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("MaintenanceExclusion"):
+		return &apisv1alpha1.MaintenanceExclusionApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("MaintenanceSpec"):
+		return &apisv1alpha1.MaintenanceSpecApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("MaintenanceStatus"):
+		return &apisv1alpha1.MaintenanceStatusApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("MaintenanceWindow"):
+		return &apisv1alpha1.MaintenanceWindowApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ManagedCache"):
 		return &apisv1alpha1.ManagedCacheApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ManagedDatabase"):

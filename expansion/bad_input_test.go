@@ -173,6 +173,51 @@ func TestBadInput(t *testing.T) {
 			},
 		},
 		{
+			name:     "a maintenance window that is not cron",
+			cluster:  C("", I("x", T(t, "maintenance: {windows: [{schedule: '0 8 * * 2', duration: 4h}, {schedule: 'tuesdays', duration: 4h}]}"))),
+			profiles: []v1alpha1.TiledProfile{ok},
+			check: func(g Gomega, err error) {
+				var ie *InvalidFieldError
+				g.Expect(errors.As(err, &ie)).To(BeTrue(), "%v", err)
+				g.Expect(ie.Layer).To(Equal("instance/x/overrides"))
+				g.Expect(ie.Field).To(Equal("spec.maintenance.windows[1].schedule"))
+				g.Expect(ie.Reason).To(ContainSubstring("must be a cron schedule"))
+			},
+		},
+		{
+			name:     "a maintenance window in an unknown time zone",
+			cluster:  C("maintenance: {windows: [{schedule: '0 8 * * 2', duration: 4h, timeZone: America/Gotham}]}", I("x", nil)),
+			profiles: []v1alpha1.TiledProfile{ok},
+			check: func(g Gomega, err error) {
+				var ie *InvalidFieldError
+				g.Expect(errors.As(err, &ie)).To(BeTrue(), "%v", err)
+				g.Expect(ie.Field).To(Equal("spec.maintenance.windows[0].timeZone"))
+				g.Expect(ie.Reason).To(ContainSubstring(`unknown time zone "America/Gotham"`))
+			},
+		},
+		{
+			name:     "a maintenance window of no duration",
+			cluster:  C("maintenance: {windows: [{schedule: '@weekly', duration: 30s}]}", I("x", nil)),
+			profiles: []v1alpha1.TiledProfile{ok},
+			check: func(g Gomega, err error) {
+				var ie *InvalidFieldError
+				g.Expect(errors.As(err, &ie)).To(BeTrue(), "%v", err)
+				g.Expect(ie.Field).To(Equal("spec.maintenance.windows[0].duration"))
+				g.Expect(ie.Reason).To(ContainSubstring("at least one minute"))
+			},
+		},
+		{
+			name:     "a maintenance exclusion that ends before it starts",
+			cluster:  C("", I("x", T(t, "maintenance: {exclusions: [{name: run-1, start: '2026-12-10T00:00:00Z', end: '2026-12-09T00:00:00Z'}]}"))),
+			profiles: []v1alpha1.TiledProfile{ok},
+			check: func(g Gomega, err error) {
+				var ie *InvalidFieldError
+				g.Expect(errors.As(err, &ie)).To(BeTrue(), "%v", err)
+				g.Expect(ie.Field).To(Equal("spec.maintenance.exclusions[name=run-1].end"))
+				g.Expect(ie.Reason).To(ContainSubstring("must be after start"))
+			},
+		},
+		{
 			name:     "an autoscaler above one pod on a ReadWriteOnce data claim",
 			cluster:  C("", I("x", T(t, "tiled: {autoscaling: {enabled: true, maxReplicas: 4}}"))),
 			profiles: []v1alpha1.TiledProfile{ok},

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/robfig/cron/v3"
 	corev1 "k8s.io/api/core/v1"
@@ -19,6 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/bluesky/tiled-operator/apis/v1alpha1"
+	"github.com/bluesky/tiled-operator/calendar"
 	"github.com/bluesky/tiled-operator/render"
 	"github.com/bluesky/tiled-operator/tiledversion"
 )
@@ -104,6 +106,9 @@ func validateTemplate(root *field.Path, t *v1alpha1.InstanceTemplate, complete b
 	v.tiledVersion(root.Child("tiled", "version"), t.Tiled)
 	if t.Backup != nil {
 		v.backupSchedule(root.Child("backup", "schedule"), t.Backup.Schedule)
+	}
+	if t.Maintenance != nil {
+		v.maintenance(root.Child("maintenance"), t.Maintenance)
 	}
 	if t.Streaming != nil {
 		v.streaming(root.Child("streaming"), t)
@@ -935,6 +940,30 @@ func (v *validator) backupSchedule(p *field.Path, schedule string) {
 	}
 	if _, err := cron.ParseStandard(schedule); err != nil {
 		v.add(field.Invalid(p, schedule, "must be a cron schedule, five fields (minute hour day-of-month month day-of-week, e.g. \"30 2 * * *\") or a descriptor (@daily): "+err.Error()))
+	}
+}
+
+// maintenance refuses a window the calendar cannot read — a schedule that is not cron as a
+// CronJob's, names its own zone or is an interval; an unknown time zone; a duration under a minute —
+// and an exclusion that ends before it starts, each at its field (the CRD's rules say part of it to
+// the API server; kubectl-tiled checks files without it).
+func (v *validator) maintenance(p *field.Path, m *v1alpha1.MaintenanceSpec) {
+	for i, w := range m.Windows {
+		wp := p.Child("windows").Index(i)
+		if _, err := calendar.LoadZone(w.TimeZone); err != nil {
+			v.add(field.Invalid(wp.Child("timeZone"), w.TimeZone, err.Error()))
+		} else if _, err := calendar.ParseSchedule(w.Schedule, w.TimeZone); err != nil {
+			v.add(field.Invalid(wp.Child("schedule"), w.Schedule, err.Error()))
+		}
+		if w.Duration.Duration < time.Minute {
+			v.add(field.Invalid(wp.Child("duration"), w.Duration.Duration.String(), "must be at least one minute, e.g. 4h or 90m"))
+		}
+	}
+	for _, e := range m.Exclusions {
+		ep := keyPath(p.Child("exclusions"), "name", e.Name)
+		if !e.End.After(e.Start.Time) {
+			v.add(field.Invalid(ep.Child("end"), e.End.UTC().Format(time.RFC3339), "must be after start ("+e.Start.UTC().Format(time.RFC3339)+")"))
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 )
 
@@ -60,6 +61,18 @@ type InstanceTemplate struct {
 	// instance's pods connect only to DNS, their database and cache and the destinations allowed.
 	// +optional
 	NetworkPolicy *NetworkPolicySpec `json:"networkPolicy,omitempty"`
+
+	// Maintenance is the facility's calendar for disruptive changes: recurring allow windows and
+	// exclusions (a beam run). A change that restarts Tiled or its database — a change of the Tiled
+	// or PostgreSQL pod template, from the spec or from a new operator release, and the start of a
+	// Tiled upgrade with its migration — waits until the calendar is open, and status.maintenance
+	// says whether it is and when it next opens. First creation, repairs (a deleted child made
+	// again), scaling, backups and status are never gated, and a step that started (an upgrade
+	// under way) always finishes. Absent, every change is applied at once, as without a calendar.
+	// Set it in a profile; a beamline overrides it (windows are replaced whole, exclusions merge by
+	// name). docs/maintenance.md.
+	// +optional
+	Maintenance *MaintenanceSpec `json:"maintenance,omitempty"`
 
 	// Config is a free-form fragment of Tiled's own configuration file, merged over the configuration
 	// the operator renders (maps merge, other values replace). Tiled rejects unknown keys, so only keys
@@ -934,4 +947,69 @@ type NetworkEgressSpec struct {
 	// +kubebuilder:validation:MaxItems=32
 	// +listType=atomic
 	Allow []networkingv1.NetworkPolicyEgressRule `json:"allow,omitempty"`
+}
+
+// MaintenanceSpec is when disruptive changes may start: open means inside at least one window (or
+// no window declared) and outside every exclusion.
+type MaintenanceSpec struct {
+	// Windows are recurring allow windows; a disruptive change starts only inside one. Empty (with
+	// exclusions) means open at any time outside the exclusions. Overlapping windows add up. A
+	// layer that sets windows replaces the list of the layers below it whole.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=16
+	Windows []MaintenanceWindow `json:"windows,omitempty"`
+
+	// Exclusions are named ranges of time (a beam run, a user week) during which nothing disruptive
+	// starts, whatever the windows say. They merge by name across layers: a profile's exclusions and
+	// a beamline's own add up, and a beamline redefines one of the profile's by naming it.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	Exclusions []MaintenanceExclusion `json:"exclusions,omitempty"`
+}
+
+// MaintenanceWindow is a recurring allow window: it opens at every time its schedule names and
+// stays open for its duration.
+type MaintenanceWindow struct {
+	// Schedule is when the window opens, in cron syntax as a CronJob's: five fields (minute hour
+	// day-of-month month day-of-week, e.g. "0 8 * * 2" for Tuesdays at 08:00) or a descriptor
+	// (@daily, @weekly). The times are read in timeZone. A time that does not exist on the day
+	// clocks go forward is skipped that day, one that happens twice on the day they go back opens
+	// the window twice, as a CronJob fires: choose a start outside 01:00-03:00 to be clear of both.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=100
+	// +kubebuilder:validation:XValidation:rule="!self.contains('TZ')",message="must not name a time zone (CRON_TZ or TZ): set timeZone"
+	Schedule string `json:"schedule"`
+
+	// Duration is how long the window stays open once it opens, as elapsed time (a Go duration of at
+	// least one minute, e.g. 4h or 90m): a window across a daylight saving change lasts its
+	// duration of real time. A change that starts inside the window finishes even if it outlasts it.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+(h|m|s))+$') && duration(self) >= duration('1m')",message="must be a duration of at least one minute in hours, minutes and seconds, e.g. 4h or 1h30m"
+	Duration metav1.Duration `json:"duration"`
+
+	// TimeZone is the IANA time zone the schedule is read in (e.g. America/New_York,
+	// Europe/London); empty is UTC.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	TimeZone string `json:"timeZone,omitempty"`
+}
+
+// MaintenanceExclusion is a named range of time during which the calendar is closed.
+// +kubebuilder:validation:XValidation:rule="self.end > self.start",message="end must be after start"
+type MaintenanceExclusion struct {
+	// Name names the exclusion (e.g. run-2026-3); it is the key exclusions merge by, and status
+	// says it while it closes the calendar.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+
+	// Start is when the exclusion begins (RFC 3339, e.g. 2026-12-10T08:00:00-05:00).
+	Start metav1.Time `json:"start"`
+
+	// End is when it ends (RFC 3339); the calendar may open again at End.
+	End metav1.Time `json:"end"`
 }

@@ -297,8 +297,17 @@ type TiledInstanceStatus struct {
 	// tiled.blueskyproject.io/approved-template to templateHash on the instance; the StatefulSet is
 	// then applied and this field goes. Absent when no such change waits (a standalone instance
 	// applies it at once, with an Event).
+	//
+	// With spec.maintenance, it is also a change that waits for the maintenance calendar to open
+	// (change Spec or Upgrade, or a render change; window says why it waits): the cluster does not
+	// approve it, nor count it against its budget, while the window is closed.
 	// +optional
 	PendingRollout *PendingRollout `json:"pendingRollout,omitempty"`
+
+	// Maintenance is what spec.maintenance says now: whether disruptive changes may start, why,
+	// and when the calendar next opens or closes. Absent when spec.maintenance is.
+	// +optional
+	Maintenance *MaintenanceStatus `json:"maintenance,omitempty"`
 
 	// ReplacedPods records the pods of the instance's StatefulSets (Tiled, PostgreSQL, streaming
 	// cache) the operator deleted because they were stuck: failing (an image that cannot be pulled,
@@ -367,6 +376,45 @@ type PendingRollout struct {
 	// Since is when the operator first found this change waiting.
 	// +optional
 	Since *metav1.Time `json:"since,omitempty"`
+
+	// Change is what kind of change waits: Render (the operator renders the pod template
+	// differently, e.g. after its own upgrade; also when absent), Spec (the instance's spec changes
+	// a pod template, held by spec.maintenance) or Upgrade (a Tiled upgrade with its migration, held
+	// by spec.maintenance).
+	// +optional
+	// +kubebuilder:validation:Enum=Render;Spec;Upgrade
+	Change string `json:"change,omitempty"`
+
+	// Window, when set, says that the change waits for the maintenance calendar (spec.maintenance)
+	// and why, e.g. "outside every maintenance window; opens at 2026-12-08T13:00:00Z".
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Window string `json:"window,omitempty"`
+}
+
+// MaintenanceStatus is the state of an instance's maintenance calendar.
+type MaintenanceStatus struct {
+	// Open says whether disruptive changes may start now.
+	Open bool `json:"open"`
+
+	// Reason is why: InWindow, NoWindows (only exclusions are declared), OutsideWindows or
+	// Excluded.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Reason string `json:"reason,omitempty"`
+
+	// Message says it in words, naming the window or the exclusion.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
+
+	// NextOpen, when closed, is when the calendar next opens (absent: not within a year).
+	// +optional
+	NextOpen *metav1.Time `json:"nextOpen,omitempty"`
+
+	// NextClose, when open, is when it next closes (absent: not within a year).
+	// +optional
+	NextClose *metav1.Time `json:"nextClose,omitempty"`
 }
 
 // BackupStatus is the state of an instance's backups.

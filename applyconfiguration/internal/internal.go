@@ -434,6 +434,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: expose
       type:
         namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.ExposeSpec
+    - name: maintenance
+      type:
+        namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.MaintenanceSpec
     - name: monitoring
       type:
         namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.MonitoringSpec
@@ -453,6 +456,65 @@ var schemaYAML = typed.YAMLObject(`types:
   map:
     fields:
     - name: name
+      type:
+        scalar: string
+- name: com.github.bluesky.tiled-operator.apis.v1alpha1.MaintenanceExclusion
+  map:
+    fields:
+    - name: end
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: name
+      type:
+        scalar: string
+    - name: start
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+- name: com.github.bluesky.tiled-operator.apis.v1alpha1.MaintenanceSpec
+  map:
+    fields:
+    - name: exclusions
+      type:
+        list:
+          elementType:
+            namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.MaintenanceExclusion
+          elementRelationship: associative
+          keys:
+          - name
+    - name: windows
+      type:
+        list:
+          elementType:
+            namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.MaintenanceWindow
+          elementRelationship: atomic
+- name: com.github.bluesky.tiled-operator.apis.v1alpha1.MaintenanceStatus
+  map:
+    fields:
+    - name: message
+      type:
+        scalar: string
+    - name: nextClose
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: nextOpen
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: open
+      type:
+        scalar: boolean
+    - name: reason
+      type:
+        scalar: string
+- name: com.github.bluesky.tiled-operator.apis.v1alpha1.MaintenanceWindow
+  map:
+    fields:
+    - name: duration
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Duration
+    - name: schedule
+      type:
+        scalar: string
+    - name: timeZone
       type:
         scalar: string
 - name: com.github.bluesky.tiled-operator.apis.v1alpha1.ManagedCache
@@ -645,6 +707,9 @@ var schemaYAML = typed.YAMLObject(`types:
 - name: com.github.bluesky.tiled-operator.apis.v1alpha1.PendingRollout
   map:
     fields:
+    - name: change
+      type:
+        scalar: string
     - name: differCount
       type:
         scalar: numeric
@@ -661,6 +726,9 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         scalar: string
     - name: templateHash
+      type:
+        scalar: string
+    - name: window
       type:
         scalar: string
 - name: com.github.bluesky.tiled-operator.apis.v1alpha1.ReadOnlyMount
@@ -933,6 +1001,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: expose
       type:
         namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.ExposeSpec
+    - name: maintenance
+      type:
+        namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.MaintenanceSpec
     - name: monitoring
       type:
         namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.MonitoringSpec
@@ -977,6 +1048,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: lastMigration
       type:
         namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.MigrationRecord
+    - name: maintenance
+      type:
+        namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.MaintenanceStatus
     - name: observedGeneration
       type:
         scalar: numeric
@@ -1067,6 +1141,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: expose
       type:
         namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.ExposeSpec
+    - name: maintenance
+      type:
+        namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.MaintenanceSpec
     - name: monitoring
       type:
         namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.MonitoringSpec
@@ -1651,6 +1728,8 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         scalar: string
 - name: io.k8s.apimachinery.pkg.apis.meta.v1.ConditionStatus
+  scalar: string
+- name: io.k8s.apimachinery.pkg.apis.meta.v1.Duration
   scalar: string
 - name: io.k8s.apimachinery.pkg.apis.meta.v1.FieldsV1
   map:

@@ -52,6 +52,16 @@ type InstanceTemplateApplyConfiguration struct {
 	// pods, Tiled's port only from the sources named here, and, when egress is restricted, the
 	// instance's pods connect only to DNS, their database and cache and the destinations allowed.
 	NetworkPolicy *NetworkPolicySpecApplyConfiguration `json:"networkPolicy,omitempty"`
+	// Maintenance is the facility's calendar for disruptive changes: recurring allow windows and
+	// exclusions (a beam run). A change that restarts Tiled or its database — a change of the Tiled
+	// or PostgreSQL pod template, from the spec or from a new operator release, and the start of a
+	// Tiled upgrade with its migration — waits until the calendar is open, and status.maintenance
+	// says whether it is and when it next opens. First creation, repairs (a deleted child made
+	// again), scaling, backups and status are never gated, and a step that started (an upgrade
+	// under way) always finishes. Absent, every change is applied at once, as without a calendar.
+	// Set it in a profile; a beamline overrides it (windows are replaced whole, exclusions merge by
+	// name). docs/maintenance.md.
+	Maintenance *MaintenanceSpecApplyConfiguration `json:"maintenance,omitempty"`
 	// Config is a free-form fragment of Tiled's own configuration file, merged over the configuration
 	// the operator renders (maps merge, other values replace). Tiled rejects unknown keys, so only keys
 	// of Tiled's config schema belong here, e.g. `{response_bytesize_limit: 500000000}`.
@@ -133,6 +143,14 @@ func (b *InstanceTemplateApplyConfiguration) WithStreaming(value *StreamingSpecA
 // If called multiple times, the NetworkPolicy field is set to the value of the last call.
 func (b *InstanceTemplateApplyConfiguration) WithNetworkPolicy(value *NetworkPolicySpecApplyConfiguration) *InstanceTemplateApplyConfiguration {
 	b.NetworkPolicy = value
+	return b
+}
+
+// WithMaintenance sets the Maintenance field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Maintenance field is set to the value of the last call.
+func (b *InstanceTemplateApplyConfiguration) WithMaintenance(value *MaintenanceSpecApplyConfiguration) *InstanceTemplateApplyConfiguration {
+	b.Maintenance = value
 	return b
 }
 

@@ -32,6 +32,14 @@ type PendingRolloutApplyConfiguration struct {
 	DifferCount *int32 `json:"differCount,omitempty"`
 	// Since is when the operator first found this change waiting.
 	Since *v1.Time `json:"since,omitempty"`
+	// Change is what kind of change waits: Render (the operator renders the pod template
+	// differently, e.g. after its own upgrade; also when absent), Spec (the instance's spec changes
+	// a pod template, held by spec.maintenance) or Upgrade (a Tiled upgrade with its migration, held
+	// by spec.maintenance).
+	Change *string `json:"change,omitempty"`
+	// Window, when set, says that the change waits for the maintenance calendar (spec.maintenance)
+	// and why, e.g. "outside every maintenance window; opens at 2026-12-08T13:00:00Z".
+	Window *string `json:"window,omitempty"`
 }
 
 // PendingRolloutApplyConfiguration constructs a declarative configuration of the PendingRollout type for use with
@@ -79,5 +87,21 @@ func (b *PendingRolloutApplyConfiguration) WithDifferCount(value int32) *Pending
 // If called multiple times, the Since field is set to the value of the last call.
 func (b *PendingRolloutApplyConfiguration) WithSince(value v1.Time) *PendingRolloutApplyConfiguration {
 	b.Since = &value
+	return b
+}
+
+// WithChange sets the Change field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Change field is set to the value of the last call.
+func (b *PendingRolloutApplyConfiguration) WithChange(value string) *PendingRolloutApplyConfiguration {
+	b.Change = &value
+	return b
+}
+
+// WithWindow sets the Window field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Window field is set to the value of the last call.
+func (b *PendingRolloutApplyConfiguration) WithWindow(value string) *PendingRolloutApplyConfiguration {
+	b.Window = &value
 	return b
 }

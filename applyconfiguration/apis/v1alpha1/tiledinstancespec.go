@@ -113,6 +113,14 @@ func (b *TiledInstanceSpecApplyConfiguration) WithNetworkPolicy(value *NetworkPo
 	return b
 }
 
+// WithMaintenance sets the Maintenance field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Maintenance field is set to the value of the last call.
+func (b *TiledInstanceSpecApplyConfiguration) WithMaintenance(value *MaintenanceSpecApplyConfiguration) *TiledInstanceSpecApplyConfiguration {
+	b.InstanceTemplateApplyConfiguration.Maintenance = value
+	return b
+}
+
 // WithConfig sets the Config field in the declarative configuration to the given value
 // and returns the receiver, so that objects can be built by chaining "With" function invocations.
 // If called multiple times, the Config field is set to the value of the last call.

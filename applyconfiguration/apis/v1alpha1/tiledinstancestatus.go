@@ -60,7 +60,14 @@ type TiledInstanceStatusApplyConfiguration struct {
 	// tiled.blueskyproject.io/approved-template to templateHash on the instance; the StatefulSet is
 	// then applied and this field goes. Absent when no such change waits (a standalone instance
 	// applies it at once, with an Event).
+	//
+	// With spec.maintenance, it is also a change that waits for the maintenance calendar to open
+	// (change Spec or Upgrade, or a render change; window says why it waits): the cluster does not
+	// approve it, nor count it against its budget, while the window is closed.
 	PendingRollout *PendingRolloutApplyConfiguration `json:"pendingRollout,omitempty"`
+	// Maintenance is what spec.maintenance says now: whether disruptive changes may start, why,
+	// and when the calendar next opens or closes. Absent when spec.maintenance is.
+	Maintenance *MaintenanceStatusApplyConfiguration `json:"maintenance,omitempty"`
 	// ReplacedPods records the pods of the instance's StatefulSets (Tiled, PostgreSQL, streaming
 	// cache) the operator deleted because they were stuck: failing (an image that cannot be pulled,
 	// a crash loop, a container that cannot be created) and not Ready on an older revision of their
@@ -177,6 +184,14 @@ func (b *TiledInstanceStatusApplyConfiguration) WithCatalogLost(value *CatalogLo
 // If called multiple times, the PendingRollout field is set to the value of the last call.
 func (b *TiledInstanceStatusApplyConfiguration) WithPendingRollout(value *PendingRolloutApplyConfiguration) *TiledInstanceStatusApplyConfiguration {
 	b.PendingRollout = value
+	return b
+}
+
+// WithMaintenance sets the Maintenance field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Maintenance field is set to the value of the last call.
+func (b *TiledInstanceStatusApplyConfiguration) WithMaintenance(value *MaintenanceStatusApplyConfiguration) *TiledInstanceStatusApplyConfiguration {
+	b.Maintenance = value
 	return b
 }
 

@@ -126,6 +126,14 @@ func (b *TiledProfileSpecApplyConfiguration) WithNetworkPolicy(value *NetworkPol
 	return b
 }
 
+// WithMaintenance sets the Maintenance field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Maintenance field is set to the value of the last call.
+func (b *TiledProfileSpecApplyConfiguration) WithMaintenance(value *MaintenanceSpecApplyConfiguration) *TiledProfileSpecApplyConfiguration {
+	b.InstanceTemplateApplyConfiguration.Maintenance = value
+	return b
+}
+
 // WithConfig sets the Config field in the declarative configuration to the given value
 // and returns the receiver, so that objects can be built by chaining "With" function invocations.
 // If called multiple times, the Config field is set to the value of the last call.
