@@ -89,6 +89,12 @@ const (
 	// ReasonRenderChanged: the operator renders an instance's pod template differently though its spec
 	// did not change (RolloutPending, and the Event naming what differs).
 	ReasonRenderChanged = "RenderChanged"
+	// ReasonWaitingForMaintenance: a disruptive change waits for the instance's maintenance calendar
+	// (spec.maintenance) to open (RolloutPending, and the Event naming the window).
+	ReasonWaitingForMaintenance = "WaitingForMaintenance"
+	// ReasonMaintenanceInvalid: spec.maintenance cannot be read (a time zone the operator's machine
+	// does not know): the instance stalls rather than guess when it may change.
+	ReasonMaintenanceInvalid = "MaintenanceInvalid"
 	// ReasonStuckPodReplaced: the Event of a pod deleted because it was stuck, failing and not Ready,
 	// on an older revision of its StatefulSet (status.replacedPods).
 	ReasonStuckPodReplaced = "StuckPodReplaced"

@@ -60,6 +60,8 @@ type observedInstance struct {
 	// spec, not applied, waiting for the cluster's rollout (nil: none); PendingMessage describes it.
 	PendingRollout *tiledv1alpha1.PendingRollout
 	PendingMessage string
+	// Maintenance is status.maintenance (nil: no spec.maintenance).
+	Maintenance *tiledv1alpha1.MaintenanceStatus
 	// StuckHeld names the pods stuck on an older revision of their StatefulSet that are not replaced
 	// because the instance is held ("" when none); said in the Stalled condition.
 	StuckHeld string
@@ -162,8 +164,13 @@ func instanceStatus(prev *tiledv1alpha1.TiledInstanceStatus, o observedInstance)
 		removeCondition(&status.Conditions, ConditionIngressEnabled)
 	}
 	status.PendingRollout = o.PendingRollout.DeepCopy()
+	status.Maintenance = o.Maintenance.DeepCopy()
 	if o.PendingRollout != nil {
-		setCondition(&status.Conditions, gen, ConditionRolloutPending, metav1.ConditionTrue, ReasonRenderChanged, o.PendingMessage)
+		reason := ReasonRenderChanged
+		if o.PendingRollout.Window != "" {
+			reason = ReasonWaitingForMaintenance
+		}
+		setCondition(&status.Conditions, gen, ConditionRolloutPending, metav1.ConditionTrue, reason, o.PendingMessage)
 	} else {
 		removeCondition(&status.Conditions, ConditionRolloutPending)
 	}

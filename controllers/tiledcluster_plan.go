@@ -45,7 +45,9 @@ func plan(cur *clusterState, want *desired.Instances) (clusterPlan, error) {
 			// A change of the pod template the operator renders without a change of the spec (a new
 			// operator release) rolls as a change of the spec does; with one of the spec, it goes
 			// along with it.
-			o.RenderPending = o.UpToDate && member.Status.PendingRollout != nil
+			// A change that waits for the instance's maintenance window (pendingRollout.window) is
+			// not let through, nor counted against the budget, until the window opens.
+			o.RenderPending = o.UpToDate && member.Status.PendingRollout != nil && member.Status.PendingRollout.Window == ""
 		}
 		// A hold protects an instance that exists; one that does not is created.
 		if hold[want.Instance(i)] && member != nil && o.RenderPending {

@@ -35,7 +35,7 @@ func (r *TiledInstanceReconciler) apply(ctx context.Context, cur *instanceState,
 		AfterApply: func(ctx context.Context, current client.Object) error {
 			return retention{c: r.Client}.unrelease(ctx, ti, current)
 		},
-		Skip: func(i int) bool { return i == gate.skip },
+		Skip: gate.skipped,
 	})
 	var refused *childset.RefusedError
 	if errors.As(err, &refused) {
@@ -47,9 +47,10 @@ func (r *TiledInstanceReconciler) apply(ctx context.Context, cur *instanceState,
 		return nil, renderStall(err)
 	}
 	cur.unsent = rec.Unsent
-	if gate.skip >= 0 {
-		// The StatefulSet waiting for the rollout stays as it is: kept, not pruned.
-		rec.Applied[want.Prepared(gate.skip).Key] = gate.generation
+	for _, s := range gate.skips {
+		// The StatefulSet waiting for the rollout (or the maintenance window) stays as it is: kept,
+		// not pruned.
+		rec.Applied[want.Prepared(s.idx).Key] = s.generation
 	}
 	if gate.event != "" {
 		r.renderChangedEvent(ti, gate.event)

@@ -38,6 +38,11 @@ type instanceInputs struct {
 	// claim is the managed database's claim as the lost-catalog stage read it (nil: none, or an
 	// external database).
 	claim *catalog.Claim
+	// window is what spec.maintenance says now (nil: none declared, nothing is gated);
+	// heldUpgrade, when not "", is the Tiled upgrade ("from to to") that waits for it
+	// (tiledinstance_maintenance.go).
+	window      *maintenanceWindow
+	heldUpgrade string
 	// claimRecheck: the catalog is lost and its claim is gone; the apply makes it again, and a
 	// claim's creation is not watched: look again shortly, to name it and restore into it.
 	claimRecheck bool
@@ -62,6 +67,9 @@ func (r *TiledInstanceReconciler) inputs(ctx context.Context, cur *instanceState
 		return instanceInputs{}, &stall{reason: expansionReason(err), message: err.Error()}
 	}
 	in := instanceInputs{spec: spec, render: render.Inputs{ServiceMonitorAvailable: r.ServiceMonitorAvailable, ToolsImage: r.Builtins.Image(expansion.ImagePostgreSQL)}}
+	if in.window, err = maintenanceAt(spec, time.Now()); err != nil {
+		return instanceInputs{}, err
+	}
 	if db := spec.Spec.Database; db != nil && db.External != nil {
 		in.external = true
 		keys, msg := cur.externalSecretKeys(ctx, spec)

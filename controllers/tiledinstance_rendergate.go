@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -32,17 +31,35 @@ const maxPendingPaths = 20
 // rollout approves it within spec.rollout.maxUnavailable, holds and pause (package rollout,
 // tiledcluster_plan.go), by setting AnnotationApprovedTemplate to its hash. A standalone instance
 // applies it at once, with the Event.
+//
+// With spec.maintenance, the gate also holds the disruptive changes that wait for the maintenance
+// calendar to open (tiledinstance_maintenance.go): a change of the Tiled or PostgreSQL pod template
+// from the spec or the render, and the start of a Tiled upgrade.
 type renderGate struct {
-	// skip is the index of the StatefulSet not to apply (-1: apply everything).
-	skip int
-	// key and generation are the skipped StatefulSet's, kept (not pruned) as it is.
-	key        types.NamespacedName
-	generation int64
+	// skips are the StatefulSets not to apply (none: apply everything), each kept (not pruned) as
+	// it is.
+	skips []gateSkip
 	// pending is the status.pendingRollout to report (nil: none).
 	pending *tiledv1alpha1.PendingRollout
 	// event, when not "", is the RenderChanged Event's message of a standalone instance's change,
 	// applied at once.
 	event string
+}
+
+// gateSkip is a StatefulSet the apply leaves as it is: its index in the render, and its generation.
+type gateSkip struct {
+	idx        int
+	generation int64
+}
+
+// skipped says the child at index i of the render is not applied.
+func (g renderGate) skipped(i int) bool {
+	for _, s := range g.skips {
+		if s.idx == i {
+			return true
+		}
+	}
+	return false
 }
 
 // gateRender decides the renderGate of one reconcile. It is a render change (not a spec change)
@@ -52,8 +69,11 @@ type renderGate struct {
 // cache holds it trimmed), once, past the cache, to say which paths of its pod template differ; a
 // change that differs in none (nothing restarts) is applied at once.
 func (r *TiledInstanceReconciler) gateRender(ctx context.Context, cur *instanceState, in instanceInputs, want *desired.Children) (renderGate, error) {
-	g := renderGate{skip: -1}
 	ti := cur.ti
+	if g, gated, err := r.gateMaintenance(ctx, cur, in, want); gated || err != nil {
+		return g, err
+	}
+	var g renderGate
 	if ti.Generation != ti.Status.ObservedGeneration || !instanceReady(ti) || ti.Status.Upgrade != nil || in.restoring || in.upgrade.Changed {
 		return g, nil // a spec change, a start, an instance not serving anyway, or the upgrade's own change
 	}
@@ -104,15 +124,24 @@ func (r *TiledInstanceReconciler) gateRender(ctx context.Context, cur *instanceS
 		}
 	}
 	if !member {
+		if prev := ti.Status.PendingRollout; prev != nil && prev.TemplateHash == hash && prev.StatefulSet == name && prev.Change != "" && prev.Change != changeRender {
+			// A change of the spec (or an upgrade's) that waited for the maintenance window.
+			g.event = fmt.Sprintf("StatefulSet %s: the maintenance window is open: the change of its pod template that waited for it "+
+				"(spec.maintenance) is applied: %s", name, strings.Join(differs, ", "))
+			return g, nil
+		}
 		g.event = fmt.Sprintf("StatefulSet %s: the operator renders its pod template differently though the instance's spec did not change "+
 			"(a new operator release, or a changed TiledProfile); applied at once (a standalone instance has no rollout): %s",
 			name, strings.Join(differs, ", "))
 		return g, nil
 	}
-	g.skip, g.key, g.generation = idx, types.NamespacedName{Namespace: ti.Namespace, Name: name}, live.Generation
+	g.skips = []gateSkip{{idx: idx, generation: live.Generation}}
 	g.pending = &tiledv1alpha1.PendingRollout{StatefulSet: name, TemplateHash: hash, Differs: differs[:min(len(differs), maxPendingPaths)], DifferCount: int32(len(differs))}
 	if prev := ti.Status.PendingRollout; prev != nil && prev.TemplateHash == hash && prev.StatefulSet == name {
 		g.pending.Differs, g.pending.DifferCount, g.pending.Since = prev.Differs, prev.DifferCount, prev.Since
+		// A change that waited for the maintenance window keeps its kind; it now waits for the
+		// cluster's rollout as a render change does.
+		g.pending.Change = prev.Change
 	}
 	if g.pending.Since == nil {
 		now := metav1.Now().Rfc3339Copy()
@@ -163,6 +192,13 @@ func pendingMessage(ti *tiledv1alpha1.TiledInstance, p *tiledv1alpha1.PendingRol
 	if more := int(p.DifferCount) - len(p.Differs); more > 0 {
 		paths += fmt.Sprintf(" and %d more", more)
 	}
+	if p.Window != "" {
+		return windowMessage(p, paths)
+	}
+	if p.Change != "" && p.Change != changeRender {
+		return fmt.Sprintf("StatefulSet %s: %s: %s; the maintenance window is open, and the change waits for %s's rollout to let it through "+
+			"(spec.rollout.maxUnavailable, spec.instances[].hold, spec.paused)", p.StatefulSet, changeWhat(p.Change), paths, cluster)
+	}
 	return fmt.Sprintf("StatefulSet %s: the operator renders its pod template differently though the instance's spec did not change "+
 		"(a new operator release): %s; the change waits for %s's rollout to let it through (spec.rollout.maxUnavailable, spec.instances[].hold, spec.paused)",
 		p.StatefulSet, paths, cluster)
@@ -189,4 +225,14 @@ var approvalChanged = predicate.Funcs{
 // standalone instance's, applied at once).
 func (r *TiledInstanceReconciler) renderChangedEvent(ti *tiledv1alpha1.TiledInstance, msg string) {
 	r.Recorder.Eventf(ti, nil, corev1.EventTypeNormal, ReasonRenderChanged, "Rollout", "%s", eventNote(msg))
+}
+
+// pendingEvent sends the Event of a pending change just recorded in the status: RenderChanged, or
+// WaitingForMaintenance for one the maintenance calendar holds.
+func (r *TiledInstanceReconciler) pendingEvent(ti *tiledv1alpha1.TiledInstance, p *tiledv1alpha1.PendingRollout) {
+	reason := ReasonRenderChanged
+	if p.Window != "" {
+		reason = ReasonWaitingForMaintenance
+	}
+	r.Recorder.Eventf(ti, nil, corev1.EventTypeNormal, reason, "Rollout", "%s", eventNote(pendingMessage(ti, p)))
 }

@@ -74,6 +74,10 @@ func (r *TiledInstanceReconciler) status(ctx context.Context, cur *instanceState
 	if in.claimRecheck && (result.RequeueAfter == 0 || result.RequeueAfter > claimRecheck) {
 		result.RequeueAfter = claimRecheck
 	}
+	if w := in.window.recheck(time.Now()); w > 0 && (result.RequeueAfter == 0 || w < result.RequeueAfter) {
+		// The maintenance window opens (a waiting change starts) or closes then.
+		result.RequeueAfter = w
+	}
 	if unseen := rec.Recheck; unseen > 0 && (result.RequeueAfter == 0 || unseen < result.RequeueAfter) {
 		// A child just created is not in the cache yet: look again once the cache must show it,
 		// in case it was deleted before it ever did.
@@ -100,8 +104,8 @@ func (r *TiledInstanceReconciler) status(ctx context.Context, cur *instanceState
 		}
 		r.Recorder.Eventf(ti, nil, typ, e.reason, "Backup", "%s", eventNote(e.message))
 	}
-	if p, was := status.PendingRollout, ti.Status.PendingRollout; p != nil && (was == nil || was.TemplateHash != p.TemplateHash) {
-		r.renderChangedEvent(ti, pendingMessage(ti, p))
+	if p, was := status.PendingRollout, ti.Status.PendingRollout; p != nil && (was == nil || was.TemplateHash != p.TemplateHash || was.Window != p.Window) {
+		r.pendingEvent(ti, p)
 	}
 	if c, changed := transitioned(ti.Status.Conditions, status.Conditions, ConditionExternalEdits); changed {
 		r.Recorder.Eventf(ti, nil, corev1.EventTypeWarning, ReasonFieldsManaged, "Reconcile",
@@ -143,6 +147,14 @@ func (r *TiledInstanceReconciler) observed(ctx context.Context, cur *instanceSta
 		}
 	}
 	obs.UpgradeStall, obs.UpgradeProgress = in.upgrade.Stall, in.upgrade.Progress
+	obs.Maintenance = in.window.status()
+	if in.heldUpgrade != "" {
+		// The upgrade waits: the pods run the image they ran.
+		if sts := cur.statefulSet(ctx, stsKey(ti.Namespace, n.Tiled)); sts != nil {
+			img := containerImage(sts, "tiled")
+			obs.Image = &img
+		}
+	}
 	if p := cur.gate.pending; p != nil {
 		obs.PendingRollout, obs.PendingMessage = p, pendingMessage(ti, p)
 	}
