@@ -54,7 +54,7 @@ func (r *TiledInstanceReconciler) observe(ctx context.Context, req ctrl.Request)
 	if !ti.DeletionTimestamp.IsZero() {
 		return nil, nil
 	}
-	s := &instanceState{c: r.Client, api: r.APIReader, ti: ti, }
+	s := &instanceState{c: r.Client, api: r.APIReader, ti: ti}
 	if paused, err := s.clusterPaused(ctx); err != nil || paused {
 		return nil, err
 	}

@@ -263,3 +263,23 @@ func TestOnCatalogLostFromProfiles(t *testing.T) {
 	g.Expect(o.Spec.Backup.Claim.ClaimName).To(Equal("backups"))
 	g.Expect(o.Provenance).To(HaveKeyWithValue("spec.backup.onCatalogLost", "instance/x/overrides"))
 }
+
+// spec.maintenance layers as documented (docs/maintenance.md): windows replaced whole by a higher
+// layer, exclusions merged by name, provenance for each.
+func TestMaintenanceLayers(t *testing.T) {
+	g := NewWithT(t)
+	o := one(t, C("", I("x", T(t, `maintenance:
+  windows: [{schedule: "0 22 * * *", duration: 2h, timeZone: America/New_York}]
+  exclusions: [{name: user-week, start: "2027-02-01T00:00:00Z", end: "2027-02-08T00:00:00Z"}]`))),
+		P(t, "calendar", 0, `maintenance:
+  windows: [{schedule: "0 8 * * 2", duration: 8h, timeZone: America/New_York}, {schedule: "0 8 * * 4", duration: 4h}]
+  exclusions: [{name: run-1, start: "2027-01-12T08:00:00-05:00", end: "2027-04-30T08:00:00-04:00"}]`))
+	m := o.Spec.Maintenance
+	g.Expect(m).NotTo(BeNil())
+	g.Expect(m.Windows).To(HaveLen(1), "windows are replaced whole")
+	g.Expect(m.Windows[0].Schedule).To(Equal("0 22 * * *"))
+	g.Expect(m.Exclusions).To(HaveLen(2), "exclusions merge by name")
+	g.Expect(o.Provenance).To(HaveKeyWithValue("spec.maintenance.windows", "instance/x/overrides"))
+	g.Expect(o.Provenance).To(HaveKeyWithValue(HavePrefix("spec.maintenance.exclusions[name=run-1]"), "profile/calendar@1"))
+	g.Expect(o.Provenance).To(HaveKeyWithValue(HavePrefix("spec.maintenance.exclusions[name=user-week]"), "instance/x/overrides"))
+}

@@ -18,7 +18,7 @@ var layers = []struct {
 	prefix string
 	rank   int
 }{
-	{"apis", 0}, {"names", 0}, {"tiledversion", 0}, {"config", 0}, {"applyconfiguration", 0},
+	{"apis", 0}, {"names", 0}, {"tiledversion", 0}, {"calendar", 0}, {"config", 0}, {"applyconfiguration", 0},
 	{"profiles", 1},
 	{"render", 2},
 	{"expansion", 3},
@@ -97,7 +97,7 @@ func TestImportsFollowTheLayers(t *testing.T) {
 
 // pure are the packages that compute without reading or writing the cluster: the engine and what
 // it is built on, and the controllers' pure deciders. Their tests need no control plane.
-var pure = []string{"profiles", "names", "render", "expansion", "controllers/rollout", "controllers/podstatus", "controllers/upgrade", "controllers/backup", "tiledversion"}
+var pure = []string{"profiles", "names", "render", "expansion", "controllers/rollout", "controllers/podstatus", "controllers/upgrade", "controllers/backup", "tiledversion", "calendar"}
 
 // TestPureCoreTakesNoClient: the pure packages depend on no package of controller-runtime, even
 // through another; the desired state (controllers/desired), computed apart from any client, imports
