@@ -98,6 +98,9 @@ type window struct {
 func New(windows []Window, exclusions []Exclusion) (*Calendar, error) {
 	c := &Calendar{exclusions: exclusions}
 	for i, w := range windows {
+		if _, err := LoadZone(w.TimeZone); err != nil {
+			return nil, fmt.Errorf("windows[%d].timeZone: %w", i, err)
+		}
 		s, err := ParseSchedule(w.Schedule, w.TimeZone)
 		if err != nil {
 			return nil, fmt.Errorf("windows[%d].schedule: %w", i, err)

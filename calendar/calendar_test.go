@@ -132,7 +132,7 @@ func TestNewRefuses(t *testing.T) {
 		{"not cron", []Window{{Schedule: "tuesdays", Duration: time.Hour}}, nil, "windows[0].schedule: must be a cron schedule"},
 		{"zone in the schedule", []Window{{Schedule: "CRON_TZ=UTC 0 8 * * 2", Duration: time.Hour}}, nil, "must not name a time zone"},
 		{"an interval", []Window{{Schedule: "@every 1h", Duration: time.Hour}}, nil, "not an interval"},
-		{"unknown zone", []Window{{Schedule: "0 8 * * 2", Duration: time.Hour, TimeZone: "Mars/Olympus"}}, nil, `unknown time zone "Mars/Olympus"`},
+		{"unknown zone", []Window{{Schedule: "0 8 * * 2", Duration: time.Hour, TimeZone: "Mars/Olympus"}}, nil, `windows[0].timeZone: unknown time zone "Mars/Olympus"`},
 		{"Local", []Window{{Schedule: "0 8 * * 2", Duration: time.Hour, TimeZone: "Local"}}, nil, `unknown time zone "Local"`},
 		{"no duration", []Window{{Schedule: "0 8 * * 2"}}, nil, "windows[0].duration: must be positive"},
 		{"end before start", nil, []Exclusion{{Name: "x", Start: at("2026-12-07T10:00:00Z"), End: at("2026-12-07T09:00:00Z")}}, "exclusions[0]: end must be after start"},
