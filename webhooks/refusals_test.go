@@ -89,6 +89,11 @@ provenance: {spec.tiled.image: instance}`, []string{"spec.expose.ingress.enabled
 			"spec.tiled.replicas: 2 is ignored while spec.tiled.autoscaling is enabled"}},
 		{"a profile restricting egress without naming the DNS pods' ports", "validate-profile", admissiontable.ProfileHead + `  priority: 20
   networkPolicy: {egress: {restricted: true}}`, []string{"spec.networkPolicy.egress.restricted: DNS stays open on port 53 only"}},
+		{"a profile with a short maintenance window", "validate-profile", admissiontable.ProfileHead + `  priority: 20
+  maintenance: {windows: [{schedule: "0 8 * * 2", duration: 8h}, {schedule: "0 22 * * *", duration: 10m, timeZone: Europe/London}]}`,
+			[]string{"spec.maintenance.windows[1].duration: 10m0s is shorter than a Tiled upgrade with its backup and migration usually takes"}},
+		{"a profile with a maintenance calendar", "validate-profile", admissiontable.ProfileHead + `  priority: 20
+  maintenance: {windows: [{schedule: "0 8 * * 2", duration: 8h, timeZone: America/New_York}], exclusions: [{name: run-1, start: "2027-01-12T08:00:00-05:00", end: "2027-04-30T08:00:00-04:00"}]}`, nil},
 		{"a profile restricting egress with the DNS pods' ports", "validate-profile", admissiontable.ProfileHead + `  priority: 20
   networkPolicy: {egress: {restricted: true, dnsPorts: [53, 5353]}}`, nil},
 		{"an expanded instance allowing egress that is open", "validate-instance", admissiontable.InstanceHead + `  tiled: {image: "ghcr.io/bluesky/tiled:0.2.20", resources: {limits: {memory: 1Gi}}}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -11,6 +12,10 @@ import (
 	"github.com/bluesky/tiled-operator/expansion"
 	"github.com/bluesky/tiled-operator/tiledversion"
 )
+
+// MinUsefulWindow is the shortest maintenance window admission does not warn about: about what a
+// Tiled upgrade takes with its backup, migration and start on a beamline's database.
+const MinUsefulWindow = 30 * time.Minute
 
 // templateWarnings returns warnings for settings that are allowed but probably not meant: they
 // never change what is stored. complete says the template is a whole instance (expanded), so that
@@ -79,6 +84,14 @@ func templateWarnings(t *v1alpha1.InstanceTemplate, complete bool) []string {
 	}
 	if e := networkEgress(t); e != nil && len(e.Allow) > 0 && complete && (e.Restricted == nil || !*e.Restricted) {
 		out = append(out, "spec.networkPolicy.egress.allow: unused while egress is open (restricted is not true)")
+	}
+	if m := t.Maintenance; m != nil {
+		for i, w := range m.Windows {
+			if w.Duration.Duration > 0 && w.Duration.Duration < MinUsefulWindow {
+				out = append(out, fmt.Sprintf("spec.maintenance.windows[%d].duration: %s is shorter than a Tiled upgrade with its backup and migration usually takes (%s or more): "+
+					"a change that starts inside the window finishes after it closes (docs/maintenance.md)", i, w.Duration.Duration, MinUsefulWindow))
+			}
+		}
 	}
 	if t.Auth != nil && t.Auth.AllowAnonymousAccess != nil && *t.Auth.AllowAnonymousAccess {
 		out = append(out, "spec.auth.allowAnonymousAccess: true: anyone who reaches the service reads public data without credentials")
