@@ -32,7 +32,8 @@ func exclusionOverride(start, end time.Time) *tiledv1alpha1.InstanceTemplate {
 // TestMaintenanceHoldsTemplateChange: a fleet of a (inside an exclusion: the calendar is closed) and
 // b (no spec.maintenance). a is created all the same; its Tiled StatefulSet, deleted, is made again
 // (a repair). A profile change of the Tiled pod template then rolls on b at once — a change waiting
-// for its window takes nothing from the rollout budget — while a keeps its template and says why
+// for its window takes nothing from the rollout budget — while a keeps its Tiled and PostgreSQL
+// templates and says why
 // (status.pendingRollout, RolloutPending, an Event naming the exclusion). Moved to end a few seconds
 // later, the exclusion ends, and the change rolls on a within the cluster's budget.
 func TestMaintenanceHoldsTemplateChange(t *testing.T) {
@@ -45,6 +46,12 @@ func TestMaintenanceHoldsTemplateChange(t *testing.T) {
 		tiledv1alpha1.ClusterInstance{Name: "b"})
 	waitForStampOut(t, g, op, ns, "fleet", 2)
 	tiled := func(i string) string { return fleet.NamesOf(getInstance(t, g, ns, i)).Tiled }
+	postgres := func(i string) string { return fleet.NamesOf(getInstance(t, g, ns, i)).Postgres }
+	disk := func(i string) string {
+		s := &appsv1.StatefulSet{}
+		g.Expect(exists(t, s, ns, postgres(i))).To(BeTrue())
+		return s.Spec.Template.Spec.NodeSelector["disk"]
+	}
 	team := func(i string) string {
 		s := &appsv1.StatefulSet{}
 		g.Expect(exists(t, s, ns, tiled(i))).To(BeTrue())
@@ -89,10 +96,13 @@ func TestMaintenanceHoldsTemplateChange(t *testing.T) {
 	p := &tiledv1alpha1.TiledProfile{}
 	g.Expect(env.Client.Get(ctxT(t), client.ObjectKey{Namespace: ns, Name: "defaults"}, p)).To(Succeed())
 	p.Spec.Tiled.PodAnnotations["team"] = "b"
+	p.Spec.Database.Managed.NodeSelector = map[string]string{"disk": "ssd"}
 	g.Expect(env.Client.Update(ctxT(t), p)).To(Succeed())
 	g.Eventually(func() string { return team("fleet-b") }, time.Minute, 250*time.Millisecond).Should(Equal("b"),
 		"an instance without spec.maintenance rolls at once, and a's waiting change does not take the budget")
+	g.Expect(disk("fleet-b")).To(Equal("ssd"))
 	markReady(t, g, ns, tiled("fleet-b"))
+	markReady(t, g, ns, postgres("fleet-b"))
 	g.Eventually(func(g Gomega) {
 		ti := getInstance(t, g, ns, "fleet-a")
 		g.Expect(ti.Spec.Tiled.PodAnnotations).To(HaveKeyWithValue("team", "b"), "the cluster applied the spec")
@@ -101,6 +111,7 @@ func TestMaintenanceHoldsTemplateChange(t *testing.T) {
 		g.Expect(pr.StatefulSet).To(Equal(tiled("fleet-a")))
 		g.Expect(pr.Change).To(Equal("Spec"))
 		g.Expect(pr.Differs).To(ContainElement("spec.template.metadata.annotations[team]"))
+		g.Expect(pr.Differs).To(ContainElement(HavePrefix("StatefulSet "+postgres("fleet-a")+" spec.template.spec.nodeSelector")), "the database's change waits too")
 		g.Expect(pr.Window).To(ContainSubstring("inside exclusion beam-run"))
 		c := meta.FindStatusCondition(ti.Status.Conditions, controllers.ConditionRolloutPending)
 		g.Expect(c).NotTo(BeNil())
@@ -111,6 +122,7 @@ func TestMaintenanceHoldsTemplateChange(t *testing.T) {
 	}, time.Minute, 250*time.Millisecond).Should(Succeed())
 	waitQuiet(t, op)
 	g.Expect(team("fleet-a")).To(Equal("a"), "a change of the pod template was applied while the calendar was closed")
+	g.Expect(disk("fleet-a")).To(BeEmpty(), "a change of the database's pod template was applied while the calendar was closed")
 	g.Eventually(func(g Gomega) {
 		var list eventsv1.EventList
 		g.Expect(env.Client.List(ctxT(t), &list, client.InNamespace(ns))).To(Succeed())
@@ -137,7 +149,9 @@ func TestMaintenanceHoldsTemplateChange(t *testing.T) {
 	g.Expect(team("fleet-a")).To(Equal("a"))
 	g.Eventually(func() string { return team("fleet-a") }, 30*time.Second, 250*time.Millisecond).Should(Equal("b"))
 	g.Expect(time.Now()).To(BeTemporally(">=", opens.Truncate(time.Second)), "rolled before the exclusion ended")
+	g.Eventually(func() string { return disk("fleet-a") }, 30*time.Second, 250*time.Millisecond).Should(Equal("ssd"))
 	markReady(t, g, ns, tiled("fleet-a"))
+	markReady(t, g, ns, postgres("fleet-a"))
 	g.Eventually(func(g Gomega) {
 		ti := getInstance(t, g, ns, "fleet-a")
 		g.Expect(ti.Status.PendingRollout).To(BeNil())
