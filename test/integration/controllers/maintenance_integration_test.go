@@ -31,11 +31,11 @@ func exclusionOverride(start, end time.Time) *tiledv1alpha1.InstanceTemplate {
 
 // TestMaintenanceHoldsTemplateChange: a fleet of a (inside an exclusion: the calendar is closed) and
 // b (no spec.maintenance). a is created all the same; its Tiled StatefulSet, deleted, is made again
-// (a repair). A profile change of the Tiled pod template then rolls on b at once — a change waiting
-// for its window takes nothing from the rollout budget — while a keeps its Tiled and PostgreSQL
-// templates and says why
-// (status.pendingRollout, RolloutPending, an Event naming the exclusion). Moved to end a few seconds
-// later, the exclusion ends, and the change rolls on a within the cluster's budget.
+// (a repair). A profile change of the Tiled and PostgreSQL pod templates then rolls on b at once —
+// a change waiting for its window takes nothing from the rollout budget — while a keeps both
+// templates and says why (status.pendingRollout, RolloutPending, an Event naming the exclusion).
+// Moved to end a few seconds later, the exclusion ends, and the change rolls on a within the
+// cluster's budget.
 func TestMaintenanceHoldsTemplateChange(t *testing.T) {
 	g := NewWithT(t)
 	ns := newNamespace(t, g, "maintenance")
