@@ -14,7 +14,10 @@
 //	                              step of a Tiled version change (package upgrade), recorded in
 //	                              the status before it is applied
 //	apply     tiled*_apply.go     package childset: apply in order, refusals classified, what was
-//	prune                         sent recorded; prune what is owned and no longer wanted
+//	prune                         sent recorded; prune what is owned and no longer wanted; for an
+//	                              instance, the render gate first keeps back a StatefulSet whose
+//	                              change waits for the cluster's rollout (tiledinstance_rendergate.go)
+//	                              or the maintenance window (tiledinstance_maintenance.go)
 //	status    tiled*_status.go    the status, written only when it changed; Events on transitions;
 //	                              for an instance, first the pods stuck on an older revision of
 //	                              their StatefulSet are replaced (tiledinstance_stuckpods.go)
