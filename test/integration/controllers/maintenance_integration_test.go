@@ -15,6 +15,8 @@ import (
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/controllers"
+	"github.com/bluesky/tiled-operator/controllers/upgrade"
+	"github.com/bluesky/tiled-operator/render"
 	"github.com/bluesky/tiled-operator/test/support/fleet"
 )
 
@@ -216,4 +218,47 @@ func TestMaintenanceHoldsUpgradeStart(t *testing.T) {
 		g.Expect(ti.Status.Maintenance.Reason).To(Equal("InWindow"))
 		g.Expect(ti.Status.Maintenance.NextClose.Time).To(BeTemporally("==", opens.Add(5*time.Minute)))
 	}, upgradeWithin, upgradePoll).Should(Succeed())
+}
+
+// TestMaintenanceUpgradeUnderWayFinishes: an upgrade that started while the calendar was open
+// carries on when an exclusion begins during it — backup, stop, migration and start — and never
+// stops half-migrated.
+func TestMaintenanceUpgradeUnderWayFinishes(t *testing.T) {
+	g := NewWithT(t)
+	f := newUpgradeFixture(t, g, "maintenance-underway")
+	closes := time.Now().Add(5 * time.Second).Truncate(time.Second)
+	g.Eventually(func() error {
+		ti := f.instance(g)
+		ti.Spec.Tiled.Image = upgradeTo
+		ti.Spec.Maintenance = &tiledv1alpha1.MaintenanceSpec{Exclusions: []tiledv1alpha1.MaintenanceExclusion{{
+			Name: "beam-run", Start: metav1.NewTime(closes), End: metav1.NewTime(closes.Add(time.Hour)),
+		}}}
+		return env.Client.Update(ctxT(t), ti)
+	}, upgradeWithin, upgradePoll).Should(Succeed())
+	f.phase(tiledv1alpha1.UpgradeChecking)
+	g.Expect(time.Now()).To(BeTemporally("<", closes), "the upgrade did not start before the exclusion")
+	check := f.job(render.StepCheck)
+
+	// The exclusion begins: the calendar closes, the upgrade goes on.
+	g.Eventually(func(g Gomega) {
+		m := f.instance(g).Status.Maintenance
+		g.Expect(m).NotTo(BeNil())
+		g.Expect(m.Open).To(BeFalse())
+		g.Expect(m.Reason).To(Equal("Excluded"))
+	}, upgradeWithin, upgradePoll).Should(Succeed())
+	_, migrate := f.toMigrating(check)
+	f.finish(migrate, 0, migratedReport)
+	f.phase(tiledv1alpha1.UpgradeStarting)
+	f.expectServing(upgradeTo, upgradeReplicas)
+	markReady(t, g, f.ns, f.n.Tiled)
+	g.Eventually(func(g Gomega) {
+		ti := f.instance(g)
+		g.Expect(ti.Status.Upgrade).To(BeNil())
+		g.Expect(ti.Status.LastMigration).NotTo(BeNil())
+		g.Expect(ti.Status.LastMigration.Result).To(Equal(upgrade.ResultSucceeded))
+		g.Expect(ti.Status.PendingRollout).To(BeNil(), "nothing waits: the upgrade's own change is not held")
+		g.Expect(ti.Status.Maintenance.Open).To(BeFalse())
+	}, upgradeWithin, upgradePoll).Should(Succeed())
+	condition(t, g, f.ns, f.name, controllers.ConditionReady, metav1.ConditionTrue, controllers.ReasonReady, upgradeWithin)
+	f.expectServing(upgradeTo, upgradeReplicas)
 }
