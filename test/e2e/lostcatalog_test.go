@@ -42,6 +42,11 @@ const (
 	lostBeamline  = "l1"
 	lostBackups   = "lost-backups"
 	lostDetection = 90 * time.Second
+	// lostStallWatch is how long the stalled instance is watched for anything serving the lost
+	// catalog before the restore is asked for: a duration, not a condition, because what it proves
+	// is an absence. It spans four of the operator's claim rechecks (3 s) and more than a Tiled
+	// pod's start, so a Tiled scaled up again by a later reconcile would be seen.
+	lostStallWatch = 20 * time.Second
 )
 
 // lostClusterYAML is the one-beamline TiledCluster backing up to the namespace's claim, with
@@ -174,7 +179,7 @@ func testLostCatalog(t *testing.T) {
 		t.Errorf("status.catalogLost %+v, want the claim %s, revision %s, backup %s", l, oldUID, revision, whole)
 	}
 	// A while stalled: nothing serves it.
-	for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(time.Second) {
+	for end := time.Now().Add(lostStallWatch); time.Now().Before(end); time.Sleep(time.Second) {
 		poll()
 	}
 
