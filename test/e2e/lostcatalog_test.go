@@ -44,8 +44,9 @@ const (
 	lostDetection = 90 * time.Second
 	// lostStallWatch is how long the stalled instance is watched for anything serving the lost
 	// catalog before the restore is asked for: a duration, not a condition, because what it proves
-	// is an absence. It spans four of the operator's claim rechecks (3 s) and more than a Tiled
-	// pod's start, so a Tiled scaled up again by a later reconcile would be seen.
+	// is an absence. It spans six of the operator's claim rechecks (every 3 s): a reconcile that
+	// scaled Tiled up again would have run by then, and the poll counts the instance Ready or a
+	// Tiled pod made since the loss and ready.
 	lostStallWatch = 20 * time.Second
 )
 
