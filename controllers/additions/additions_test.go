@@ -26,8 +26,8 @@ func TestFind(t *testing.T) {
 			present: []Child{sts("tiled-chx"), svc("chx")}, wantImages: []string{"tiled:0.2.20"}, liveImages: []string{"tiled:0.2.20"},
 		},
 		{
-			name: "a release adds the streaming cache: its objects and its image",
-			want: []Child{sts("tiled-chx"), svc("chx"), sts("cache-chx"), svc("cache-chx"), {Kind: "Secret", Name: "cache-chx"}},
+			name:       "a release adds the streaming cache: its objects and its image",
+			want:       []Child{sts("tiled-chx"), svc("chx"), sts("cache-chx"), svc("cache-chx"), {Kind: "Secret", Name: "cache-chx"}},
 			present:    []Child{sts("tiled-chx"), svc("chx")},
 			wantImages: []string{"tiled:0.2.20", "valkey/valkey:8.1"}, liveImages: []string{"tiled:0.2.20", "postgres:16"},
 			objects:     []string{"Secret/cache-chx", "Service/cache-chx", "StatefulSet/cache-chx"},
