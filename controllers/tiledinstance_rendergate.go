@@ -89,9 +89,13 @@ func (r *TiledInstanceReconciler) gateRender(ctx context.Context, cur *instanceS
 	if member && ti.Annotations[tiledv1alpha1.AnnotationApprovedTemplate] == hash {
 		return g, nil // approved by the cluster's rollout
 	}
+	prev := ti.Status.PendingRollout
+	if w, ok := r.memories.pending.load(types.NamespacedName{Namespace: ti.Namespace, Name: ti.Name}); ok {
+		prev = w.of(ti) // found by a reconcile whose status the cache does not show yet
+	}
 	var differs []string
 	var added additions.Added
-	if prev := ti.Status.PendingRollout; prev != nil && prev.TemplateHash == hash && prev.StatefulSet == name {
+	if prev != nil && prev.TemplateHash == hash && prev.StatefulSet == name {
 		// Found before: not read again. What it adds was found before it was applied (the objects
 		// it adds exist once the first reconcile that found it applied the others).
 		differs, added = prev.Differs, additions.Added{Objects: prev.AddedObjects, Images: prev.AddedImages}
@@ -120,13 +124,15 @@ func (r *TiledInstanceReconciler) gateRender(ctx context.Context, cur *instanceS
 	g.pending = &tiledv1alpha1.PendingRollout{StatefulSet: name, TemplateHash: hash, Differs: differs[:min(len(differs), maxPendingPaths)], DifferCount: int32(len(differs))}
 	added = additions.Limit(added, maxPendingPaths)
 	g.pending.AddedObjects, g.pending.AddedImages = added.Objects, added.Images
-	if prev := ti.Status.PendingRollout; prev != nil && prev.TemplateHash == hash && prev.StatefulSet == name {
+	if prev != nil && prev.TemplateHash == hash && prev.StatefulSet == name {
 		g.pending.Differs, g.pending.DifferCount, g.pending.Since = prev.Differs, prev.DifferCount, prev.Since
 	}
 	if g.pending.Since == nil {
 		now := metav1.Now().Rfc3339Copy()
 		g.pending.Since = &now
 	}
+	r.memories.pending.store(types.NamespacedName{Namespace: ti.Namespace, Name: ti.Name},
+		writtenPending{uid: ti.UID, resourceVersion: ti.ResourceVersion, pending: g.pending})
 	return g, nil
 }
 
