@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	appsv1ac "k8s.io/client-go/applyconfigurations/apps/v1"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -51,17 +53,23 @@ func TestRenderChangeSaysWhatItAdds(t *testing.T) {
 	image := getInstance(t, g, ns, "fleet-a").Spec.Database.Managed.Image
 	g.Expect(image).NotTo(BeEmpty())
 	const older = "registry.example.org/postgres:older"
+	// As the older release applied it: the operator's own apply of the same fields, with the older
+	// image (not another writer's edit, which the operator would undo at once).
 	db := &appsv1.StatefulSet{}
 	g.Expect(exists(t, db, ns, n.Postgres)).To(BeTrue())
-	podSpec := &db.Spec.Template.Spec
-	for _, cs := range [][]corev1.Container{podSpec.InitContainers, podSpec.Containers} {
+	ac, err := appsv1ac.ExtractStatefulSet(db, tiledv1alpha1.FieldOwner)
+	g.Expect(err).NotTo(HaveOccurred())
+	var swapped int
+	for _, cs := range [][]corev1ac.ContainerApplyConfiguration{ac.Spec.Template.Spec.InitContainers, ac.Spec.Template.Spec.Containers} {
 		for i := range cs {
-			if cs[i].Image == image {
-				cs[i].Image = older
+			if ptr.Deref(cs[i].Image, "") == image {
+				cs[i].Image = ptr.To(older)
+				swapped++
 			}
 		}
 	}
-	g.Expect(env.Client.Update(ctxT(t), db)).To(Succeed())
+	g.Expect(swapped).To(BeNumerically(">", 0))
+	g.Expect(env.Client.Apply(ctxT(t), ac, client.FieldOwner(tiledv1alpha1.FieldOwner), client.ForceOwnership)).To(Succeed())
 	markReady(t, g, ns, n.Postgres)
 	restore := render.SetBuildPodAnnotationForTest("example.org/build=adds")
 	t.Cleanup(restore) // after the operator below stops (cleanups run last first)
@@ -69,8 +77,9 @@ func TestRenderChangeSaysWhatItAdds(t *testing.T) {
 
 	added := "it adds image " + image + " and object Service/" + n.HeadlessService
 	g.Eventually(func(g Gomega) {
-		p := getInstance(t, g, ns, "fleet-a").Status.PendingRollout
-		g.Expect(p).NotTo(BeNil())
+		cur := getInstance(t, g, ns, "fleet-a")
+		p := cur.Status.PendingRollout
+		g.Expect(p).NotTo(BeNil(), "conditions: %+v", cur.Status.Conditions)
 		g.Expect(p.AddedObjects).To(Equal([]string{"Service/" + n.HeadlessService}))
 		g.Expect(p.AddedImages).To(Equal([]string{image}))
 		pending := meta.FindStatusCondition(getInstance(t, g, ns, "fleet-a").Status.Conditions, controllers.ConditionRolloutPending)
@@ -81,7 +90,9 @@ func TestRenderChangeSaysWhatItAdds(t *testing.T) {
 	// The Service is created (only the Tiled StatefulSet waits); what the change adds stays
 	// recorded as found, and the held beamline keeps its template.
 	g.Expect(exists(t, &corev1.Service{}, ns, n.HeadlessService)).To(BeTrue())
-	p := getInstance(t, g, ns, "fleet-a").Status.PendingRollout
+	cur := getInstance(t, g, ns, "fleet-a")
+	g.Expect(meta.IsStatusConditionTrue(cur.Status.Conditions, controllers.ConditionReady)).To(BeTrue(), "a pending change leaves the instance serving")
+	p := cur.Status.PendingRollout
 	g.Expect(p.AddedObjects).To(Equal([]string{"Service/" + n.HeadlessService}))
 	sts := &appsv1.StatefulSet{}
 	g.Expect(exists(t, sts, ns, n.Tiled)).To(BeTrue())
