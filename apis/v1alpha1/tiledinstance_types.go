@@ -364,6 +364,25 @@ type PendingRollout struct {
 	// +optional
 	DifferCount int32 `json:"differCount,omitempty"`
 
+	// AddedObjects are the child objects the operator's render adds to the instance with this
+	// change, which the instance did not have when the change was found, as Kind/name (e.g.
+	// StatefulSet/cache-nsls2-chx): a release's new child kind or object. Sorted; the first 20.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=20
+	// +kubebuilder:validation:items:MaxLength=320
+	AddedObjects []string `json:"addedObjects,omitempty"`
+
+	// AddedImages are the container images of the instance's StatefulSets as the operator renders
+	// them with this change that none of its live StatefulSets runs yet (e.g. a new streaming
+	// cache's image): what a beamline that cannot reach public registries must have mirrored before
+	// the change rolls. Sorted; the first 20.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=20
+	// +kubebuilder:validation:items:MaxLength=512
+	AddedImages []string `json:"addedImages,omitempty"`
+
 	// Since is when the operator first found this change waiting.
 	// +optional
 	Since *metav1.Time `json:"since,omitempty"`

@@ -645,6 +645,18 @@ var schemaYAML = typed.YAMLObject(`types:
 - name: com.github.bluesky.tiled-operator.apis.v1alpha1.PendingRollout
   map:
     fields:
+    - name: addedImages
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: atomic
+    - name: addedObjects
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: atomic
     - name: differCount
       type:
         scalar: numeric
