@@ -34,9 +34,6 @@ import (
 // annotationInstantiate marks a Job created by hand from a CronJob, as kubectl create job --from sets it.
 const annotationInstantiate = "cronjob.kubernetes.io/instantiate"
 
-// backupNameLayout is a backup's name: the UTC time it began (20261203T073000Z).
-const backupNameLayout = "20060102T150405Z"
-
 // clientFor is the client of the commands that read the live cluster with typed objects (backup,
 // backups): client-go's kinds and the operator's, able to watch. Tests replace it.
 var clientFor = func(config *genericclioptions.ConfigFlags) (client.WithWatch, error) {
@@ -603,7 +600,7 @@ func printBackups(w io.Writer, ti *v1alpha1.TiledInstance, now time.Time) {
 	rows := [][3]string{{"NAME", "AGE", "SIZE"}}
 	for _, b := range available {
 		age := "<unknown>"
-		if t, err := time.Parse(backupNameLayout, b.Name); err == nil {
+		if t, ok := render.BackupTime(b.Name); ok { // a scheduled backup's name, or an upgrade's
 			age = duration.HumanDuration(now.Sub(t))
 		}
 		size := "-"
