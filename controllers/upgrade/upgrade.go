@@ -64,7 +64,8 @@ type Observed struct {
 	// claim.
 	Target string
 	// ScheduledBackup names a scheduled backup Job (the CronJob's, or one `kubectl tiled backup`
-	// made from it) that is running ("": none). The upgrade's backup does not start beside it.
+	// made from it) that is running ("": none), read while the upgrade checks or backs up: the
+	// upgrade's backup does not start beside it.
 	ScheduledBackup string
 	// Job is the current step's Job (nil: not in the cache, not yet created).
 	Job *Job
@@ -347,8 +348,22 @@ func (o Observed) checking(u *v1alpha1.UpgradeStatus) Decision {
 	} else {
 		n.Backup = backupPrefix + o.Now.UTC().Format(backupTimeLayout)
 	}
-	d := o.at(n)
+	d := o.waitForScheduled(o.at(n))
 	d.Changed = true
+	return d
+}
+
+// waitForScheduled is d, the decision of phase BackingUp before its Job exists, waiting while a
+// scheduled backup dumps the databases: the upgrade's dump does not start beside it (the CronJob is
+// suspended, so no other starts), and runs alone once it ended.
+func (o Observed) waitForScheduled(d Decision) Decision {
+	if o.ScheduledBackup == "" {
+		return d
+	}
+	u := d.Upgrade
+	d.Lifecycle.Step = nil
+	d.Progress.Message = fmt.Sprintf("upgrading Tiled %s -> %s: waiting for the scheduled backup Job %s to end before backing up the databases to %s%s; the old version serves",
+		orImage(u.FromVersion, u.FromImage), orImage(u.ToVersion, u.ToImage), o.ScheduledBackup, u.Backup, where(u))
 	return d
 }
 
@@ -356,13 +371,7 @@ func (o Observed) backingUp(u *v1alpha1.UpgradeStatus) Decision {
 	j := o.Job
 	switch {
 	case j == nil && o.ScheduledBackup != "":
-		// A scheduled backup is dumping the databases: the upgrade's waits for it to end (the
-		// CronJob is suspended, so no other starts), then runs alone.
-		d := o.at(u)
-		d.Lifecycle.Step = nil
-		d.Progress.Message = fmt.Sprintf("upgrading Tiled %s -> %s: waiting for the scheduled backup Job %s to end before backing up the databases to %s%s; the old version serves",
-			orImage(u.FromVersion, u.FromImage), orImage(u.ToVersion, u.ToImage), o.ScheduledBackup, u.Backup, where(u))
-		return d
+		return o.waitForScheduled(o.at(u))
 	case onTarget(u) && u.BackupTarget != o.Target && (j == nil || (!j.Complete && !j.Failed)):
 		return o.targetMoved(u)
 	case j == nil || (!j.Complete && !j.Failed):

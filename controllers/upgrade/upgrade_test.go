@@ -858,6 +858,22 @@ func TestDecideBackupTarget(t *testing.T) {
 			progress: []string{"backing up the databases to " + tBackup + " on " + target, "the old version serves"},
 		},
 		{
+			name: "an older catalog while a scheduled backup Job runs: BackingUp, the dump waiting for it",
+			o:    base(v1alpha1.UpgradeChecking, complete(report("0.2.20", catOld, true, catNew))),
+			change: func(o *Observed) {
+				o.Now, o.ScheduledBackup = t0.Add(4*time.Minute), schedJob
+			},
+			want: Decision{
+				Upgrade: with(at(v1alpha1.UpgradeChecking), func(u *v1alpha1.UpgradeStatus) {
+					u.Phase, u.PhaseTime = v1alpha1.UpgradeBackingUp, nowT
+					u.FromRevision, u.ToRevision = catOld, catNew
+					u.Backup, u.BackupTarget = tBackup, target
+				}),
+				Changed: true, Lifecycle: life(oldImage, false, nil, true), Progress: upgrading,
+			},
+			progress: []string{"waiting for the scheduled backup Job " + schedJob + " to end before backing up the databases to " + tBackup + " on " + target},
+		},
+		{
 			name: "backing up, a scheduled backup Job running: the dump waits for it, the CronJob suspended",
 			o:    base(v1alpha1.UpgradeBackingUp, nil),
 			change: func(o *Observed) {
