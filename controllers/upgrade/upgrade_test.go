@@ -1016,3 +1016,66 @@ func TestDecideBackupTarget(t *testing.T) {
 		})
 	}
 }
+
+// TestDecideWalkSuspendsBackups drives an upgrade with a backup target to its end, as the
+// controller does: the backup CronJob is suspended (SuspendBackups, or Stopped) in every phase from
+// the check to the migration, and not once the new version starts; without a target nothing asks
+// for it (there is no CronJob).
+func TestDecideWalkSuspendsBackups(t *testing.T) {
+	for _, target := range []string{"claim:nfs/tiled-backups/b/chx", ""} {
+		t.Run("target "+target, func(t *testing.T) {
+			g := NewWithT(t)
+			jobs := map[render.StepKind]*Job{
+				render.StepCheck:   complete(report("0.2.20", catOld, true, catNew)),
+				render.StepBackup:  complete(`{}`),
+				render.StepMigrate: complete(report("0.2.20", catNew, true, catNew)),
+			}
+			o := Observed{SpecImage: newImage, SpecVersion: "0.2.20", ServingImage: oldImage, ServingVersion: "0.2.14",
+				ServerPods: 2, ToolsImage: tools, Now: t0, Target: target}
+			suspended := map[v1alpha1.UpgradePhase]bool{}
+			var rec *v1alpha1.MigrationRecord
+			for range 20 {
+				o.Job = nil
+				if s := CurrentStep(o.Upgrade); s != nil {
+					o.Job = jobs[s.Kind]
+				}
+				d := Decide(o)
+				if d.Record != nil {
+					rec = d.Record
+				}
+				if l := d.Lifecycle; l != nil {
+					suspended[d.Upgrade.Phase] = l.SuspendBackups || l.Stopped
+					if l.Stopped {
+						o.ServerPods = 0
+					}
+					o.ServingImage = l.ServingImage
+				} else {
+					o.ServingImage = o.SpecImage
+				}
+				o.ServerReady = o.ServingImage == o.SpecImage
+				if !d.Changed || d.Upgrade == nil {
+					break
+				}
+				o.Upgrade = d.Upgrade
+				o.Now = o.Now.Add(time.Minute)
+			}
+			g.Expect(rec).NotTo(BeNil())
+			g.Expect(rec.Result).To(Equal(ResultSucceeded))
+			if target == "" {
+				g.Expect(rec.Backup).To(Equal("pre-upgrade-20261203-031600"))
+				g.Expect(rec.BackupTarget).To(BeEmpty())
+				g.Expect(suspended).To(Equal(map[v1alpha1.UpgradePhase]bool{
+					v1alpha1.UpgradeChecking: false, v1alpha1.UpgradeBackingUp: false, v1alpha1.UpgradeStopping: true,
+					v1alpha1.UpgradeMigrating: true, v1alpha1.UpgradeStarting: false,
+				}))
+				return
+			}
+			g.Expect(rec.Backup).To(Equal("20261203T031600Z-pre-upgrade-0.2.14-to-0.2.20"))
+			g.Expect(rec.BackupTarget).To(Equal(target))
+			g.Expect(suspended).To(Equal(map[v1alpha1.UpgradePhase]bool{
+				v1alpha1.UpgradeChecking: true, v1alpha1.UpgradeBackingUp: true, v1alpha1.UpgradeStopping: true,
+				v1alpha1.UpgradeMigrating: true, v1alpha1.UpgradeStarting: false,
+			}))
+		})
+	}
+}
