@@ -24,8 +24,8 @@ const (
 	ReasonRestoreFailed    = "RestoreFailed"
 	ReasonCheckFailed      = "UpgradeCheckFailed"
 	ReasonDowngradeRefused = "DowngradeRefused"
-	// ReasonBackupTargetChanged: spec.backup's target changed while the upgrade's backup on it was
-	// written, or was to be restored.
+	// ReasonBackupTargetChanged: spec.backup's target changed before the upgrade's backup on it
+	// was restored.
 	ReasonBackupTargetChanged = "BackupTargetChanged"
 	ReasonUpgradeCancelled    = "UpgradeCancelled"
 	ResultSucceeded           = "Succeeded"
@@ -342,15 +342,20 @@ func (o Observed) checking(u *v1alpha1.UpgradeStatus) Decision {
 			orImage(u.FromVersion, u.FromImage), r.Version, r.Catalog.current(), u.ToImage)}}
 	}
 	n = o.next(n, v1alpha1.UpgradeBackingUp)
-	if o.Target != "" {
-		// To spec.backup's target, named, listed and pruned as the scheduled backups are.
-		n.Backup, n.BackupTarget = render.PreUpgradeBackupName(o.Now, n.FromVersion, n.ToVersion), o.Target
-	} else {
-		n.Backup = backupPrefix + o.Now.UTC().Format(backupTimeLayout)
-	}
+	o.name(n)
 	d := o.waitForScheduled(o.at(n))
 	d.Changed = true
 	return d
+}
+
+// name names the backup of n, begun now: to spec.backup's target, named, listed and pruned as the
+// scheduled backups are; without one, to the backup claim.
+func (o Observed) name(n *v1alpha1.UpgradeStatus) {
+	if o.Target != "" {
+		n.Backup, n.BackupTarget = render.PreUpgradeBackupName(o.Now, n.FromVersion, n.ToVersion), o.Target
+	} else {
+		n.Backup, n.BackupTarget = backupPrefix+o.Now.UTC().Format(backupTimeLayout), ""
+	}
 }
 
 // waitForScheduled is d, the decision of phase BackingUp before its Job exists, waiting while a
@@ -372,8 +377,17 @@ func (o Observed) backingUp(u *v1alpha1.UpgradeStatus) Decision {
 	switch {
 	case j == nil && o.ScheduledBackup != "":
 		return o.waitForScheduled(o.at(u))
-	case onTarget(u) && u.BackupTarget != o.Target && (j == nil || (!j.Complete && !j.Failed)):
-		return o.targetMoved(u)
+	case u.BackupTarget != o.Target && (j == nil || !j.Complete):
+		// spec.backup's target changed before the backup was whole (perhaps because it failed
+		// there): it begins again where spec.backup now says, under a new name. The old step's Job
+		// goes; nothing was changed yet.
+		n := o.next(u, v1alpha1.UpgradeBackingUp)
+		n.Message = ""
+		o.Job = nil
+		o.name(n)
+		d := o.waitForScheduled(o.at(n))
+		d.Changed = true
+		return d
 	case j == nil || (!j.Complete && !j.Failed):
 		return o.at(u)
 	case j.Failed:
@@ -435,7 +449,7 @@ func (o Observed) starting(u *v1alpha1.UpgradeStatus) Decision {
 func (o Observed) restoring(u *v1alpha1.UpgradeStatus) Decision {
 	j := o.Job
 	switch {
-	case onTarget(u) && u.BackupTarget != o.Target && (j == nil || j.Failed):
+	case onTarget(u) && u.BackupTarget != o.Target && (j == nil || !j.Complete):
 		return o.targetMoved(u)
 	case j == nil || (!j.Complete && !j.Failed):
 		d := o.at(u)
@@ -460,29 +474,23 @@ func (o Observed) restoring(u *v1alpha1.UpgradeStatus) Decision {
 	return d
 }
 
-// targetMoved stalls a backup or restore step whose backup is on a target spec.backup no longer
-// names: the step would write or read it elsewhere. The step's Job is not rendered (a running one
-// goes) until spec.backup names the target again.
+// targetMoved stalls the restore of a backup on a target spec.backup no longer names: the step
+// would read it elsewhere (and its Job, whose pod template cannot change, could not be applied).
+// The step's Job is not rendered (a running one goes: each database is restored in one transaction,
+// and the restore runs whole again) until spec.backup names the target again. Tiled stays stopped.
 func (o Observed) targetMoved(u *v1alpha1.UpgradeStatus) Decision {
 	now := "names no target"
 	if o.Target != "" {
 		now = "names " + o.Target
 	}
-	what := fmt.Sprintf("the backup %s before the migration is written to %s, and spec.backup now %s: set spec.backup's target back; the old version serves",
-		u.Backup, u.BackupTarget, now)
-	if u.Phase == v1alpha1.UpgradeRestoring {
-		what = fmt.Sprintf("%s; backup %s is on %s, and spec.backup now %s, so it cannot be restored and Tiled stays stopped: set spec.backup's target back to restore it",
-			strings.SplitN(u.Message, ";", 2)[0], u.Backup, u.BackupTarget, now)
-	}
-	// status.upgrade.message keeps what it says (a restore's: the migration's failure, which the
-	// rollback reports): the stall says what happened since, and goes once the target is back.
+	// status.upgrade.message keeps the migration's failure, which the rollback reports: the stall
+	// says what happened since, and goes once the target is back.
 	d := o.at(u)
 	d.Lifecycle.Step = nil
-	if !d.Lifecycle.Stopped {
-		d.Lifecycle.SuspendBackups = false
-	}
 	d.Progress = nil
-	d.Stall = &Condition{Reason: ReasonBackupTargetChanged, Message: what}
+	d.Stall = &Condition{Reason: ReasonBackupTargetChanged, Message: fmt.Sprintf(
+		"%s; backup %s is on %s, and spec.backup now %s, so it cannot be restored and Tiled stays stopped: set spec.backup's target back to restore it",
+		strings.SplitN(u.Message, ";", 2)[0], u.Backup, u.BackupTarget, now)}
 	return d
 }
 

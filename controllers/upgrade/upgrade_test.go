@@ -920,14 +920,66 @@ func TestDecideBackupTarget(t *testing.T) {
 			stall: []string{"the backup " + tBackup + " on " + target + " before the migration failed", "uploading catalog.dump failed"},
 		},
 		{
-			name: "the target changed under the running backup: stalled, its Job not rendered, the scheduled backups go on",
+			name: "the target changed under the running backup: the backup begins again there, under a new name",
 			o:    base(v1alpha1.UpgradeBackingUp, running),
+			change: func(o *Observed) {
+				o.Target, o.Now = other, now.Add(time.Minute)
+			},
+			want: Decision{
+				Upgrade: with(onT(v1alpha1.UpgradeBackingUp), func(u *v1alpha1.UpgradeStatus) {
+					u.PhaseTime = mtp(now.Add(time.Minute))
+					u.Backup, u.BackupTarget = "20261203T032000Z-pre-upgrade-0.2.14-to-0.2.20", other
+				}),
+				Changed: true, Progress: upgrading,
+				Lifecycle: life(oldImage, false, &render.Step{Kind: render.StepBackup, Backup: "20261203T032000Z-pre-upgrade-0.2.14-to-0.2.20",
+					FromVersion: "0.2.14", OnTarget: true}, true),
+			},
+			progress: []string{"backing up the databases to 20261203T032000Z-pre-upgrade-0.2.14-to-0.2.20 on " + other},
+		},
+		{
+			name: "the backup failed, then the target changed (the way to fix it): the backup begins again there, the failure forgotten",
+			o:    base(v1alpha1.UpgradeBackingUp, failed("the bucket does not exist")),
+			change: func(o *Observed) {
+				o.Target, o.Now = other, now.Add(time.Minute)
+				o.Upgrade.Message = "the backup failed"
+			},
+			want: Decision{
+				Upgrade: with(onT(v1alpha1.UpgradeBackingUp), func(u *v1alpha1.UpgradeStatus) {
+					u.PhaseTime = mtp(now.Add(time.Minute))
+					u.Backup, u.BackupTarget = "20261203T032000Z-pre-upgrade-0.2.14-to-0.2.20", other
+				}),
+				Changed: true, Progress: upgrading,
+				Lifecycle: life(oldImage, false, &render.Step{Kind: render.StepBackup, Backup: "20261203T032000Z-pre-upgrade-0.2.14-to-0.2.20",
+					FromVersion: "0.2.14", OnTarget: true}, true),
+			},
+		},
+		{
+			name: "the target removed before the backup was whole: it begins again on the backup claim",
+			o:    base(v1alpha1.UpgradeBackingUp, nil),
+			change: func(o *Observed) {
+				o.Target, o.Now = "", now.Add(time.Minute)
+			},
+			want: Decision{
+				Upgrade: with(onT(v1alpha1.UpgradeBackingUp), func(u *v1alpha1.UpgradeStatus) {
+					u.PhaseTime = mtp(now.Add(time.Minute))
+					u.Backup, u.BackupTarget = "pre-upgrade-20261203-032000", ""
+				}),
+				Changed: true, Progress: upgrading,
+				Lifecycle: lc(oldImage, false, &render.Step{Kind: render.StepBackup, Backup: "pre-upgrade-20261203-032000", FromVersion: "0.2.14"}),
+			},
+		},
+		{
+			name: "the target changed once the backup was whole: the upgrade goes on, the backup where it is",
+			o:    base(v1alpha1.UpgradeBackingUp, complete(`{"name":"`+tBackup+`"}`)),
 			change: func(o *Observed) {
 				o.Target = other
 			},
-			want: Decision{Upgrade: onT(v1alpha1.UpgradeBackingUp), Lifecycle: life(oldImage, false, nil, false),
-				Stall: &Condition{Reason: ReasonBackupTargetChanged}},
-			stall: []string{"the backup " + tBackup + " before the migration is written to " + target, "spec.backup now names " + other},
+			want: Decision{
+				Upgrade: with(onT(v1alpha1.UpgradeBackingUp), func(u *v1alpha1.UpgradeStatus) {
+					u.Phase, u.PhaseTime, u.StopTime = v1alpha1.UpgradeStopping, nowT, nowT
+				}),
+				Changed: true, Lifecycle: life(oldImage, true, nil, false), Progress: upgrading,
+			},
 		},
 		{
 			name: "the migration failed: Restoring from the target, Tiled stopped",
@@ -949,6 +1001,21 @@ func TestDecideBackupTarget(t *testing.T) {
 			want: Decision{Upgrade: onT(v1alpha1.UpgradeRestoring), Lifecycle: life(oldImage, true, nil, false),
 				Stall: &Condition{Reason: ReasonBackupTargetChanged}},
 			stall: []string{"the migration of the catalog", "backup " + tBackup + " is on " + target, "spec.backup now names no target", "Tiled stays stopped"},
+		},
+		{
+			name: "restoring, the target changed under the running restore: stalled, the Job not rendered",
+			o:    base(v1alpha1.UpgradeRestoring, running),
+			change: func(o *Observed) {
+				o.Target = other
+			},
+			want: Decision{Upgrade: onT(v1alpha1.UpgradeRestoring), Lifecycle: life(oldImage, true, nil, false),
+				Stall: &Condition{Reason: ReasonBackupTargetChanged}},
+			stall: []string{"spec.backup now names " + other},
+		},
+		{
+			name: "restoring, the target back: the restore Job again",
+			o:    base(v1alpha1.UpgradeRestoring, nil),
+			want: Decision{Upgrade: onT(v1alpha1.UpgradeRestoring), Lifecycle: life(oldImage, true, tRestoreStep, false), Progress: upgrading},
 		},
 		{
 			name: "restored from the target: Failed, the record says where the backup is",
