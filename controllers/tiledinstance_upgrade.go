@@ -79,7 +79,7 @@ func (r *TiledInstanceReconciler) upgrade(ctx context.Context, cur *instanceStat
 				return upgrade.Decision{}, err
 			}
 		}
-		if p := o.Upgrade.Phase; p == tiledv1alpha1.UpgradeChecking || p == tiledv1alpha1.UpgradeBackingUp && o.Job == nil {
+		if p := o.Upgrade.Phase; p == tiledv1alpha1.UpgradeChecking || p == tiledv1alpha1.UpgradeBackingUp {
 			// The upgrade's dump does not start beside a scheduled one (from the check's end on).
 			if o.ScheduledBackup, err = cur.runningScheduledBackup(ctx); err != nil {
 				return upgrade.Decision{}, err
