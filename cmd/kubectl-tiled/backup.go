@@ -471,7 +471,8 @@ func newBackupsCommand(opts *options) *cobra.Command {
 		Short: "List an instance's backups",
 		Long: `List the whole backups of a TiledInstance on its backup target, newest first, as the operator
 recorded them in its status.backup after the last backup's pruning (at most 100): NAME (the UTC
-time the backup began, which "spec.backup.restoreFrom" takes), AGE and SIZE (of its dumps). Above
+time the backup began, which "spec.backup.restoreFrom" takes; an upgrade's backup before its
+migration adds -pre-upgrade-<from>-to-<to>), AGE and SIZE (of its dumps). Above
 the table: the target, the schedule, the last backup (its result, when it ended, and why it failed),
 the last whole one when the last failed, and the restore the instance's database started from.
 
