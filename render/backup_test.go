@@ -43,13 +43,13 @@ func TestBackupGolden(t *testing.T) {
 		{"cronjob-claim", func() (any, error) { return BackupCronJob(withBackup(singleUserManaged(), claimBackup), managed) }},
 		{"cronjob-s3-external", func() (any, error) { return BackupCronJob(withBackup(oidcExternal(), s3Backup), external) }},
 		{"upgrade-backup-claim", func() (any, error) {
-			return LifecycleJob(withBackup(singleUserManaged(), claimBackup), upgradeOnTarget(managed, StepBackup))
+			return LifecycleJob(withBackup(singleUserManaged(), claimBackup), upgradeOnTarget(withBackup(singleUserManaged(), claimBackup), managed, StepBackup))
 		}},
 		{"upgrade-backup-s3-external", func() (any, error) {
-			return LifecycleJob(withBackup(oidcExternal(), s3Backup), upgradeOnTarget(external, StepBackup))
+			return LifecycleJob(withBackup(oidcExternal(), s3Backup), upgradeOnTarget(withBackup(oidcExternal(), s3Backup), external, StepBackup))
 		}},
 		{"upgrade-restore-claim", func() (any, error) {
-			return LifecycleJob(withBackup(singleUserManaged(), claimBackup), upgradeOnTarget(managed, StepRestore))
+			return LifecycleJob(withBackup(singleUserManaged(), claimBackup), upgradeOnTarget(withBackup(singleUserManaged(), claimBackup), managed, StepRestore))
 		}},
 		{"bootstrap", func() (any, error) {
 			b := *claimBackup
@@ -226,8 +226,8 @@ const targetBackup = "20261203T031500Z-pre-upgrade-0.2.14-to-0.2.20"
 
 // upgradeOnTarget is in with the Lifecycle of the upgrade's backup or restore step on spec.backup's
 // target (the old image serving; Tiled stopped for the restore).
-func upgradeOnTarget(in Inputs, kind StepKind) Inputs {
-	s := &Step{Kind: kind, Backup: targetBackup, OnTarget: true}
+func upgradeOnTarget(ti *v1alpha1.TiledInstance, in Inputs, kind StepKind) Inputs {
+	s := &Step{Kind: kind, Backup: targetBackup, Target: BackupTarget(ti)}
 	if kind == StepBackup {
 		s.FromVersion = "0.2.14"
 	}
@@ -253,7 +253,7 @@ func TestUpgradeJobsOnTarget(t *testing.T) {
 			scheduled := cj.Spec.JobTemplate.Spec.Template.Spec
 			cronEnv := cronEnv(cj)
 			for _, kind := range []StepKind{StepBackup, StepRestore} {
-				in := upgradeOnTarget(in, kind)
+				in := upgradeOnTarget(ti, in, kind)
 				j, err := LifecycleJob(ti, in)
 				g.Expect(err).NotTo(HaveOccurred())
 				job := jobOf(g, j)
@@ -313,6 +313,18 @@ func TestUpgradeJobsOnTarget(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestUpgradeJobTargetMismatch: a step on a target spec.backup no longer names is not rendered (the
+// upgrade stalls or begins the backup again before it would be).
+func TestUpgradeJobTargetMismatch(t *testing.T) {
+	g := NewWithT(t)
+	ti := withBackup(singleUserManaged(), claimBackup)
+	in := upgradeOnTarget(ti, Inputs{SecretData: secretData}, StepRestore)
+	_, err := LifecycleJob(withBackup(singleUserManaged(), s3Backup), in)
+	g.Expect(err).To(MatchError(ContainSubstring("is on claim:facility-backups/tiled-backups/beamlines/nsls2-csx, and spec.backup names \"s3://")))
+	_, err = LifecycleJob(singleUserManaged(), in)
+	g.Expect(err).To(MatchError(ContainSubstring(`and spec.backup names ""`)))
 }
 
 func TestPreUpgradeBackupName(t *testing.T) {

@@ -228,7 +228,7 @@ func (o Observed) at(u *v1alpha1.UpgradeStatus) Decision {
 		// CronJob, cached by its metadata only, is suspended before the dump begins, not with it).
 		d.Lifecycle.SuspendBackups = o.Target != ""
 	case v1alpha1.UpgradeBackingUp:
-		d.Lifecycle = o.lifecycle(u.FromImage, false, &render.Step{Kind: render.StepBackup, Backup: u.Backup, FromVersion: u.FromVersion, OnTarget: onTarget(u)})
+		d.Lifecycle = o.lifecycle(u.FromImage, false, &render.Step{Kind: render.StepBackup, Backup: u.Backup, FromVersion: u.FromVersion, Target: u.BackupTarget})
 		d.Lifecycle.SuspendBackups = o.Target != "" || onTarget(u)
 	case v1alpha1.UpgradeStopping:
 		d.Lifecycle = o.lifecycle(u.FromImage, true, nil)
@@ -237,7 +237,7 @@ func (o Observed) at(u *v1alpha1.UpgradeStatus) Decision {
 	case v1alpha1.UpgradeStarting:
 		d.Lifecycle = o.lifecycle(u.ToImage, false, nil)
 	case v1alpha1.UpgradeRestoring:
-		d.Lifecycle = o.lifecycle(u.FromImage, true, &render.Step{Kind: render.StepRestore, Backup: u.Backup, OnTarget: onTarget(u)})
+		d.Lifecycle = o.lifecycle(u.FromImage, true, &render.Step{Kind: render.StepRestore, Backup: u.Backup, Target: u.BackupTarget})
 	case v1alpha1.UpgradeFailed:
 		d.Lifecycle = o.lifecycle(u.FromImage, false, nil)
 	}
@@ -269,7 +269,7 @@ func orImage(version, image string) string {
 // spec.backup's target.
 func (o Observed) lifecycle(serving string, stopped bool, step *render.Step) *render.Lifecycle {
 	claim := (o.LastBackup != "" && o.LastBackupTarget == "") || (o.Upgrade != nil && o.Upgrade.Backup != "" && !onTarget(o.Upgrade)) ||
-		(step != nil && step.Backup != "" && !step.OnTarget)
+		(step != nil && step.Backup != "" && step.Target == "")
 	return &render.Lifecycle{ServingImage: serving, Stopped: stopped, Step: step, BackupClaim: claim, ToolsImage: o.ToolsImage}
 }
 
@@ -379,8 +379,8 @@ func (o Observed) backingUp(u *v1alpha1.UpgradeStatus) Decision {
 		return o.waitForScheduled(o.at(u))
 	case u.BackupTarget != o.Target && (j == nil || !j.Complete):
 		// spec.backup's target changed before the backup was whole (perhaps because it failed
-		// there): it begins again where spec.backup now says, under a new name. The old step's Job
-		// goes; nothing was changed yet.
+		// there): it begins again where spec.backup now says, named now, in a Job of its own (the
+		// target is in the Job's name). The old step's Job goes; nothing was changed yet.
 		n := o.next(u, v1alpha1.UpgradeBackingUp)
 		n.Message = ""
 		o.Job = nil

@@ -807,8 +807,8 @@ func TestDecideBackupTarget(t *testing.T) {
 	life := func(serving string, stopped bool, step *render.Step, suspend bool) *render.Lifecycle {
 		return &render.Lifecycle{ServingImage: serving, Stopped: stopped, Step: step, ToolsImage: tools, SuspendBackups: suspend}
 	}
-	tBackupStep := &render.Step{Kind: render.StepBackup, Backup: tBackup, FromVersion: "0.2.14", OnTarget: true}
-	tRestoreStep := &render.Step{Kind: render.StepRestore, Backup: tBackup, OnTarget: true}
+	tBackupStep := &render.Step{Kind: render.StepBackup, Backup: tBackup, FromVersion: "0.2.14", Target: target}
+	tRestoreStep := &render.Step{Kind: render.StepRestore, Backup: tBackup, Target: target}
 	nowT := mtp(now)
 
 	cases := []struct {
@@ -932,7 +932,7 @@ func TestDecideBackupTarget(t *testing.T) {
 				}),
 				Changed: true, Progress: upgrading,
 				Lifecycle: life(oldImage, false, &render.Step{Kind: render.StepBackup, Backup: "20261203T032000Z-pre-upgrade-0.2.14-to-0.2.20",
-					FromVersion: "0.2.14", OnTarget: true}, true),
+					FromVersion: "0.2.14", Target: other}, true),
 			},
 			progress: []string{"backing up the databases to 20261203T032000Z-pre-upgrade-0.2.14-to-0.2.20 on " + other},
 		},
@@ -950,7 +950,7 @@ func TestDecideBackupTarget(t *testing.T) {
 				}),
 				Changed: true, Progress: upgrading,
 				Lifecycle: life(oldImage, false, &render.Step{Kind: render.StepBackup, Backup: "20261203T032000Z-pre-upgrade-0.2.14-to-0.2.20",
-					FromVersion: "0.2.14", OnTarget: true}, true),
+					FromVersion: "0.2.14", Target: other}, true),
 			},
 		},
 		{

@@ -223,3 +223,49 @@ func TestUpgradeBackupToTarget(t *testing.T) {
 	g.Expect(exists(t, &corev1.PersistentVolumeClaim{}, f.ns, f.n.BackupClaim)).To(BeFalse(), "no backup claim: the backup is on the target")
 	t.Logf("took %v", time.Since(start).Round(time.Millisecond))
 }
+
+// TestUpgradeBackupFollowsANewTarget: spec.backup's target changes while the upgrade's backup Job
+// runs (its first target was wrong): the Job goes, and the backup begins again on the new target in
+// a Job of its own (named when it begins again: within the same second, the same name); once whole,
+// the upgrade goes on with status.upgrade.backupTarget the new one.
+func TestUpgradeBackupFollowsANewTarget(t *testing.T) {
+	g := NewWithT(t)
+	f := newUpgradeFixture(t, g, "upgrade-target-moved")
+	f.withTarget()
+	check := f.startUpgrade()
+	f.finish(check, 0, checkReport)
+	first := f.phase(tiledv1alpha1.UpgradeBackingUp).Status.Upgrade
+	dump := f.job(render.StepBackup)
+	f.onTargetJob(dump, "backup", first.Backup)
+
+	const moved = "facility-backups"
+	f.updateInstance(func(ti *tiledv1alpha1.TiledInstance) { ti.Spec.Backup.Claim.ClaimName = moved })
+	target := "claim:" + moved + "/tiled-backups/" + f.ns + "/" + f.name
+	var u *tiledv1alpha1.UpgradeStatus
+	g.Eventually(func(g Gomega) {
+		u = f.instance(g).Status.Upgrade
+		g.Expect(u).NotTo(BeNil())
+		g.Expect(u.Phase).To(Equal(tiledv1alpha1.UpgradeBackingUp))
+		g.Expect(u.BackupTarget).To(Equal(target))
+	}, upgradeWithin, upgradePoll).Should(Succeed())
+	g.Expect(u.Backup).To(MatchRegexp(preUpgradeName))
+	f.jobGone(dump.Name)
+	again := f.job(render.StepBackup)
+	g.Expect(again.Name).NotTo(Equal(dump.Name))
+	g.Expect(again.Annotations).To(HaveKeyWithValue(render.AnnotationBackup, u.Backup))
+	var claims []string
+	for _, v := range again.Spec.Template.Spec.Volumes {
+		if v.PersistentVolumeClaim != nil {
+			claims = append(claims, v.PersistentVolumeClaim.ClaimName)
+		}
+	}
+	g.Expect(claims).To(Equal([]string{moved}))
+	f.cronJobSuspended(true, "suspended while the upgrade's dump runs")
+
+	f.finish(again, 0, `{"name":"`+u.Backup+`","files":[],"available":"`+u.Backup+`:4096"}`)
+	ti := f.phase(tiledv1alpha1.UpgradeStopping)
+	g.Expect(ti.Status.Upgrade.Backup).To(Equal(u.Backup))
+	g.Expect(ti.Status.Upgrade.BackupTarget).To(Equal(target))
+	g.Expect(ti.Status.Backup.Target).To(Equal(target))
+	g.Expect(ti.Status.Backup.Last.Name).To(Equal(u.Backup))
+}
