@@ -135,6 +135,9 @@ type writtenUpgrade struct {
 	// recorded, and its Event sent, once; tiledinstance_lostcatalog.go).
 	lost     *tiledv1alpha1.CatalogLost
 	database *tiledv1alpha1.DatabaseStatus
+	// backup is the status.backup written with the end of an upgrade's backup to the target (nil:
+	// none): its Job goes with the phase, and could not record it again.
+	backup *tiledv1alpha1.BackupStatus
 }
 
 // written is what a status write over ti recorded, to remember until the cache shows it.
@@ -154,6 +157,9 @@ func (w writtenUpgrade) apply(ti *tiledv1alpha1.TiledInstance) {
 	if w.uid == ti.UID && w.resourceVersion == ti.ResourceVersion {
 		ti.Status.Upgrade, ti.Status.LastMigration = w.upgrade, w.last
 		ti.Status.CatalogLost, ti.Status.Database = w.lost, w.database
+		if w.backup != nil {
+			ti.Status.Backup = w.backup.DeepCopy()
+		}
 		if w.restore != nil {
 			if ti.Status.Backup == nil {
 				ti.Status.Backup = &tiledv1alpha1.BackupStatus{}

@@ -523,6 +523,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: backup
       type:
         scalar: string
+    - name: backupTarget
+      type:
+        scalar: string
     - name: completionTime
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
@@ -1217,6 +1220,9 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         scalar: string
     - name: backup
+      type:
+        scalar: string
+    - name: backupTarget
       type:
         scalar: string
     - name: fromImage
