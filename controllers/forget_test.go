@@ -122,7 +122,7 @@ func TestEveryMemoryIsForgotten(t *testing.T) {
 			g.Expect(ok).To(BeTrue())
 			g.Expect(a.Len()).To(Equal(2), "the kept cluster's records stay")
 		}},
-		{path: "an instance gone: its Secret's data, its render, its upgrade status, its replaced pods, its children's and status's records", run: func(g Gomega) {
+		{path: "an instance gone: its Secret's data, its render, its upgrade status, its replaced pods, its pending render change, its children's and status's records", run: func(g Gomega) {
 			a := applier.New(accepting{}, tiledv1alpha1.FieldOwner, nil)
 			r := &TiledInstanceReconciler{Client: none(g), Applier: a}
 			for i, name := range []string{"gone", "kept"} {
@@ -132,6 +132,7 @@ func TestEveryMemoryIsForgotten(t *testing.T) {
 				r.memories.secrets.store(key, instanceSecrets{uid: ti.UID, data: map[string][]byte{"k": []byte("v")}})
 				r.memories.upgrades.store(key, writtenUpgrade{uid: ti.UID, resourceVersion: "1"})
 				r.memories.replaced.store(key, writtenReplaced{uid: ti.UID, resourceVersion: "1"})
+				r.memories.pending.store(key, writtenPending{uid: ti.UID, resourceVersion: "1"})
 				_, err := r.memories.rendered.Render(ti, ti, render.Inputs{})
 				g.Expect(err).NotTo(HaveOccurred())
 				remember(g, a, "ConfigMap", name+"-config", false, "ns/"+name)
@@ -144,6 +145,7 @@ func TestEveryMemoryIsForgotten(t *testing.T) {
 			g.Expect(r.memories.secrets.len()).To(Equal(1))
 			g.Expect(r.memories.upgrades.len()).To(Equal(1))
 			g.Expect(r.memories.replaced.len()).To(Equal(1))
+			g.Expect(r.memories.pending.len()).To(Equal(1))
 			g.Expect(r.memories.rendered.Len()).To(Equal(1))
 			g.Expect(a.Len()).To(Equal(2), "the kept instance's records stay")
 		}},

@@ -30,6 +30,9 @@ import (
 //	replaced        instanceMemories         instance   the instance is gone (instanceMemories.forget);
 //	                                                    ignored for another UID, or once the cache
 //	                                                    shows a newer instance
+//	pending         instanceMemories         instance   the instance is gone (instanceMemories.forget);
+//	                                                    ignored for another UID, or once the cache
+//	                                                    shows a newer instance
 //	verdicts        profileMemories          profile    the profile is gone (profileMemories.forget);
 //	                                                    ignored for another UID or generation
 //	records         applier.Applier          object     pruned (childset.Prune: Forget), seen deleted by
@@ -77,6 +80,29 @@ type instanceMemories struct {
 	// shows a newer instance, a reconcile decides from it, so that a pod is never deleted twice for
 	// one revision because the cache has not yet caught up with the record.
 	replaced keyed[writtenReplaced]
+	// pending is the status.pendingRollout the render gate last found and the version of the
+	// instance it was found over: until the cache shows a newer instance, the gate decides from it,
+	// so that what a render change adds, found before its objects are applied, is not found again
+	// (and found empty) by a reconcile that starts before the cache shows the status that records
+	// it (tiledinstance_rendergate.go).
+	pending keyed[writtenPending]
+}
+
+// writtenPending is the status.pendingRollout found over the instance with this UID at this
+// resourceVersion.
+type writtenPending struct {
+	uid             types.UID
+	resourceVersion string
+	pending         *tiledv1alpha1.PendingRollout
+}
+
+// of returns what was found when the cache still shows the instance it was found over (same UID,
+// same resourceVersion), and the cache's status.pendingRollout otherwise.
+func (w writtenPending) of(ti *tiledv1alpha1.TiledInstance) *tiledv1alpha1.PendingRollout {
+	if w.uid == ti.UID && w.resourceVersion == ti.ResourceVersion {
+		return w.pending
+	}
+	return ti.Status.PendingRollout
 }
 
 // writtenReplaced is the status.replacedPods written over the instance with this UID at this
@@ -109,6 +135,9 @@ type writtenUpgrade struct {
 	// recorded, and its Event sent, once; tiledinstance_lostcatalog.go).
 	lost     *tiledv1alpha1.CatalogLost
 	database *tiledv1alpha1.DatabaseStatus
+	// backup is the status.backup written with the end of an upgrade's backup to the target (nil:
+	// none): its Job goes with the phase, and could not record it again.
+	backup *tiledv1alpha1.BackupStatus
 }
 
 // written is what a status write over ti recorded, to remember until the cache shows it.
@@ -128,6 +157,9 @@ func (w writtenUpgrade) apply(ti *tiledv1alpha1.TiledInstance) {
 	if w.uid == ti.UID && w.resourceVersion == ti.ResourceVersion {
 		ti.Status.Upgrade, ti.Status.LastMigration = w.upgrade, w.last
 		ti.Status.CatalogLost, ti.Status.Database = w.lost, w.database
+		if w.backup != nil {
+			ti.Status.Backup = w.backup.DeepCopy()
+		}
 		if w.restore != nil {
 			if ti.Status.Backup == nil {
 				ti.Status.Backup = &tiledv1alpha1.BackupStatus{}
@@ -153,6 +185,7 @@ func (m *instanceMemories) forget(a *applier.Applier, instance types.NamespacedN
 	m.rendered.Forget(instance)
 	m.upgrades.forget(instance)
 	m.replaced.forget(instance)
+	m.pending.forget(instance)
 	a.ForgetGroup(instance.String())
 }
 

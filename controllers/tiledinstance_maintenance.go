@@ -8,6 +8,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/calendar"
@@ -139,6 +140,7 @@ func (r *TiledInstanceReconciler) gateMaintenance(ctx context.Context, cur *inst
 	if !in.external {
 		sets = append(sets, n.Postgres)
 	}
+	prev := r.previousPending(ti)
 	var pending *tiledv1alpha1.PendingRollout
 	var others []string
 	for j, name := range sets {
@@ -168,7 +170,7 @@ func (r *TiledInstanceReconciler) gateMaintenance(ctx context.Context, cur *inst
 		if was := applier.IntentOf(live); !upgrade && (was == "" || was == hash) {
 			continue
 		}
-		differs, err := r.pendingDiffers(ctx, ti, want, idx, name, hash)
+		differs, err := r.pendingDiffers(ctx, prev, want, idx, name, hash)
 		if err != nil {
 			return g, true, err
 		}
@@ -186,10 +188,10 @@ func (r *TiledInstanceReconciler) gateMaintenance(ctx context.Context, cur *inst
 		switch {
 		case upgrade:
 			change = changeUpgrade
-		case ti.Generation == ti.Status.ObservedGeneration && ti.Status.PendingRollout == nil:
+		case ti.Generation == ti.Status.ObservedGeneration && prev == nil:
 			change = changeRender // the spec did not change: the operator's render did
 		}
-		if prev := ti.Status.PendingRollout; prev != nil && prev.TemplateHash == hash && prev.StatefulSet == name && prev.Change != "" {
+		if prev != nil && prev.TemplateHash == hash && prev.StatefulSet == name && prev.Change != "" {
 			change = prev.Change
 		}
 		pending = &tiledv1alpha1.PendingRollout{StatefulSet: name, TemplateHash: hash, Differs: differs, Change: change}
@@ -205,7 +207,7 @@ func (r *TiledInstanceReconciler) gateMaintenance(ctx context.Context, cur *inst
 	if !w.Open {
 		pending.Window = w.closedMessage()
 	}
-	if prev := ti.Status.PendingRollout; prev != nil && prev.TemplateHash == pending.TemplateHash && prev.StatefulSet == pending.StatefulSet {
+	if prev != nil && prev.TemplateHash == pending.TemplateHash && prev.StatefulSet == pending.StatefulSet {
 		pending.Since = prev.Since
 	}
 	if pending.Since == nil {
@@ -213,14 +215,16 @@ func (r *TiledInstanceReconciler) gateMaintenance(ctx context.Context, cur *inst
 		pending.Since = &now
 	}
 	g.pending = pending
+	r.memories.pending.store(types.NamespacedName{Namespace: ti.Namespace, Name: ti.Name},
+		writtenPending{uid: ti.UID, resourceVersion: ti.ResourceVersion, pending: pending})
 	return g, true, nil
 }
 
 // pendingDiffers are the paths of the pod template of StatefulSet name that applying the render's
 // child idx (whose intent is hash) would change: the ones status.pendingRollout already names for
-// that intent, else read from the live object (one request past the cache, templateDiff).
-func (r *TiledInstanceReconciler) pendingDiffers(ctx context.Context, ti *tiledv1alpha1.TiledInstance, want *desired.Children, idx int, name, hash string) ([]string, error) {
-	if prev := ti.Status.PendingRollout; prev != nil && prev.TemplateHash == hash && prev.StatefulSet == name && int(prev.DifferCount) == len(prev.Differs) &&
+// that intent (prev), else read from the live object (one request past the cache, templateDiff).
+func (r *TiledInstanceReconciler) pendingDiffers(ctx context.Context, prev *tiledv1alpha1.PendingRollout, want *desired.Children, idx int, name, hash string) ([]string, error) {
+	if prev != nil && prev.TemplateHash == hash && prev.StatefulSet == name && int(prev.DifferCount) == len(prev.Differs) &&
 		!slices.ContainsFunc(prev.Differs, func(d string) bool { return strings.HasPrefix(d, "StatefulSet ") }) {
 		return prev.Differs, nil // found before (and not mixed with another StatefulSet's): not read again
 	}

@@ -10,11 +10,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
+	"github.com/bluesky/tiled-operator/controllers/additions"
 	"github.com/bluesky/tiled-operator/controllers/applier"
 	"github.com/bluesky/tiled-operator/controllers/desired"
 	"github.com/bluesky/tiled-operator/controllers/rollout"
@@ -108,9 +110,13 @@ func (r *TiledInstanceReconciler) gateRender(ctx context.Context, cur *instanceS
 	if member && ti.Annotations[tiledv1alpha1.AnnotationApprovedTemplate] == hash {
 		return g, nil // approved by the cluster's rollout
 	}
+	prev := r.previousPending(ti)
 	var differs []string
-	if prev := ti.Status.PendingRollout; prev != nil && prev.TemplateHash == hash && prev.StatefulSet == name {
-		differs = prev.Differs // found before: not read again
+	var added additions.Added
+	if prev != nil && prev.TemplateHash == hash && prev.StatefulSet == name {
+		// Found before: not read again. What it adds was found before it was applied (the objects
+		// it adds exist once the first reconcile that found it applied the others).
+		differs, added = prev.Differs, additions.Added{Objects: prev.AddedObjects, Images: prev.AddedImages}
 	} else {
 		obj, err := want.Object(idx)
 		if err != nil {
@@ -122,22 +128,27 @@ func (r *TiledInstanceReconciler) gateRender(ctx context.Context, cur *instanceS
 		if len(differs) == 0 {
 			return g, nil // the pod template stays as it is: nothing restarts
 		}
+		if added, err = r.renderAdditions(ctx, cur, want); err != nil {
+			return g, err
+		}
 	}
 	if !member {
-		if prev := ti.Status.PendingRollout; prev != nil && prev.TemplateHash == hash && prev.StatefulSet == name && prev.Change != "" && prev.Change != changeRender {
+		if prev != nil && prev.TemplateHash == hash && prev.StatefulSet == name && prev.Change != "" && prev.Change != changeRender {
 			// A change of the spec (or an upgrade's) that waited for the maintenance window.
 			g.event = fmt.Sprintf("StatefulSet %s: the maintenance window is open: the change of its pod template that waited for it "+
 				"(spec.maintenance) is applied: %s", name, strings.Join(differs, ", "))
 			return g, nil
 		}
 		g.event = fmt.Sprintf("StatefulSet %s: the operator renders its pod template differently though the instance's spec did not change "+
-			"(a new operator release, or a changed TiledProfile); applied at once (a standalone instance has no rollout): %s",
-			name, strings.Join(differs, ", "))
+			"(a new operator release, or a changed TiledProfile)%s; applied at once (a standalone instance has no rollout); the paths that differ: %s",
+			name, addedPhrase(added), strings.Join(differs, ", "))
 		return g, nil
 	}
 	g.skips = []gateSkip{{idx: idx, generation: live.Generation}}
 	g.pending = &tiledv1alpha1.PendingRollout{StatefulSet: name, TemplateHash: hash, Differs: differs[:min(len(differs), maxPendingPaths)], DifferCount: int32(len(differs))}
-	if prev := ti.Status.PendingRollout; prev != nil && prev.TemplateHash == hash && prev.StatefulSet == name {
+	added = additions.Limit(added, maxPendingPaths)
+	g.pending.AddedObjects, g.pending.AddedImages = added.Objects, added.Images
+	if prev != nil && prev.TemplateHash == hash && prev.StatefulSet == name {
 		g.pending.Differs, g.pending.DifferCount, g.pending.Since = prev.Differs, prev.DifferCount, prev.Since
 		// A change that waited for the maintenance window keeps its kind; it now waits for the
 		// cluster's rollout as a render change does.
@@ -147,7 +158,67 @@ func (r *TiledInstanceReconciler) gateRender(ctx context.Context, cur *instanceS
 		now := metav1.Now().Rfc3339Copy()
 		g.pending.Since = &now
 	}
+	r.memories.pending.store(types.NamespacedName{Namespace: ti.Namespace, Name: ti.Name},
+		writtenPending{uid: ti.UID, resourceVersion: ti.ResourceVersion, pending: g.pending})
 	return g, nil
+}
+
+// previousPending is the status.pendingRollout found before: by a reconcile whose status the cache
+// does not show yet, else the cache's.
+func (r *TiledInstanceReconciler) previousPending(ti *tiledv1alpha1.TiledInstance) *tiledv1alpha1.PendingRollout {
+	if w, ok := r.memories.pending.load(types.NamespacedName{Namespace: ti.Namespace, Name: ti.Name}); ok {
+		return w.of(ti)
+	}
+	return ti.Status.PendingRollout
+}
+
+// renderAdditions says what the instance's desired children add to it (package additions): the
+// children the cache does not hold, and the images of the desired StatefulSets' pod templates that
+// none of its live StatefulSets runs. The cache holds StatefulSets trimmed (their Tiled container's
+// image only), so the instance's StatefulSets are listed whole, past the cache, in one request (by
+// its app.kubernetes.io/instance label, those it controls): only when a render change is found.
+func (r *TiledInstanceReconciler) renderAdditions(ctx context.Context, cur *instanceState, want *desired.Children) (additions.Added, error) {
+	ti := cur.ti
+	var children []additions.Child
+	present := map[additions.Child]bool{}
+	var wantImages []string
+	for i := range want.Len() {
+		k := want.Prepared(i).Key
+		c := additions.Child{Kind: k.Kind, Name: k.Name}
+		children = append(children, c)
+		obj, err := cur.child(ctx, k)
+		if err != nil {
+			return additions.Added{}, err
+		}
+		present[c] = obj != nil
+		if k.Kind == "StatefulSet" {
+			o, err := want.Object(i)
+			if err != nil {
+				return additions.Added{}, err
+			}
+			wantImages = append(wantImages, additions.TemplateImages(o.Object)...)
+		}
+	}
+	var list appsv1.StatefulSetList
+	if err := r.APIReader.List(ctx, &list, client.InNamespace(ti.Namespace), client.MatchingLabels{tiledv1alpha1.LabelAppInstance: ti.Name}); err != nil {
+		return additions.Added{}, fmt.Errorf("reading the StatefulSets of %s/%s to compare their images: %w", ti.Namespace, ti.Name, err)
+	}
+	var liveImages []string
+	for i := range list.Items {
+		if ref := metav1.GetControllerOf(&list.Items[i]); ref != nil && ref.UID == ti.UID {
+			liveImages = append(liveImages, additions.PodImages(&list.Items[i].Spec.Template.Spec)...)
+		}
+	}
+	return additions.Find(children, func(c additions.Child) bool { return present[c] }, wantImages, liveImages), nil
+}
+
+// addedPhrase is "; it adds images ... and objects ..." of the render change's messages ("" when
+// it adds nothing).
+func addedPhrase(a additions.Added) string {
+	if d := additions.Describe(a); d != "" {
+		return "; " + d
+	}
+	return ""
 }
 
 // templateDiff reads the live StatefulSet obj names whole, past the cache (one request), and returns the paths of its pod
@@ -199,9 +270,10 @@ func pendingMessage(ti *tiledv1alpha1.TiledInstance, p *tiledv1alpha1.PendingRol
 		return fmt.Sprintf("StatefulSet %s: %s: %s; the maintenance window is open, and the change waits for %s's rollout to let it through "+
 			"(spec.rollout.maxUnavailable, spec.instances[].hold, spec.paused)", p.StatefulSet, changeWhat(p.Change), paths, cluster)
 	}
+	added := addedPhrase(additions.Added{Objects: p.AddedObjects, Images: p.AddedImages})
 	return fmt.Sprintf("StatefulSet %s: the operator renders its pod template differently though the instance's spec did not change "+
-		"(a new operator release): %s; the change waits for %s's rollout to let it through (spec.rollout.maxUnavailable, spec.instances[].hold, spec.paused)",
-		p.StatefulSet, paths, cluster)
+		"(a new operator release)%s; the paths that differ: %s; the change waits for %s's rollout to let it through (spec.rollout.maxUnavailable, spec.instances[].hold, spec.paused)",
+		p.StatefulSet, added, paths, cluster)
 }
 
 // approvalChanged passes the updates of a TiledInstance that change AnnotationApprovedTemplate (the

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -13,7 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/controllers/applier"
+	"github.com/bluesky/tiled-operator/controllers/backup"
 	"github.com/bluesky/tiled-operator/controllers/podstatus"
 	"github.com/bluesky/tiled-operator/controllers/upgrade"
 	"github.com/bluesky/tiled-operator/expansion"
@@ -38,13 +41,13 @@ func (r *TiledInstanceReconciler) upgrade(ctx context.Context, cur *instanceStat
 	if w, ok := r.memories.upgrades.load(key); ok {
 		w.apply(ti) // ti is this reconcile's copy
 	}
-	o := upgrade.Observed{Upgrade: ti.Status.Upgrade, ToolsImage: r.Builtins.Image(expansion.ImagePostgreSQL), Now: time.Now()}
+	o := upgrade.Observed{Upgrade: ti.Status.Upgrade, Target: render.BackupTarget(spec), ToolsImage: r.Builtins.Image(expansion.ImagePostgreSQL), Now: time.Now()}
 	if t := spec.Spec.Tiled; t != nil {
 		o.SpecImage = t.Image
 		o.SpecVersion, _ = tiledversion.Of(t.Image, t.Version)
 	}
 	if m := ti.Status.LastMigration; m != nil {
-		o.LastBackup = m.Backup
+		o.LastBackup, o.LastBackupTarget = m.Backup, m.BackupTarget
 	}
 	sts := cur.statefulSet(ctx, stsKey(ti.Namespace, n.Tiled))
 	if sts != nil {
@@ -82,6 +85,12 @@ func (r *TiledInstanceReconciler) upgrade(ctx context.Context, cur *instanceStat
 				return upgrade.Decision{}, err
 			}
 		}
+		if p := o.Upgrade.Phase; p == tiledv1alpha1.UpgradeChecking || p == tiledv1alpha1.UpgradeBackingUp {
+			// The upgrade's dump does not start beside a scheduled one (from the check's end on).
+			if o.ScheduledBackup, err = cur.runningScheduledBackup(ctx); err != nil {
+				return upgrade.Decision{}, err
+			}
+		}
 	}
 	d := upgrade.Decide(o)
 	in.render.Lifecycle = d.Lifecycle
@@ -94,6 +103,13 @@ func (r *TiledInstanceReconciler) upgrade(ctx context.Context, cur *instanceStat
 	// Record the new phase (and the migration's record) before its step is applied.
 	status := ti.Status.DeepCopy()
 	status.Upgrade = d.Upgrade
+	folded := false
+	if u := o.Upgrade; u != nil && u.Phase == tiledv1alpha1.UpgradeBackingUp && u.BackupTarget != "" && o.Job != nil && (o.Job.Complete || o.Job.Failed) {
+		// The backup to the target ended: recorded as a scheduled one is (status.backup: the last
+		// backup, the whole ones its pruning left), so that the listing shows it at once.
+		status.Backup = backup.UpgradeBackup(status.Backup, o.Target, backupJob(upgrade.CurrentStep(u).JobName(spec, in.render), *o.Job), u.Backup)
+		folded = true
+	}
 	if d.Record != nil {
 		status.LastMigration = d.Record
 	}
@@ -111,7 +127,11 @@ func (r *TiledInstanceReconciler) upgrade(ctx context.Context, cur *instanceStat
 		// The migration's end is recorded (status.lastMigration) by this write, once.
 		r.Metrics.migrationEnded(ti, d.Record)
 	}
-	r.memories.upgrades.store(key, written(ti, status))
+	w := written(ti, status)
+	if folded {
+		w.backup = status.Backup
+	}
+	r.memories.upgrades.store(key, w)
 	// A stall this write records is the status stage's transition no more: say it here, once, unless
 	// the decision's own Event says it.
 	if c, changed := transitioned(ti.Status.Conditions, status.Conditions, ConditionStalled); sent && changed && c.Status == metav1.ConditionTrue &&
@@ -147,6 +167,29 @@ func keepBackupClaim(ctx context.Context, cur *instanceState, n names.Objects, i
 		in.Lifecycle = &l
 	}
 	return nil
+}
+
+// runningScheduledBackup names a scheduled backup Job of the instance that runs (the CronJob's, or
+// one `kubectl tiled backup` made from it; "" when none does), from the cache.
+func (s *instanceState) runningScheduledBackup(ctx context.Context) (string, error) {
+	var list batchv1.JobList
+	if err := s.c.List(ctx, &list, client.InNamespace(s.ti.Namespace), client.MatchingLabels{
+		tiledv1alpha1.LabelAppInstance: s.ti.Name, tiledv1alpha1.LabelStep: render.LabelStepScheduledBackup,
+	}); err != nil {
+		return "", err
+	}
+	var running []string
+	for i := range list.Items {
+		j := &list.Items[i]
+		if st, _ := jobConditions(j); !st.Complete && !st.Failed && j.DeletionTimestamp == nil {
+			running = append(running, j.Name)
+		}
+	}
+	if len(running) == 0 {
+		return "", nil
+	}
+	slices.Sort(running)
+	return running[0], nil
 }
 
 // containerImage is the image of the container name in the StatefulSet's pod template.

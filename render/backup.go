@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"path"
 	"strconv"
+	"strings"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -114,22 +116,16 @@ func targetPod(ti *v1alpha1.TiledInstance, in Inputs, mode string, extra []*core
 	return dbtoolPod(ti, in, mode, mode, env, mounts, volumes)
 }
 
-// BackupCronJob is the CronJob taking the instance's backups to spec.backup's target, nil without a
-// target. Without a schedule it is suspended (and scheduled daily): `kubectl tiled backup` still
-// makes Jobs from it. It is suspended too while Tiled is stopped for a restore or a migration. Its Jobs never overlap, are never retried (a failed backup is reported, and
-// the next one is on schedule), and prune the target to the retention after a whole backup.
-func BackupCronJob(ti *v1alpha1.TiledInstance, in Inputs) (*batchv1ac.CronJobApplyConfiguration, error) {
-	if !HasBackupTarget(ti) {
-		return nil, nil
-	}
-	b := ti.Spec.Backup
+// retentionEnv is dbtool.sh's retention of spec.backup (RETAIN_COUNT, RETAIN_DAYS): every backup to
+// the target, scheduled or an upgrade's, prunes it alike.
+func retentionEnv(ti *v1alpha1.TiledInstance) []*corev1ac.EnvVarApplyConfiguration {
 	count := int32(DefaultBackupRetainCount)
 	var days *int32
-	if r := b.Retention; r != nil {
-		if r.Count != nil {
-			count = *r.Count
+	if b := ti.Spec.Backup; b != nil && b.Retention != nil {
+		if b.Retention.Count != nil {
+			count = *b.Retention.Count
 		}
-		days = r.Days
+		days = b.Retention.Days
 	}
 	env := []*corev1ac.EnvVarApplyConfiguration{
 		corev1ac.EnvVar().WithName("RETAIN_COUNT").WithValue(strconv.Itoa(int(count))),
@@ -137,6 +133,71 @@ func BackupCronJob(ti *v1alpha1.TiledInstance, in Inputs) (*batchv1ac.CronJobApp
 	if days != nil {
 		env = append(env, corev1ac.EnvVar().WithName("RETAIN_DAYS").WithValue(strconv.Itoa(int(*days))))
 	}
+	return env
+}
+
+// BackupNameLayout is the name of a backup on spec.backup's target: the UTC time it began
+// (dbtool.sh's default name). Names sort as times do, newest last: listing, "latest" and retention
+// go by them.
+const BackupNameLayout = "20060102T150405Z"
+
+// preUpgradeMark joins a pre-upgrade backup's time and its versions.
+const preUpgradeMark = "-pre-upgrade-"
+
+// maxVersionInName bounds each version in a pre-upgrade backup's name, which stays within 64
+// characters (status.catalogLost.backup, spec.backup.restoreFrom).
+const maxVersionInName = 15
+
+// PreUpgradeBackupName is the name of the backup an upgrade from Tiled version from to version to
+// takes at t on spec.backup's target: named as a scheduled backup is, by the time it began, so that
+// it is listed, restored as "latest" and pruned by the same rules, then marked as the upgrade's:
+// 20261203T031500Z-pre-upgrade-0.2.14-to-0.2.20. A version's characters other than letters,
+// digits, '.' and '_' become '_'; an unknown one is "unknown".
+func PreUpgradeBackupName(t time.Time, from, to string) string {
+	return t.UTC().Format(BackupNameLayout) + preUpgradeMark + nameVersion(from) + "-to-" + nameVersion(to)
+}
+
+func nameVersion(v string) string {
+	if v == "" {
+		return "unknown"
+	}
+	b := []byte(v)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_') {
+			b[i] = '_'
+		}
+	}
+	if len(b) > maxVersionInName {
+		b = b[:maxVersionInName]
+	}
+	return string(b)
+}
+
+// BackupTime is when the backup name on a target began (false: the name is not a target backup's).
+func BackupTime(name string) (time.Time, bool) {
+	if len(name) < len(BackupNameLayout) {
+		return time.Time{}, false
+	}
+	t, err := time.Parse(BackupNameLayout, name[:len(BackupNameLayout)])
+	if err != nil || (len(name) > len(BackupNameLayout) && !strings.HasPrefix(name[len(BackupNameLayout):], preUpgradeMark)) {
+		return time.Time{}, false
+	}
+	return t, true
+}
+
+// BackupCronJob is the CronJob taking the instance's backups to spec.backup's target, nil without a
+// target. Without a schedule it is suspended (and scheduled daily): `kubectl tiled backup` still
+// makes Jobs from it. It is suspended too while Tiled is stopped for a restore or a migration, and
+// while an upgrade checks and backs up the databases (Lifecycle.SuspendBackups): a run whose time
+// fell meanwhile starts when it is resumed, within BackupStartingDeadlineSeconds. Its Jobs never
+// overlap, are never retried (a failed backup is reported, and the next one is on schedule), and
+// prune the target to the retention after a whole backup.
+func BackupCronJob(ti *v1alpha1.TiledInstance, in Inputs) (*batchv1ac.CronJobApplyConfiguration, error) {
+	if !HasBackupTarget(ti) {
+		return nil, nil
+	}
+	b := ti.Spec.Backup
+	env := retentionEnv(ti)
 	if t := ti.Spec.Tiled; t != nil {
 		if v, _ := tiledversion.Of(t.Image, t.Version); v != "" {
 			env = append(env, corev1ac.EnvVar().WithName("TILED_VERSION").WithValue(v))
@@ -156,6 +217,10 @@ func BackupCronJob(ti *v1alpha1.TiledInstance, in Inputs) (*batchv1ac.CronJobApp
 		// Tiled is stopped while the databases change (a restore into a new instance, a
 		// migration): a backup then would dump an empty or half-changed database, and its pruning
 		// could delete the good backups the restore needs.
+		suspend = true
+	}
+	if l := in.Lifecycle; l != nil && l.SuspendBackups {
+		// An upgrade checks and dumps the databases: its backup runs alone.
 		suspend = true
 	}
 	spec := batchv1ac.CronJobSpec().

@@ -3,7 +3,9 @@ package render
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	batchv1 "k8s.io/api/batch/v1"
@@ -40,6 +42,15 @@ func TestBackupGolden(t *testing.T) {
 	}{
 		{"cronjob-claim", func() (any, error) { return BackupCronJob(withBackup(singleUserManaged(), claimBackup), managed) }},
 		{"cronjob-s3-external", func() (any, error) { return BackupCronJob(withBackup(oidcExternal(), s3Backup), external) }},
+		{"upgrade-backup-claim", func() (any, error) {
+			return LifecycleJob(withBackup(singleUserManaged(), claimBackup), upgradeOnTarget(withBackup(singleUserManaged(), claimBackup), managed, StepBackup))
+		}},
+		{"upgrade-backup-s3-external", func() (any, error) {
+			return LifecycleJob(withBackup(oidcExternal(), s3Backup), upgradeOnTarget(withBackup(oidcExternal(), s3Backup), external, StepBackup))
+		}},
+		{"upgrade-restore-claim", func() (any, error) {
+			return LifecycleJob(withBackup(singleUserManaged(), claimBackup), upgradeOnTarget(withBackup(singleUserManaged(), claimBackup), managed, StepRestore))
+		}},
 		{"bootstrap", func() (any, error) {
 			b := *claimBackup
 			b.RestoreFrom = "latest"
@@ -126,6 +137,12 @@ func TestBackupCronJob(t *testing.T) {
 		{"suspend: suspended", &v1alpha1.BackupSpec{Schedule: "@hourly", Suspend: ptr.To(true), Claim: claimBackup.Claim}, in, func(g Gomega, c *batchv1ac.CronJobApplyConfiguration) {
 			g.Expect(*c.Spec.Suspend).To(BeTrue())
 		}},
+		{"an upgrade checks or backs up the databases: suspended", claimBackup,
+			Inputs{SecretData: secretData, Lifecycle: &Lifecycle{ServingImage: oldImage, SuspendBackups: true, Step: &Step{Kind: StepCheck, Image: newImage}}},
+			func(g Gomega, c *batchv1ac.CronJobApplyConfiguration) { g.Expect(*c.Spec.Suspend).To(BeTrue()) }},
+		{"an upgrade's step that neither stops Tiled nor suspends backups: not suspended", claimBackup,
+			Inputs{SecretData: secretData, Lifecycle: &Lifecycle{ServingImage: oldImage, Step: &Step{Kind: StepCheck, Image: newImage}}},
+			func(g Gomega, c *batchv1ac.CronJobApplyConfiguration) { g.Expect(*c.Spec.Suspend).To(BeFalse()) }},
 		{"Tiled stopped (a restore or a migration): suspended", claimBackup,
 			Inputs{SecretData: secretData, Lifecycle: &Lifecycle{Stopped: true, Step: &Step{Kind: StepBootstrap, Backup: "latest"}}},
 			func(g Gomega, c *batchv1ac.CronJobApplyConfiguration) { g.Expect(*c.Spec.Suspend).To(BeTrue()) }},
@@ -203,3 +220,149 @@ func TestBootstrapJob(t *testing.T) {
 	_, err = BackupCronJob(ext, Inputs{SecretData: secretData, ExternalSecretKeys: []string{"uri"}})
 	g.Expect(err).To(MatchError(ContainSubstring("no PostgreSQL image")))
 }
+
+// targetBackup is the golden upgrade's backup on spec.backup's target.
+const targetBackup = "20261203T031500Z-pre-upgrade-0.2.14-to-0.2.20"
+
+// upgradeOnTarget is in with the Lifecycle of the upgrade's backup or restore step on spec.backup's
+// target (the old image serving; Tiled stopped for the restore).
+func upgradeOnTarget(ti *v1alpha1.TiledInstance, in Inputs, kind StepKind) Inputs {
+	s := &Step{Kind: kind, Backup: targetBackup, Target: BackupTarget(ti)}
+	if kind == StepBackup {
+		s.FromVersion = "0.2.14"
+	}
+	in.Lifecycle = &Lifecycle{ServingImage: oldImage, Stopped: kind == StepRestore, SuspendBackups: kind == StepBackup, Step: s, ToolsImage: goldenTools}
+	return in
+}
+
+// TestUpgradeJobsOnTarget: the upgrade's backup and restore on spec.backup's target run dbtool.sh as
+// the CronJob's Jobs do (the same target, environment and retention), with the upgrade's backup
+// named, its version recorded, and no backup claim; the Job keeps its step's name, labels and
+// annotation.
+func TestUpgradeJobsOnTarget(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		b    *v1alpha1.BackupSpec
+	}{{"claim", claimBackup}, {"s3", s3Backup}} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			ti := withBackup(singleUserManaged(), tc.b)
+			in := Inputs{SecretData: secretData}
+			cj, err := BackupCronJob(ti, in)
+			g.Expect(err).NotTo(HaveOccurred())
+			scheduled := cj.Spec.JobTemplate.Spec.Template.Spec
+			cronEnv := cronEnv(cj)
+			for _, kind := range []StepKind{StepBackup, StepRestore} {
+				in := upgradeOnTarget(ti, in, kind)
+				j, err := LifecycleJob(ti, in)
+				g.Expect(err).NotTo(HaveOccurred())
+				job := jobOf(g, j)
+				g.Expect(job.Name).To(Equal(in.Lifecycle.Step.JobName(ti, in)))
+				g.Expect(job.Labels).To(HaveKeyWithValue(v1alpha1.LabelStep, string(kind)))
+				g.Expect(job.Annotations).To(HaveKeyWithValue(AnnotationBackup, targetBackup))
+				pod := job.Spec.Template.Spec
+				c := pod.Containers[0]
+				g.Expect(c.Name).To(Equal(string(kind)))
+				g.Expect(c.Command).To(Equal([]string{"sh", "-c", DBTool, "dbtool.sh", string(kind)}))
+				g.Expect(*scheduled.Containers[0].Image).To(Equal(c.Image), "the scheduled backups' image")
+				env := map[string]string{}
+				for _, e := range c.Env {
+					if e.ValueFrom != nil {
+						env[e.Name] = "secret:" + e.ValueFrom.SecretKeyRef.Name + "/" + e.ValueFrom.SecretKeyRef.Key
+					} else {
+						env[e.Name] = e.Value
+					}
+				}
+				g.Expect(env).To(HaveKeyWithValue("BACKUP", targetBackup))
+				g.Expect(env).NotTo(HaveKey("RESTORE_IF_EMPTY"), "a restore replaces the databases the migration changed")
+				for k, v := range cronEnv {
+					switch {
+					case k == "TILED_VERSION":
+						if kind == StepBackup {
+							g.Expect(env).To(HaveKeyWithValue(k, "0.2.14"), "the version the databases are at")
+						} else {
+							g.Expect(env).NotTo(HaveKey(k))
+						}
+					case k == "RETAIN_COUNT" || k == "RETAIN_DAYS":
+						if kind == StepBackup {
+							g.Expect(env).To(HaveKeyWithValue(k, v), "the scheduled backups' retention")
+						} else {
+							g.Expect(env).NotTo(HaveKey(k))
+						}
+					default:
+						g.Expect(env).To(HaveKeyWithValue(k, v), "the scheduled backups' target and databases")
+					}
+				}
+				var volumes []string
+				for _, v := range pod.Volumes {
+					volumes = append(volumes, v.Name)
+					if v.PersistentVolumeClaim != nil {
+						g.Expect(v.PersistentVolumeClaim.ClaimName).NotTo(Equal("nsls2-csx-backups"), "not the backup claim")
+					}
+				}
+				var want []string
+				for _, v := range scheduled.Volumes {
+					want = append(want, *v.Name)
+				}
+				g.Expect(volumes).To(Equal(want))
+				o, err := Render(ti, in)
+				g.Expect(err).NotTo(HaveOccurred())
+				for _, claim := range o.Claims {
+					g.Expect(*claim.Name).NotTo(Equal(o.Names.BackupClaim), "no backup claim")
+				}
+			}
+		})
+	}
+}
+
+// TestUpgradeJobTargetMismatch: a step on a target spec.backup no longer names is not rendered (the
+// upgrade stalls or begins the backup again before it would be).
+func TestUpgradeJobTargetMismatch(t *testing.T) {
+	g := NewWithT(t)
+	ti := withBackup(singleUserManaged(), claimBackup)
+	in := upgradeOnTarget(ti, Inputs{SecretData: secretData}, StepRestore)
+	_, err := LifecycleJob(withBackup(singleUserManaged(), s3Backup), in)
+	g.Expect(err).To(MatchError(ContainSubstring("is on claim:facility-backups/tiled-backups/beamlines/nsls2-csx, and spec.backup names \"s3://")))
+	_, err = LifecycleJob(singleUserManaged(), in)
+	g.Expect(err).To(MatchError(ContainSubstring(`and spec.backup names ""`)))
+}
+
+func TestPreUpgradeBackupName(t *testing.T) {
+	g := NewWithT(t)
+	at := time.Date(2026, 12, 2, 22, 15, 0, 0, time.FixedZone("EST", -5*3600))
+	n := PreUpgradeBackupName(at, "0.2.14", "0.2.20")
+	g.Expect(n).To(Equal("20261203T031500Z-pre-upgrade-0.2.14-to-0.2.20"))
+	g.Expect(n).To(MatchRegexp(restoreFromPattern), "spec.backup.restoreFrom names it")
+	when, ok := BackupTime(n)
+	g.Expect(ok).To(BeTrue())
+	g.Expect(when).To(Equal(at.UTC()))
+	// Listed and pruned by the time it began: after an older scheduled backup, before a newer one.
+	g.Expect(n > "20261203T023000Z").To(BeTrue())
+	g.Expect(n < "20261203T031501Z").To(BeTrue())
+
+	odd := PreUpgradeBackupName(at, "", "0.3.0a12.dev4+g1234abcd.d20261203")
+	g.Expect(odd).To(Equal("20261203T031500Z-pre-upgrade-unknown-to-0.3.0a12.dev4_g"))
+	g.Expect(len(PreUpgradeBackupName(at, strings.Repeat("9", 40), strings.Repeat("8", 40)))).To(BeNumerically("<=", 64))
+	g.Expect(odd).To(MatchRegexp(restoreFromPattern))
+
+	for _, name := range []string{"20261203T023000Z", "20261203T031500Z-pre-upgrade-0.2.14-to-0.2.20"} {
+		_, ok := BackupTime(name)
+		g.Expect(ok).To(BeTrue(), name)
+	}
+	for _, name := range []string{"", "latest", "pre-upgrade-20261203-031500", "20261203T023000Zx", "2026120T023000Z"} {
+		_, ok := BackupTime(name)
+		g.Expect(ok).To(BeFalse(), name)
+	}
+}
+
+// restoreFromPattern is spec.backup.restoreFrom's.
+var restoreFromPattern = func() string {
+	b, err := os.ReadFile(filepath.Join("..", "apis", "v1alpha1", "template_types.go"))
+	if err != nil {
+		panic(err)
+	}
+	i := strings.Index(string(b), "RestoreFrom string")
+	j := strings.LastIndex(string(b)[:i], "validation:Pattern=`")
+	p := string(b)[j+len("validation:Pattern=`"):]
+	return p[:strings.Index(p, "`")]
+}()

@@ -26,6 +26,9 @@ type Lifecycle struct {
 	Step *Step `json:"step,omitempty"`
 	// BackupClaim renders the claim backups are written to (names.Objects.BackupClaim).
 	BackupClaim bool `json:"backupClaim,omitempty"`
+	// SuspendBackups suspends the backup CronJob (as Stopped does): while an upgrade checks and
+	// backs up the databases, no scheduled backup starts beside its dump.
+	SuspendBackups bool `json:"suspendBackups,omitempty"`
 	// ToolsImage runs pg_dump and psql for an external database (a managed one uses its own image).
 	ToolsImage string `json:"toolsImage,omitempty"`
 }
@@ -36,7 +39,7 @@ type StepKind string
 const (
 	// StepCheck reports, with the new image, the databases' revisions and the ones it requires.
 	StepCheck StepKind = "check"
-	// StepBackup dumps the databases to the backup claim.
+	// StepBackup dumps the databases to the backup claim, or to spec.backup's target (Step.Target).
 	StepBackup StepKind = "backup"
 	// StepMigrate migrates the databases with the new image, once.
 	StepMigrate StepKind = "migrate"
@@ -60,12 +63,21 @@ type Step struct {
 	Backup string `json:"backup,omitempty"`
 	// FromVersion is recorded in a backup's manifest: the Tiled version the databases are at.
 	FromVersion string `json:"fromVersion,omitempty"`
+	// Target is where a backup or restore step's backup is: spec.backup's target, as BackupTarget
+	// describes it, written (listed, pruned) as the scheduled backups are; "" the backup claim. A
+	// step on a target is rendered only while spec.backup names that target, and the target is in
+	// its Job's name: another target is another Job.
+	Target string `json:"target,omitempty"`
 }
 
 // JobName is the name of the step's Job: the step and a short hash of what it runs, so that a new
 // target (or backup) is a new Job rather than a change to an immutable pod template.
 func (s *Step) JobName(ti *v1alpha1.TiledInstance, in Inputs) string {
-	sum := sha256.Sum256([]byte(s.Image + "\x00" + s.Backup))
+	what := s.Image + "\x00" + s.Backup
+	if s.Target != "" {
+		what += "\x00" + s.Target // a step on the backup claim keeps the name it always had
+	}
+	sum := sha256.Sum256([]byte(what))
 	return in.names(ti).Job(string(s.Kind), hex.EncodeToString(sum[:])[:6])
 }
 
@@ -301,9 +313,24 @@ func dbtoolPod(ti *v1alpha1.TiledInstance, in Inputs, name, mode string, env []*
 	return pod, nil
 }
 
-// databaseStepPod runs dbtool.sh backup or restore for the upgrade procedure, on the instance's
-// backup claim mounted at BackupMount (backup NAME is the directory BackupMount/NAME).
+// databaseStepPod runs dbtool.sh backup or restore for the upgrade procedure: on spec.backup's
+// target as the scheduled backups do (Step.Target: the same program, target and retention), else
+// on the instance's backup claim mounted at BackupMount (backup NAME is the directory
+// BackupMount/NAME).
 func databaseStepPod(ti *v1alpha1.TiledInstance, in Inputs, s *Step) (*corev1ac.PodSpecApplyConfiguration, error) {
+	if s.Target != "" {
+		if t := BackupTarget(ti); t != s.Target {
+			return nil, fmt.Errorf("the %s step's backup %s is on %s, and spec.backup names %q", s.Kind, s.Backup, s.Target, t)
+		}
+		env := []*corev1ac.EnvVarApplyConfiguration{corev1ac.EnvVar().WithName("BACKUP").WithValue(s.Backup)}
+		mode := dbtoolRestore
+		if s.Kind == StepBackup {
+			mode = dbtoolBackup
+			env = append(env, corev1ac.EnvVar().WithName("TILED_VERSION").WithValue(s.FromVersion))
+			env = append(env, retentionEnv(ti)...)
+		}
+		return targetPod(ti, in, mode, env)
+	}
 	env, err := databaseEnv(ti, in)
 	if err != nil {
 		return nil, err

@@ -278,6 +278,13 @@ func TestLifecycleJobNames(t *testing.T) {
 	g.Expect(name(Step{Kind: StepBackup, Backup: "pre-upgrade-20261203-031501"})).NotTo(Equal(backup), "another backup")
 	g.Expect(name(Step{Kind: StepBackup, Backup: goldenBackup, FromVersion: "0.2.15"})).To(Equal(backup), "the version is only recorded")
 	g.Expect(name(Step{Kind: StepRestore, Backup: goldenBackup})).NotTo(Equal(backup))
+	// On spec.backup's target: the target in the name, another target another Job; a step on the
+	// backup claim keeps the name it had before targets existed.
+	onTarget := name(Step{Kind: StepBackup, Backup: goldenBackup, Target: "claim:a/tiled-backups/beamlines/nsls2-csx"})
+	g.Expect(onTarget).To(HavePrefix(ti.Name + "-backup-"))
+	g.Expect(onTarget).NotTo(Equal(backup))
+	g.Expect(name(Step{Kind: StepBackup, Backup: goldenBackup, Target: "claim:b/tiled-backups/beamlines/nsls2-csx"})).NotTo(Equal(onTarget), "another target")
+	g.Expect(backup).To(Equal("nsls2-csx-backup-04cda4"), "as before targets (testdata/lifecycle-backup.yaml)")
 
 	long := singleUserManaged()
 	long.Name = strings.Repeat("x", 61) + "-y"

@@ -737,7 +737,11 @@ type CacheSentinel struct {
 // a manifest.json (instance, Tiled version, revisions, sizes, checksums, time), under
 // <target>/<namespace>/<instance>/<NAME>, NAME being the UTC time it began (20261203T073000Z). A
 // backup is whole once its manifest.json exists: a half-written one is never listed or restored.
-// Files on the data volume (arrays written through Tiled) are not in a database backup.
+// An upgrade that migrates the databases backs them up to the target first, as the scheduled
+// backups are (the same listing and retention), under NAME-pre-upgrade-<from>-to-<to>
+// (20261203T031500Z-pre-upgrade-0.2.14-to-0.2.20); no scheduled backup runs beside an upgrade's
+// backup, migration or restore. Files on the data volume (arrays written through Tiled) are not in a
+// database backup.
 // +kubebuilder:validation:XValidation:rule="!(has(self.claim) && has(self.s3))",message="spec.backup: claim and s3 are exclusive: backups go to one target"
 // +kubebuilder:validation:XValidation:rule="!has(self.schedule) || size(self.schedule) == 0 || has(self.claim) || has(self.s3)",message="spec.backup.schedule needs a target: set spec.backup.claim or spec.backup.s3"
 // +kubebuilder:validation:XValidation:rule="!has(self.restoreFrom) || size(self.restoreFrom) == 0 || has(self.claim) || has(self.s3)",message="spec.backup.restoreFrom needs a target to read the backup from: set spec.backup.claim or spec.backup.s3"
@@ -780,9 +784,11 @@ type BackupSpec struct {
 	// whose retained volume came back) keeps it, and the status says so. A backup taken with a Tiled
 	// version newer than spec.tiled's, or one that is corrupt or missing, is refused with the
 	// condition Stalled (reason RestoreFailed) and nothing restored. Done once per instance
-	// (status.backup.restore).
+	// (status.backup.restore). A backup an upgrade took before its migration is named
+	// <time>-pre-upgrade-<fromVersion>-to-<toVersion>.
 	// +optional
-	// +kubebuilder:validation:Pattern=`^(latest|[0-9]{8}T[0-9]{6}Z)$`
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^(latest|[0-9]{8}T[0-9]{6}Z(-pre-upgrade-[A-Za-z0-9._]+-to-[A-Za-z0-9._]+)?)$`
 	RestoreFrom string `json:"restoreFrom,omitempty"`
 
 	// OnCatalogLost says what the operator does when the catalog of an instance that had one is

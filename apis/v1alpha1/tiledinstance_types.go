@@ -169,9 +169,19 @@ type UpgradeStatus struct {
 	// +optional
 	AuthToRevision string `json:"authToRevision,omitempty"`
 
-	// Backup names the backup taken before the migration, on the instance's backup claim.
+	// Backup names the backup taken before the migration. On spec.backup's target it is named as
+	// the scheduled backups are, the UTC time it began, marked as the upgrade's:
+	// <time>-pre-upgrade-<fromVersion>-to-<toVersion> (20261203T031500Z-pre-upgrade-0.2.14-to-0.2.20);
+	// on the upgrade's own claim, pre-upgrade-<UTC time>.
 	// +optional
 	Backup string `json:"backup,omitempty"`
+
+	// BackupTarget is where Backup is: spec.backup's target when the instance had one as the
+	// backup began (as status.backup.target describes it), written, listed and pruned as the
+	// scheduled backups are; absent, the claim <instance>-backups the upgrade makes. The restore
+	// after a failed migration reads the backup from there.
+	// +optional
+	BackupTarget string `json:"backupTarget,omitempty"`
 
 	// StartTime is when the upgrade began.
 	StartTime metav1.Time `json:"startTime"`
@@ -209,6 +219,11 @@ type MigrationRecord struct {
 	// Backup names the backup taken before the migration.
 	// +optional
 	Backup string `json:"backup,omitempty"`
+
+	// BackupTarget is where Backup is: spec.backup's target (as status.backup.target describes it,
+	// where its retention may since have pruned it); absent, the claim <instance>-backups.
+	// +optional
+	BackupTarget string `json:"backupTarget,omitempty"`
 
 	// Result is Succeeded, or RolledBack when the migration failed and the backup was restored.
 	// +kubebuilder:validation:Enum=Succeeded;RolledBack
@@ -372,6 +387,25 @@ type PendingRollout struct {
 	// DifferCount is the number of paths that differ.
 	// +optional
 	DifferCount int32 `json:"differCount,omitempty"`
+
+	// AddedObjects are the child objects the operator's render adds to the instance with this
+	// change, which the instance did not have when the change was found, as Kind/name (e.g.
+	// StatefulSet/cache-nsls2-chx): a release's new child kind or object. Sorted; the first 20.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=20
+	// +kubebuilder:validation:items:MaxLength=320
+	AddedObjects []string `json:"addedObjects,omitempty"`
+
+	// AddedImages are the container images of the instance's StatefulSets as the operator renders
+	// them with this change that none of its live StatefulSets runs yet (e.g. a new streaming
+	// cache's image): what a beamline that cannot reach public registries must have mirrored before
+	// the change rolls. Sorted; the first 20.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=20
+	// +kubebuilder:validation:items:MaxLength=512
+	AddedImages []string `json:"addedImages,omitempty"`
 
 	// Since is when the operator first found this change waiting.
 	// +optional

@@ -1016,6 +1016,16 @@ func (in *PendingRollout) DeepCopyInto(out *PendingRollout) {
 		*out = make([]string, len(*in))
 		copy(*out, *in)
 	}
+	if in.AddedObjects != nil {
+		in, out := &in.AddedObjects, &out.AddedObjects
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
+	if in.AddedImages != nil {
+		in, out := &in.AddedImages, &out.AddedImages
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.Since != nil {
 		in, out := &in.Since, &out.Since
 		*out = (*in).DeepCopy()

@@ -585,6 +585,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: backup
       type:
         scalar: string
+    - name: backupTarget
+      type:
+        scalar: string
     - name: completionTime
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
@@ -707,6 +710,18 @@ var schemaYAML = typed.YAMLObject(`types:
 - name: com.github.bluesky.tiled-operator.apis.v1alpha1.PendingRollout
   map:
     fields:
+    - name: addedImages
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: atomic
+    - name: addedObjects
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: atomic
     - name: change
       type:
         scalar: string
@@ -1282,6 +1297,9 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         scalar: string
     - name: backup
+      type:
+        scalar: string
+    - name: backupTarget
       type:
         scalar: string
     - name: fromImage

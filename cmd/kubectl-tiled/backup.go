@@ -34,9 +34,6 @@ import (
 // annotationInstantiate marks a Job created by hand from a CronJob, as kubectl create job --from sets it.
 const annotationInstantiate = "cronjob.kubernetes.io/instantiate"
 
-// backupNameLayout is a backup's name: the UTC time it began (20261203T073000Z).
-const backupNameLayout = "20060102T150405Z"
-
 // clientFor is the client of the commands that read the live cluster with typed objects (backup,
 // backups): client-go's kinds and the operator's, able to watch. Tests replace it.
 var clientFor = func(config *genericclioptions.ConfigFlags) (client.WithWatch, error) {
@@ -474,7 +471,8 @@ func newBackupsCommand(opts *options) *cobra.Command {
 		Short: "List an instance's backups",
 		Long: `List the whole backups of a TiledInstance on its backup target, newest first, as the operator
 recorded them in its status.backup after the last backup's pruning (at most 100): NAME (the UTC
-time the backup began, which "spec.backup.restoreFrom" takes), AGE and SIZE (of its dumps). Above
+time the backup began, which "spec.backup.restoreFrom" takes; an upgrade's backup before its
+migration adds -pre-upgrade-<from>-to-<to>), AGE and SIZE (of its dumps). Above
 the table: the target, the schedule, the last backup (its result, when it ended, and why it failed),
 the last whole one when the last failed, and the restore the instance's database started from.
 
@@ -603,7 +601,7 @@ func printBackups(w io.Writer, ti *v1alpha1.TiledInstance, now time.Time) {
 	rows := [][3]string{{"NAME", "AGE", "SIZE"}}
 	for _, b := range available {
 		age := "<unknown>"
-		if t, err := time.Parse(backupNameLayout, b.Name); err == nil {
+		if t, ok := render.BackupTime(b.Name); ok { // a scheduled backup's name, or an upgrade's
 			age = duration.HumanDuration(now.Sub(t))
 		}
 		size := "-"

@@ -396,6 +396,8 @@ var backupsCases = []struct {
 				{Name: "20261130T073000Z", Bytes: 12000000},
 				{Name: "20261202T073000Z", Bytes: 12897485},
 				{Name: "20261201T073000Z", Bytes: 1 << 30},
+				// An upgrade's backup before its migration: listed by the time it began, its age known.
+				{Name: "20261201T150000Z-pre-upgrade-0.2.14-to-0.2.20", Bytes: 12000000},
 				{Name: "20251201T073000Z"},
 			},
 			Restore: &v1alpha1.RestoreRecord{Backup: "20261101T000000Z", Result: "Restored", CompletionTime: at("2026-11-20T10:00:00Z"), Seconds: 45},

@@ -128,6 +128,12 @@ type InstanceSummary struct {
 	Generation     int64                     `json:"generation"`
 	Observed       int64                     `json:"observedGeneration"`
 	Restore        *v1alpha1.RestoreRecord   `json:"restore,omitempty"`
+	// CatalogLost is the instance's status.catalogLost: its catalog is lost, Tiled stopped until
+	// the newest whole backup is restored or a person accepts the loss (docs/backups.md).
+	CatalogLost *v1alpha1.CatalogLost `json:"catalogLost,omitempty"`
+	// AcceptCatalogLoss is the command that accepts the loss and starts Tiled with an empty
+	// catalog, while the loss waits for a person and can be accepted (the new claim exists).
+	AcceptCatalogLoss string `json:"acceptCatalogLoss,omitempty"`
 	// backupTarget: the instance has one (for the text only).
 	backupTarget bool
 }
@@ -576,10 +582,32 @@ func instanceSummary(ti *v1alpha1.TiledInstance, tc *v1alpha1.TiledCluster) Inst
 		is.Ready, is.ReadyReason = string(c.Status), c.Reason
 	}
 	is.Stalled = meta.IsStatusConditionTrue(st.Conditions, "Stalled")
+	if l := st.CatalogLost; l != nil {
+		is.CatalogLost = l
+		is.AcceptCatalogLoss = acceptCatalogLoss(ti.Namespace, ti.Name, l)
+	}
 	if tc != nil {
 		is.Held = slices.ContainsFunc(tc.Status.Held, func(h v1alpha1.HeldInstance) bool { return h.Name == ti.Name })
 	}
 	return is
+}
+
+// acceptCatalogLoss is the command that accepts the loss of an instance's catalog: the annotation
+// naming the new claim's UID (true for an external database), as the operator's CatalogLost message
+// gives it. "" when there is nothing to accept yet (a managed database whose new claim does not
+// exist) or the loss is no longer waiting for a person (a restore runs or ran).
+func acceptCatalogLoss(ns, name string, l *v1alpha1.CatalogLost) string {
+	if l.Phase != v1alpha1.CatalogLostStalled {
+		return ""
+	}
+	uid := "true"
+	if l.Claim != "" {
+		if l.NewClaimUID == "" {
+			return ""
+		}
+		uid = l.NewClaimUID
+	}
+	return fmt.Sprintf("kubectl annotate tiledinstance %s -n %s %s=%s", name, ns, v1alpha1.AnnotationAcceptCatalogLoss, uid)
 }
 
 func podSummary(p *corev1.Pod) PodSummary {

@@ -196,6 +196,7 @@ func (p *statusPrinter) printNamespace(doc *StatusDocument) {
 		}
 		p.table(rows)
 	}
+	p.lostCatalogs(doc.Instances)
 }
 
 func yesNo(b bool) string {
@@ -374,6 +375,8 @@ func (p *statusPrinter) printCluster(doc *StatusDocument) {
 		}
 		p.table(rows)
 	}
+	p.lostCatalogs(doc.Instances)
+	p.pendingAdditions(doc.Instances)
 	p.printEvents(doc)
 }
 
@@ -441,6 +444,13 @@ func (p *statusPrinter) printInstance(doc *StatusDocument) {
 	} else {
 		p.line("Database", plain("not reported yet"))
 	}
+	if in.CatalogLost != nil {
+		head, rest := p.catalogLost(in)
+		p.line("Catalog lost", head...)
+		for _, r := range rest {
+			p.line("", r)
+		}
+	}
 	p.backupLines(in)
 	if m := in.LastMigration; m != nil {
 		res := plain(m.Result)
@@ -483,6 +493,9 @@ func (p *statusPrinter) printInstance(doc *StatusDocument) {
 		}
 		if more := n - len(r.Differs); more > 0 && len(r.Differs) > 0 {
 			p.line("", plain(fmt.Sprintf("  (+%d more)", more)))
+		}
+		for _, a := range pendingAdds(r) {
+			p.line("", a)
 		}
 	} else {
 		p.line("Pending rollout", plain("none"))
@@ -557,5 +570,115 @@ func (p *statusPrinter) backupLines(in *InstanceSummary) {
 		p.line("Last backup", plain("none: no backup target (spec.backup sets neither claim nor s3)"))
 	default:
 		p.line("Last backup", plain("none yet"))
+	}
+}
+
+// catalogLost says an instance's lost catalog (status.catalogLost): the phase, how it was found,
+// the revision lost, then what restores it and the command that accepts the loss.
+func (p *statusPrinter) catalogLost(in *InstanceSummary) (head []cell, rest []cell) {
+	l := in.CatalogLost
+	phase := cell{string(l.Phase), colorYellow}
+	if l.Phase == v1alpha1.CatalogLostStalled || l.Message != "" {
+		phase.color = colorRed
+	}
+	phase.text += ","
+	head = []cell{phase, plain(fmt.Sprintf("found %s: %s; catalog revision %s lost", p.at(l.Time), lostHow(l), dash(l.Revision)))}
+	switch {
+	case l.Backup == "":
+		rest = append(rest, cell{"restore: no whole backup to restore it from", colorRed})
+	case l.Phase == v1alpha1.CatalogLostRestoring:
+		rest = append(rest, plain("restore: "+l.Backup+", the newest whole backup, is being restored (spec.backup.onCatalogLost: RestoreLatest)"))
+	case l.Phase == v1alpha1.CatalogLostRestored:
+		at := "an unknown time"
+		if l.RestoreCompletionTime != nil {
+			at = p.at(*l.RestoreCompletionTime)
+		}
+		rest = append(rest, plain("restore: "+l.Backup+" restored at "+at+"; waiting for a Tiled pod to report the catalog"))
+	default:
+		rest = append(rest, plain("restore: "+l.Backup+", the newest whole backup (set spec.backup.onCatalogLost: RestoreLatest to restore it)"))
+	}
+	if l.Message != "" {
+		rest = append(rest, cell{"failed:  " + firstLine(l.Message), colorRed})
+	}
+	switch {
+	case in.AcceptCatalogLoss != "":
+		rest = append(rest, plain("accept:  "+in.AcceptCatalogLoss+" (starts Tiled with an empty catalog)"))
+	case l.Phase == v1alpha1.CatalogLostStalled:
+		rest = append(rest, plain("accept:  once the new claim exists, annotate the instance "+v1alpha1.AnnotationAcceptCatalogLoss+"=<its UID>"))
+	}
+	return head, rest
+}
+
+// lostHow says how the loss was found.
+func lostHow(l *v1alpha1.CatalogLost) string {
+	switch l.Reason {
+	case "ClaimReplaced":
+		return fmt.Sprintf("database claim %s replaced (UID %s, was %s)", l.Claim, dash(l.NewClaimUID), dash(l.OldClaimUID))
+	case "ClaimDeleted":
+		s := fmt.Sprintf("database claim %s (UID %s) deleted", l.Claim, dash(l.OldClaimUID))
+		if l.NewClaimUID != "" {
+			s += fmt.Sprintf(", made again empty (UID %s)", l.NewClaimUID)
+		}
+		return s
+	}
+	if l.Claim != "" {
+		return fmt.Sprintf("the migrate step found the catalog database empty on claim %s", l.Claim)
+	}
+	return "the migrate step found the (external) catalog database empty"
+}
+
+// lostCatalogs prints, under the instances of a cluster or a namespace, each lost catalog.
+func (p *statusPrinter) lostCatalogs(instances []InstanceSummary) {
+	first := true
+	for i := range instances {
+		in := &instances[i]
+		if in.CatalogLost == nil {
+			continue
+		}
+		if first {
+			p.heading("Lost catalogs")
+			first = false
+		}
+		head, rest := p.catalogLost(in)
+		parts := []string{p.paint(cell{in.Name + ":", colorBold})}
+		for _, c := range head {
+			parts = append(parts, p.paint(c))
+		}
+		fmt.Fprintln(p.w, strings.Join(parts, " "))
+		for _, r := range rest {
+			fmt.Fprintf(p.w, "  %s\n", p.paint(r))
+		}
+	}
+}
+
+// pendingAdds are the lines that say what a pending render change adds: the images none of the
+// instance's StatefulSets runs yet and the objects it does not have.
+func pendingAdds(r *v1alpha1.PendingRollout) []cell {
+	var out []cell
+	if len(r.AddedImages) > 0 {
+		out = append(out, cell{"adds images:  " + strings.Join(r.AddedImages, ", "), colorYellow})
+	}
+	if len(r.AddedObjects) > 0 {
+		out = append(out, cell{"adds objects: " + strings.Join(r.AddedObjects, ", "), colorYellow})
+	}
+	return out
+}
+
+// pendingAdditions prints, under a cluster's instances, what their pending render changes add.
+func (p *statusPrinter) pendingAdditions(instances []InstanceSummary) {
+	first := true
+	for i := range instances {
+		in := &instances[i]
+		if in.PendingRollout == nil || len(in.PendingRollout.AddedImages) == 0 && len(in.PendingRollout.AddedObjects) == 0 {
+			continue
+		}
+		if first {
+			p.heading("Pending rollouts add (images to have pulled or mirrored, objects to allow, before they roll)")
+			first = false
+		}
+		fmt.Fprintln(p.w, p.paint(cell{in.Name + ":", colorBold}))
+		for _, a := range pendingAdds(in.PendingRollout) {
+			fmt.Fprintf(p.w, "  %s\n", p.paint(a))
+		}
 	}
 }

@@ -147,7 +147,9 @@ func degradedFleet() []client.Object {
 	chx := statusInstance(tc, "chx")
 	chx.Status.PendingRollout = &v1alpha1.PendingRollout{StatefulSet: "tiled-nsls2-chx", TemplateHash: "5f9c2d",
 		Differs:     []string{"spec.template.metadata.annotations[example.org/build]", "spec.template.spec.containers[tiled].env[TILED_X]"},
-		DifferCount: 2, Since: ptr.To(at("2026-12-03T08:00:00Z"))}
+		DifferCount: 2, Since: ptr.To(at("2026-12-03T08:00:00Z")),
+		AddedImages:  []string{"valkey/valkey:8.1"},
+		AddedObjects: []string{"Secret/nsls2-chx-cache", "Service/nsls2-chx-cache", "StatefulSet/nsls2-chx-cache"}}
 	chx.Status.Conditions = append(chx.Status.Conditions,
 		cond("RolloutPending", metav1.ConditionTrue, "RenderChanged", "StatefulSet tiled-nsls2-chx: 2 paths differ", "2026-12-03T08:00:00Z"))
 
@@ -183,6 +185,37 @@ func degradedFleet() []client.Object {
 		warning("TiledCluster", "nsls2", "InstancesStalled", "nsls2-csx: MigrationFailed", "2026-12-03T08:10:00Z", 1),
 		warning("TiledInstance", "nsls2-iss", "DatabaseUnavailable", "pod postgres-nsls2-iss-0: readiness probe failed", "2026-12-03T09:28:00Z", 6),
 	}
+}
+
+// lostFleet is cluster nsls2 whose beamline csx lost its catalog (its claim deleted and made again
+// empty; a whole backup would restore it), iss's restored from its backup, and a standalone instance
+// on an external database found empty, with no backup.
+func lostFleet() []client.Object {
+	tc := statusCluster("nsls2", "chx", "csx", "iss")
+	tc.Status.ReadyInstances = 1
+	chx := statusInstance(tc, "chx")
+	csx := statusInstance(tc, "csx")
+	csx.Status.ReadyReplicas = 0
+	csx.Status.Database.CatalogRevision = ""
+	csx.Status.CatalogLost = &v1alpha1.CatalogLost{Phase: v1alpha1.CatalogLostStalled, Claim: "nsls2-csx-postgres-data",
+		OldClaimUID: "6b1e-old", NewClaimUID: "9f3a-new", Revision: "ed3aab71aad8", Backup: "20261203T073000Z",
+		Reason: "ClaimDeleted", Time: at("2026-12-03T09:00:00Z")}
+	csx.Status.Conditions = []metav1.Condition{
+		cond("Ready", metav1.ConditionFalse, "CatalogLost", "Tiled is stopped: its catalog is lost", "2026-12-03T09:00:00Z"),
+		cond("Reconciling", metav1.ConditionFalse, "CatalogLost", "", "2026-12-03T09:00:00Z"),
+		cond("Stalled", metav1.ConditionTrue, "CatalogLost", "TiledInstance nsls2/nsls2-csx: its catalog (revision ed3aab71aad8) is lost", "2026-12-03T09:00:00Z"),
+	}
+	iss := statusInstance(tc, "iss")
+	iss.Status.CatalogLost = &v1alpha1.CatalogLost{Phase: v1alpha1.CatalogLostRestored, Claim: "nsls2-iss-postgres-data",
+		OldClaimUID: "1111-old", NewClaimUID: "2222-new", Revision: "ed3aab71aad8", Backup: "20261203T073000Z",
+		Reason: "ClaimReplaced", Time: at("2026-12-03T08:00:00Z"), RestoreCompletionTime: ptr.To(at("2026-12-03T08:20:00Z"))}
+	demo := statusInstance(nil, "demo")
+	demo.Spec.Backup = nil
+	demo.Status.Backup = nil
+	demo.Status.Database.Mode = "External"
+	demo.Status.CatalogLost = &v1alpha1.CatalogLost{Phase: v1alpha1.CatalogLostStalled, Revision: "ed3aab71aad8",
+		Reason: "DatabaseEmpty", Time: at("2026-12-03T09:10:00Z")}
+	return []client.Object{tc, chx, csx, iss, demo}
 }
 
 func pod(name, component string, ready bool, restarts int32, waiting string, created string) *corev1.Pod {
@@ -250,6 +283,10 @@ var statusCases = []struct {
 	{name: "namespace", objs: append(degradedFleet(), statusCluster("empty"), statusInstance(nil, "demo")), args: nil},
 	{name: "instance-json", objs: instanceFleet(), args: []string{"nsls2-iss", "-o", "json"}},
 	{name: "degraded-cluster-json", objs: degradedFleet(), args: []string{"nsls2", "-o", "json"}},
+	{name: "lost-catalog-cluster", objs: lostFleet(), args: []string{"nsls2"}},
+	{name: "lost-catalog-instance", objs: lostFleet(), args: []string{"nsls2-csx"}},
+	{name: "lost-catalog-namespace", objs: lostFleet(), args: nil},
+	{name: "lost-catalog-instance-json", objs: lostFleet(), args: []string{"nsls2-csx", "-o", "json"}},
 }
 
 func TestStatusGolden(t *testing.T) {
@@ -432,4 +469,26 @@ func TestStatusWithoutTheRightToReadClusters(t *testing.T) {
 	code, _, errOut = runCmd("", "status", "-n", backupNS, "tc/nsls2")
 	g.Expect(code).To(Equal(1))
 	g.Expect(errOut).To(HavePrefix(`error: reading TiledCluster nsls2/nsls2: tiledclusters.tiled.blueskyproject.io "nsls2" is forbidden`))
+}
+
+// The command that accepts a lost catalog names the new claim's UID (true for an external
+// database), and is given only while the loss waits for a person and can be accepted.
+func TestAcceptCatalogLoss(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		lost v1alpha1.CatalogLost
+		want string
+	}{
+		{name: "managed, new claim", lost: v1alpha1.CatalogLost{Phase: v1alpha1.CatalogLostStalled, Claim: "c", NewClaimUID: "uid-2"},
+			want: "kubectl annotate tiledinstance nsls2-csx -n nsls2 tiled.blueskyproject.io/accept-catalog-loss=uid-2"},
+		{name: "managed, no new claim yet", lost: v1alpha1.CatalogLost{Phase: v1alpha1.CatalogLostStalled, Claim: "c"}},
+		{name: "external", lost: v1alpha1.CatalogLost{Phase: v1alpha1.CatalogLostStalled},
+			want: "kubectl annotate tiledinstance nsls2-csx -n nsls2 tiled.blueskyproject.io/accept-catalog-loss=true"},
+		{name: "restoring", lost: v1alpha1.CatalogLost{Phase: v1alpha1.CatalogLostRestoring, Claim: "c", NewClaimUID: "uid-2"}},
+		{name: "restored", lost: v1alpha1.CatalogLost{Phase: v1alpha1.CatalogLostRestored, Claim: "c", NewClaimUID: "uid-2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			NewWithT(t).Expect(acceptCatalogLoss(backupNS, "nsls2-csx", &tc.lost)).To(Equal(tc.want))
+		})
+	}
 }

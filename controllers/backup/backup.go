@@ -170,6 +170,23 @@ func Status(prev *v1alpha1.BackupStatus, target string, jobs []Job) *v1alpha1.Ba
 	return &st
 }
 
+// UpgradeBackup is status.backup once the backup an upgrade took before its migration to the target
+// (render.BackupTarget) ended, from its step's Job j: recorded as a scheduled backup is (the last
+// backup, the last whole one, the backups its pruning left), so that they are listed at once. name
+// is the backup's (status.upgrade.backup), in case its report has not reached the cache.
+func UpgradeBackup(prev *v1alpha1.BackupStatus, target string, j Job, name string) *v1alpha1.BackupStatus {
+	st := Status(prev, target, []Job{j})
+	if st == nil {
+		return nil
+	}
+	for _, r := range []*v1alpha1.BackupRecord{st.Last, st.LastSuccessful} {
+		if r != nil && r.Job == j.Name && r.Result == ResultSucceeded && r.Name == "" {
+			r.Name = name
+		}
+	}
+	return st
+}
+
 // Condition is the BackedUp condition (status, reason, message) of instance ns/name; ok is false
 // when it has none (an external database without a target: its backups are its owner's).
 func Condition(instance string, spec *v1alpha1.TiledInstance, st *v1alpha1.BackupStatus) (status metav1.ConditionStatus, reason, message string, ok bool) {

@@ -228,3 +228,41 @@ func TestRestore(t *testing.T) {
 		})
 	}
 }
+
+// TestUpgradeBackup: the end of an upgrade's backup to the target is recorded as a scheduled
+// backup's is: the last backup, the last whole one, the backups its pruning left; a report not yet
+// in the cache still names it; a failure is the last backup, the whole one kept; an older one than
+// the record changes nothing.
+func TestUpgradeBackup(t *testing.T) {
+	g := NewWithT(t)
+	const name = "20261203T031500Z-pre-upgrade-0.2.14-to-0.2.20"
+	at := t0.Add(45 * time.Minute)
+	prev := Status(nil, target, []Job{{Name: "chx-backup-1", Complete: true, CompletionTime: t0,
+		Message: manifest("20261203T023000Z", 90, "20261203T023000Z:90")}})
+
+	st := UpgradeBackup(prev, target, Job{Name: "chx-backup-3f2a1c", Complete: true, CompletionTime: at,
+		Message: manifest(name, 100, name+":100,20261203T023000Z:90")}, name)
+	g.Expect(st.Target).To(Equal(target))
+	g.Expect(st.Last.Job).To(Equal("chx-backup-3f2a1c"))
+	g.Expect(st.Last.Name).To(Equal(name))
+	g.Expect(st.Last.Result).To(Equal(ResultSucceeded))
+	g.Expect(st.LastSuccessful).To(Equal(st.Last))
+	g.Expect(st.Available).To(Equal([]v1alpha1.AvailableBackup{{Name: name, Bytes: 100}, {Name: "20261203T023000Z", Bytes: 90}}))
+	g.Expect(prev.Last.Name).To(Equal("20261203T023000Z"), "prev is not changed")
+
+	// The pod's report not in the cache: named all the same, the listing as it was.
+	st = UpgradeBackup(prev, target, Job{Name: "chx-backup-3f2a1c", Complete: true, CompletionTime: at}, name)
+	g.Expect(st.Last.Name).To(Equal(name))
+	g.Expect(st.LastSuccessful.Name).To(Equal(name))
+	g.Expect(st.Available).To(Equal(prev.Available))
+
+	// Failed: the last backup, the whole one kept.
+	st = UpgradeBackup(prev, target, Job{Name: "chx-backup-3f2a1c", Failed: true, CompletionTime: at, Message: "uploading failed"}, name)
+	g.Expect(st.Last.Result).To(Equal(ResultFailed))
+	g.Expect(st.Last.Name).To(BeEmpty())
+	g.Expect(st.LastSuccessful.Name).To(Equal("20261203T023000Z"))
+
+	// Older than the record: nothing changes; no target and nothing recorded: no status.
+	g.Expect(UpgradeBackup(prev, target, Job{Name: "x", Complete: true, CompletionTime: t0.Add(-time.Hour)}, name)).To(Equal(prev))
+	g.Expect(UpgradeBackup(nil, "", Job{Name: "x", CompletionTime: at}, name)).To(BeNil())
+}

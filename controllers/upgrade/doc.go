@@ -8,6 +8,14 @@
 // image change needs a migration is found from the databases (the check Job reports their revisions
 // and the ones the new image requires), never from a table of versions.
 //
+// The backup before the migration goes to spec.backup's target when the instance has one, through
+// the scheduled backups' program, named <time>-pre-upgrade-<from>-to-<to> so that it is listed and
+// pruned as they are (status.upgrade.backupTarget, then status.lastMigration.backupTarget, say where
+// it is, and the restore reads it from there); without a target, to the instance's own backup claim.
+// No scheduled backup overlaps the procedure's dump: the backup CronJob is suspended from the check
+// until a version serves again (Lifecycle.SuspendBackups, then Stopped), and the dump waits for a
+// scheduled backup Job still running.
+//
 // Everything here is pure: Decide takes what the controller observed (the spec's image, the image
 // the Tiled StatefulSet runs, the upgrade recorded in the status, the current step's Job and the
 // Tiled pods) and returns what to render (render.Lifecycle), the status to record, and the stall or

@@ -24,12 +24,15 @@ const (
 	ReasonRestoreFailed    = "RestoreFailed"
 	ReasonCheckFailed      = "UpgradeCheckFailed"
 	ReasonDowngradeRefused = "DowngradeRefused"
-	ReasonUpgradeCancelled = "UpgradeCancelled"
-	ResultSucceeded        = "Succeeded"
-	ResultRolledBack       = "RolledBack"
-	backupPrefix           = "pre-upgrade-"
-	backupTimeLayout       = "20060102-150405"
-	messageTailLines       = 6
+	// ReasonBackupTargetChanged: spec.backup's target changed before the upgrade's backup on it
+	// was restored.
+	ReasonBackupTargetChanged = "BackupTargetChanged"
+	ReasonUpgradeCancelled    = "UpgradeCancelled"
+	ResultSucceeded           = "Succeeded"
+	ResultRolledBack          = "RolledBack"
+	backupPrefix              = "pre-upgrade-"
+	backupTimeLayout          = "20060102-150405"
+	messageTailLines          = 6
 )
 
 // Job is the state of the current step's Job as the cache holds it.
@@ -52,9 +55,18 @@ type Observed struct {
 	// instance has nothing to upgrade).
 	ServingImage, ServingVersion string
 	// Upgrade is status.upgrade (nil: none in progress); LastBackup names the last backup taken
-	// (status.lastMigration.backup), which a refused downgrade names.
-	Upgrade    *v1alpha1.UpgradeStatus
-	LastBackup string
+	// (status.lastMigration.backup), which a refused downgrade names, and LastBackupTarget where it
+	// is (status.lastMigration.backupTarget; "": the backup claim).
+	Upgrade                      *v1alpha1.UpgradeStatus
+	LastBackup, LastBackupTarget string
+	// Target is spec.backup's target as render.BackupTarget describes it ("": none). With one, the
+	// backup before a migration goes there, as the scheduled backups do; without, to the backup
+	// claim.
+	Target string
+	// ScheduledBackup names a scheduled backup Job (the CronJob's, or one `kubectl tiled backup`
+	// made from it) that is running ("": none), read while the upgrade checks or backs up: the
+	// upgrade's backup does not start beside it.
+	ScheduledBackup string
 	// Job is the current step's Job (nil: not in the cache, not yet created).
 	Job *Job
 	// ServerPods is how many Tiled pods exist (terminating ones included); ServerReady says the
@@ -136,6 +148,17 @@ func (r *Revision) current() string {
 // atRequired says the database needs no migration for the image (nil: it is not used).
 func (r *Revision) atRequired() bool { return r == nil || r.Current == nil || *r.Current == r.Required }
 
+// onTarget says the upgrade's backup is on spec.backup's target (else on the backup claim).
+func onTarget(u *v1alpha1.UpgradeStatus) bool { return u != nil && u.BackupTarget != "" }
+
+// where is where the upgrade's backup is, for messages: " on <target>" or "" (the backup claim).
+func where(u *v1alpha1.UpgradeStatus) string {
+	if onTarget(u) {
+		return " on " + u.BackupTarget
+	}
+	return ""
+}
+
 // Decide returns the next step of the procedure.
 func Decide(o Observed) Decision {
 	u := o.Upgrade
@@ -201,8 +224,12 @@ func (o Observed) at(u *v1alpha1.UpgradeStatus) Decision {
 	switch u.Phase {
 	case v1alpha1.UpgradeChecking:
 		d.Lifecycle = o.lifecycle(u.FromImage, false, &render.Step{Kind: render.StepCheck, Image: u.ToImage})
+		// No scheduled backup starts from the check on: the backup that may follow runs alone (the
+		// CronJob, cached by its metadata only, is suspended before the dump begins, not with it).
+		d.Lifecycle.SuspendBackups = o.Target != ""
 	case v1alpha1.UpgradeBackingUp:
-		d.Lifecycle = o.lifecycle(u.FromImage, false, &render.Step{Kind: render.StepBackup, Backup: u.Backup, FromVersion: u.FromVersion})
+		d.Lifecycle = o.lifecycle(u.FromImage, false, &render.Step{Kind: render.StepBackup, Backup: u.Backup, FromVersion: u.FromVersion, Target: u.BackupTarget})
+		d.Lifecycle.SuspendBackups = o.Target != "" || onTarget(u)
 	case v1alpha1.UpgradeStopping:
 		d.Lifecycle = o.lifecycle(u.FromImage, true, nil)
 	case v1alpha1.UpgradeMigrating:
@@ -210,7 +237,7 @@ func (o Observed) at(u *v1alpha1.UpgradeStatus) Decision {
 	case v1alpha1.UpgradeStarting:
 		d.Lifecycle = o.lifecycle(u.ToImage, false, nil)
 	case v1alpha1.UpgradeRestoring:
-		d.Lifecycle = o.lifecycle(u.FromImage, true, &render.Step{Kind: render.StepRestore, Backup: u.Backup})
+		d.Lifecycle = o.lifecycle(u.FromImage, true, &render.Step{Kind: render.StepRestore, Backup: u.Backup, Target: u.BackupTarget})
 	case v1alpha1.UpgradeFailed:
 		d.Lifecycle = o.lifecycle(u.FromImage, false, nil)
 	}
@@ -221,11 +248,11 @@ func (o Observed) at(u *v1alpha1.UpgradeStatus) Decision {
 func progress(u *v1alpha1.UpgradeStatus) string {
 	what := map[v1alpha1.UpgradePhase]string{
 		v1alpha1.UpgradeChecking:  "checking the databases' revisions with the new image; the old version serves",
-		v1alpha1.UpgradeBackingUp: "backing up the databases to " + u.Backup + "; the old version serves",
+		v1alpha1.UpgradeBackingUp: "backing up the databases to " + u.Backup + where(u) + "; the old version serves",
 		v1alpha1.UpgradeStopping:  "stopping the old version's pods before the migration",
 		v1alpha1.UpgradeMigrating: fmt.Sprintf("migrating the catalog from revision %s to %s", u.FromRevision, u.ToRevision),
 		v1alpha1.UpgradeStarting:  "starting the new version on the migrated databases",
-		v1alpha1.UpgradeRestoring: "the migration failed; restoring backup " + u.Backup,
+		v1alpha1.UpgradeRestoring: "the migration failed; restoring backup " + u.Backup + where(u),
 	}[u.Phase]
 	return fmt.Sprintf("upgrading Tiled %s -> %s: %s", orImage(u.FromVersion, u.FromImage), orImage(u.ToVersion, u.ToImage), what)
 }
@@ -237,10 +264,12 @@ func orImage(version, image string) string {
 	return image
 }
 
-// lifecycle is a render's Lifecycle. The backup claim is rendered from the backup on (and while one
-// exists): a check that finds no migration to do leaves no claim behind.
+// lifecycle is a render's Lifecycle. The backup claim is rendered from a backup to it on (and while
+// one exists): a check that finds no migration to do leaves no claim behind, nor does a backup to
+// spec.backup's target.
 func (o Observed) lifecycle(serving string, stopped bool, step *render.Step) *render.Lifecycle {
-	claim := o.LastBackup != "" || (o.Upgrade != nil && o.Upgrade.Backup != "") || (step != nil && step.Backup != "")
+	claim := (o.LastBackup != "" && o.LastBackupTarget == "") || (o.Upgrade != nil && o.Upgrade.Backup != "" && !onTarget(o.Upgrade)) ||
+		(step != nil && step.Backup != "" && step.Target == "")
 	return &render.Lifecycle{ServingImage: serving, Stopped: stopped, Step: step, BackupClaim: claim, ToolsImage: o.ToolsImage}
 }
 
@@ -256,6 +285,10 @@ func (o Observed) next(u *v1alpha1.UpgradeStatus, p v1alpha1.UpgradePhase) *v1al
 // is the way on. The message is recorded in status.upgrade.message.
 func (o Observed) stuck(u *v1alpha1.UpgradeStatus, reason, msg string) Decision {
 	d := o.at(u)
+	if l := d.Lifecycle; l != nil && !l.Stopped {
+		// The old version serves until a person acts: the scheduled backups go on meanwhile.
+		l.SuspendBackups = false
+	}
 	d.Progress = nil
 	d.Stall = &Condition{Reason: reason, Message: msg}
 	if u.Message != msg {
@@ -286,7 +319,11 @@ func (o Observed) checking(u *v1alpha1.UpgradeStatus) Decision {
 		}
 		restore := "no backup of the databases before their migration is known to the operator"
 		if o.LastBackup != "" {
-			restore = fmt.Sprintf("to run Tiled %s again, its databases must first be restored from backup %s (taken before the migration; docs/upgrading.md)", r.Version, o.LastBackup)
+			on := ""
+			if o.LastBackupTarget != "" {
+				on = " on " + o.LastBackupTarget
+			}
+			restore = fmt.Sprintf("to run Tiled %s again, its databases must first be restored from backup %s%s (taken before the migration; docs/upgrading.md)", r.Version, o.LastBackup, on)
 		}
 		return o.stuck(u, ReasonDowngradeRefused, fmt.Sprintf(
 			"the %s database is at revision %s, which Tiled %s (%s) does not know: a newer Tiled migrated it, and Tiled does not run on a newer revision; %s; the old version (%s) serves",
@@ -305,19 +342,56 @@ func (o Observed) checking(u *v1alpha1.UpgradeStatus) Decision {
 			orImage(u.FromVersion, u.FromImage), r.Version, r.Catalog.current(), u.ToImage)}}
 	}
 	n = o.next(n, v1alpha1.UpgradeBackingUp)
-	n.Backup = backupPrefix + o.Now.UTC().Format(backupTimeLayout)
-	d := o.at(n)
+	o.name(n)
+	d := o.waitForScheduled(o.at(n))
 	d.Changed = true
+	return d
+}
+
+// name names the backup of n, begun now: to spec.backup's target, named, listed and pruned as the
+// scheduled backups are; without one, to the backup claim.
+func (o Observed) name(n *v1alpha1.UpgradeStatus) {
+	if o.Target != "" {
+		n.Backup, n.BackupTarget = render.PreUpgradeBackupName(o.Now, n.FromVersion, n.ToVersion), o.Target
+	} else {
+		n.Backup, n.BackupTarget = backupPrefix+o.Now.UTC().Format(backupTimeLayout), ""
+	}
+}
+
+// waitForScheduled is d, the decision of phase BackingUp before its Job exists, waiting while a
+// scheduled backup dumps the databases: the upgrade's dump does not start beside it (the CronJob is
+// suspended, so no other starts), and runs alone once it ended.
+func (o Observed) waitForScheduled(d Decision) Decision {
+	if o.ScheduledBackup == "" {
+		return d
+	}
+	u := d.Upgrade
+	d.Lifecycle.Step = nil
+	d.Progress.Message = fmt.Sprintf("upgrading Tiled %s -> %s: waiting for the scheduled backup Job %s to end before backing up the databases to %s%s; the old version serves",
+		orImage(u.FromVersion, u.FromImage), orImage(u.ToVersion, u.ToImage), o.ScheduledBackup, u.Backup, where(u))
 	return d
 }
 
 func (o Observed) backingUp(u *v1alpha1.UpgradeStatus) Decision {
 	j := o.Job
 	switch {
+	case j == nil && o.ScheduledBackup != "":
+		return o.waitForScheduled(o.at(u))
+	case u.BackupTarget != o.Target && (j == nil || !j.Complete):
+		// spec.backup's target changed before the backup was whole (perhaps because it failed
+		// there): it begins again where spec.backup now says, named now, in a Job of its own (the
+		// target is in the Job's name). The old step's Job goes; nothing was changed yet.
+		n := o.next(u, v1alpha1.UpgradeBackingUp)
+		n.Message = ""
+		o.Job = nil
+		o.name(n)
+		d := o.waitForScheduled(o.at(n))
+		d.Changed = true
+		return d
 	case j == nil || (!j.Complete && !j.Failed):
 		return o.at(u)
 	case j.Failed:
-		return o.stuck(u, ReasonBackupFailed, fmt.Sprintf("the backup %s before the migration failed, so nothing was migrated; the old version serves: %s", u.Backup, tail(j.Message)))
+		return o.stuck(u, ReasonBackupFailed, fmt.Sprintf("the backup %s%s before the migration failed, so nothing was migrated; the old version serves: %s", u.Backup, where(u), tail(j.Message)))
 	}
 	n := o.next(u, v1alpha1.UpgradeStopping)
 	n.StopTime = n.PhaseTime
@@ -368,13 +442,15 @@ func (o Observed) starting(u *v1alpha1.UpgradeStatus) Decision {
 	}
 	rec := o.record(u, ResultSucceeded)
 	return Decision{Changed: true, Record: rec, Event: &Event{Normal: true, Reason: ReasonMigrated, Message: fmt.Sprintf(
-		"Tiled %s -> %s: catalog migrated from revision %s to %s in %ss, %ss without a serving pod; backup %s",
-		orImage(u.FromVersion, u.FromImage), orImage(u.ToVersion, u.ToImage), u.FromRevision, u.ToRevision, rec.MigrationSeconds, rec.DowntimeSeconds, u.Backup)}}
+		"Tiled %s -> %s: catalog migrated from revision %s to %s in %ss, %ss without a serving pod; backup %s%s",
+		orImage(u.FromVersion, u.FromImage), orImage(u.ToVersion, u.ToImage), u.FromRevision, u.ToRevision, rec.MigrationSeconds, rec.DowntimeSeconds, u.Backup, where(u))}}
 }
 
 func (o Observed) restoring(u *v1alpha1.UpgradeStatus) Decision {
 	j := o.Job
 	switch {
+	case onTarget(u) && u.BackupTarget != o.Target && (j == nil || !j.Complete):
+		return o.targetMoved(u)
 	case j == nil || (!j.Complete && !j.Failed):
 		d := o.at(u)
 		return d
@@ -384,8 +460,8 @@ func (o Observed) restoring(u *v1alpha1.UpgradeStatus) Decision {
 		d := o.at(u)
 		d.Progress = nil
 		d.Stall = &Condition{Reason: ReasonRestoreFailed, Message: fmt.Sprintf(
-			"%s; restoring backup %s failed too, so Tiled stays stopped: restore it by hand and set spec.tiled.image back to %s, or delete the failed restore Job to run it again (docs/upgrading.md): %s",
-			strings.SplitN(u.Message, ";", 2)[0], u.Backup, u.FromImage, tail(j.Message))}
+			"%s; restoring backup %s%s failed too, so Tiled stays stopped: restore it by hand and set spec.tiled.image back to %s, or delete the failed restore Job to run it again (docs/upgrading.md): %s",
+			strings.SplitN(u.Message, ";", 2)[0], u.Backup, where(u), u.FromImage, tail(j.Message))}
 		return d
 	}
 	n := o.next(u, v1alpha1.UpgradeFailed)
@@ -398,10 +474,30 @@ func (o Observed) restoring(u *v1alpha1.UpgradeStatus) Decision {
 	return d
 }
 
+// targetMoved stalls the restore of a backup on a target spec.backup no longer names: the step
+// would read it elsewhere (and its Job, whose pod template cannot change, could not be applied).
+// The step's Job is not rendered (a running one goes: each database is restored in one transaction,
+// and the restore runs whole again) until spec.backup names the target again. Tiled stays stopped.
+func (o Observed) targetMoved(u *v1alpha1.UpgradeStatus) Decision {
+	now := "names no target"
+	if o.Target != "" {
+		now = "names " + o.Target
+	}
+	// status.upgrade.message keeps the migration's failure, which the rollback reports: the stall
+	// says what happened since, and goes once the target is back.
+	d := o.at(u)
+	d.Lifecycle.Step = nil
+	d.Progress = nil
+	d.Stall = &Condition{Reason: ReasonBackupTargetChanged, Message: fmt.Sprintf(
+		"%s; backup %s is on %s, and spec.backup now %s, so it cannot be restored and Tiled stays stopped: set spec.backup's target back to restore it",
+		strings.SplitN(u.Message, ";", 2)[0], u.Backup, u.BackupTarget, now)}
+	return d
+}
+
 func (o Observed) record(u *v1alpha1.UpgradeStatus, result string) *v1alpha1.MigrationRecord {
 	rec := &v1alpha1.MigrationRecord{
 		FromVersion: u.FromVersion, ToVersion: u.ToVersion, FromRevision: u.FromRevision, ToRevision: u.ToRevision,
-		Backup: u.Backup, Result: result, StartTime: u.StartTime, CompletionTime: metav1.NewTime(o.Now),
+		Backup: u.Backup, BackupTarget: u.BackupTarget, Result: result, StartTime: u.StartTime, CompletionTime: metav1.NewTime(o.Now),
 		MigrationSeconds: u.MigrationSeconds,
 	}
 	if u.StopTime != nil {

@@ -773,3 +773,376 @@ func TestCurrentStep(t *testing.T) {
 		g.Expect(CurrentStep(at(p))).To(Equal(want[p]), string(p))
 	}
 }
+
+// TestDecideBackupTarget: an instance with spec.backup's target backs up before the migration to
+// it, named as the scheduled backups are and marked as the upgrade's; the backup CronJob is
+// suspended from the check to the end of the backup (and, through Stopped, of the migration or the
+// restore), never while the upgrade is stuck with the old version serving; the dump waits for a
+// running scheduled backup; the restore reads the backup from the target; the record says where it
+// is; a target that changes under the backup or the restore stalls the step.
+func TestDecideBackupTarget(t *testing.T) {
+	const (
+		target   = "claim:facility-backups/tiled-backups/beamlines/csx"
+		other    = "s3://tiled/tiled-backups/beamlines/csx at https://s3.facility.org"
+		tBackup  = "20261203T031900Z-pre-upgrade-0.2.14-to-0.2.20"
+		schedJob = "csx-backup-29412345"
+	)
+	// onT is the status.upgrade of at(p) with its backup on the target.
+	onT := func(p v1alpha1.UpgradePhase) *v1alpha1.UpgradeStatus {
+		return with(at(p), func(u *v1alpha1.UpgradeStatus) {
+			if u.Backup != "" {
+				u.Backup, u.BackupTarget = tBackup, target
+			}
+		})
+	}
+	base := func(p v1alpha1.UpgradePhase, j *Job) Observed {
+		o := Observed{SpecImage: newImage, SpecVersion: "0.2.20", ServingImage: oldImage, ServingVersion: "0.2.14",
+			ServerPods: 2, ToolsImage: tools, Now: now, Target: target, Job: j}
+		if p != "" {
+			o.Upgrade = onT(p)
+		}
+		return o
+	}
+	// life is a Lifecycle without the backup claim.
+	life := func(serving string, stopped bool, step *render.Step, suspend bool) *render.Lifecycle {
+		return &render.Lifecycle{ServingImage: serving, Stopped: stopped, Step: step, ToolsImage: tools, SuspendBackups: suspend}
+	}
+	tBackupStep := &render.Step{Kind: render.StepBackup, Backup: tBackup, FromVersion: "0.2.14", Target: target}
+	tRestoreStep := &render.Step{Kind: render.StepRestore, Backup: tBackup, Target: target}
+	nowT := mtp(now)
+
+	cases := []struct {
+		name   string
+		o      Observed
+		change func(*Observed)
+		want   Decision
+		// substrings of the stall's, the progress's and the Event's messages, and of the record's
+		// fields.
+		stall, progress, event []string
+	}{
+		{
+			name: "a new image: Checking, the CronJob suspended from the check on, no backup claim",
+			o:    base("", nil),
+			want: Decision{
+				Lifecycle: life(oldImage, false, checkStep, true), Changed: true, Progress: upgrading,
+				Upgrade: &v1alpha1.UpgradeStatus{Phase: v1alpha1.UpgradeChecking, FromImage: oldImage, ToImage: newImage,
+					FromVersion: "0.2.14", ToVersion: "0.2.20", StartTime: mt(now), PhaseTime: nowT},
+				Event: &Event{Normal: true, Reason: ReasonUpgrading},
+			},
+		},
+		{
+			name: "checking, the Job running: the CronJob stays suspended",
+			o:    base(v1alpha1.UpgradeChecking, running),
+			want: Decision{Upgrade: onT(v1alpha1.UpgradeChecking), Lifecycle: life(oldImage, false, checkStep, true), Progress: upgrading},
+		},
+		{
+			name: "the check failed: stuck with the old version serving, the scheduled backups go on",
+			o:    base(v1alpha1.UpgradeChecking, failed("connection refused")),
+			want: Decision{Upgrade: onT(v1alpha1.UpgradeChecking), Changed: true, Lifecycle: life(oldImage, false, checkStep, false),
+				Stall: &Condition{Reason: ReasonCheckFailed}},
+		},
+		{
+			name: "an older catalog: BackingUp to the target, named by the time (UTC) and the versions, no backup claim",
+			o:    base(v1alpha1.UpgradeChecking, complete(report("0.2.20", catOld, true, catNew, authOld, "true", authNew))),
+			change: func(o *Observed) {
+				o.Now = time.Date(2026, 12, 2, 22, 19, 0, 0, time.FixedZone("EST", -5*3600))
+			},
+			want: Decision{
+				Upgrade: with(at(v1alpha1.UpgradeChecking), func(u *v1alpha1.UpgradeStatus) {
+					u.Phase, u.PhaseTime = v1alpha1.UpgradeBackingUp, mtp(time.Date(2026, 12, 2, 22, 19, 0, 0, time.FixedZone("EST", -5*3600)))
+					u.FromRevision, u.ToRevision, u.AuthFromRevision, u.AuthToRevision = catOld, catNew, authOld, authNew
+					u.Backup, u.BackupTarget = tBackup, target
+				}),
+				Changed: true, Lifecycle: life(oldImage, false, tBackupStep, true), Progress: upgrading,
+			},
+			progress: []string{"backing up the databases to " + tBackup + " on " + target, "the old version serves"},
+		},
+		{
+			name: "an older catalog while a scheduled backup Job runs: BackingUp, the dump waiting for it",
+			o:    base(v1alpha1.UpgradeChecking, complete(report("0.2.20", catOld, true, catNew))),
+			change: func(o *Observed) {
+				o.Now, o.ScheduledBackup = t0.Add(4*time.Minute), schedJob
+			},
+			want: Decision{
+				Upgrade: with(at(v1alpha1.UpgradeChecking), func(u *v1alpha1.UpgradeStatus) {
+					u.Phase, u.PhaseTime = v1alpha1.UpgradeBackingUp, nowT
+					u.FromRevision, u.ToRevision = catOld, catNew
+					u.Backup, u.BackupTarget = tBackup, target
+				}),
+				Changed: true, Lifecycle: life(oldImage, false, nil, true), Progress: upgrading,
+			},
+			progress: []string{"waiting for the scheduled backup Job " + schedJob + " to end before backing up the databases to " + tBackup + " on " + target},
+		},
+		{
+			name: "backing up, a scheduled backup Job running: the dump waits for it, the CronJob suspended",
+			o:    base(v1alpha1.UpgradeBackingUp, nil),
+			change: func(o *Observed) {
+				o.ScheduledBackup = schedJob
+			},
+			want:     Decision{Upgrade: onT(v1alpha1.UpgradeBackingUp), Lifecycle: life(oldImage, false, nil, true), Progress: upgrading},
+			progress: []string{"waiting for the scheduled backup Job " + schedJob + " to end before backing up the databases to " + tBackup + " on " + target},
+		},
+		{
+			name: "backing up without a target, a scheduled backup Job running (the target removed since): waits all the same",
+			o: Observed{SpecImage: newImage, SpecVersion: "0.2.20", ServingImage: oldImage, ServingVersion: "0.2.14",
+				ServerPods: 2, ToolsImage: tools, Now: now, Upgrade: at(v1alpha1.UpgradeBackingUp), ScheduledBackup: schedJob},
+			want:     Decision{Upgrade: at(v1alpha1.UpgradeBackingUp), Lifecycle: lc(oldImage, false, nil), Progress: upgrading},
+			progress: []string{"waiting for the scheduled backup Job " + schedJob},
+		},
+		{
+			name: "backing up, none running: the dump Job to the target",
+			o:    base(v1alpha1.UpgradeBackingUp, nil),
+			want: Decision{Upgrade: onT(v1alpha1.UpgradeBackingUp), Lifecycle: life(oldImage, false, tBackupStep, true), Progress: upgrading},
+		},
+		{
+			name: "backing up, the Job running and a scheduled one begun beside it (by hand): the Job is kept",
+			o:    base(v1alpha1.UpgradeBackingUp, running),
+			change: func(o *Observed) {
+				o.ScheduledBackup = schedJob
+			},
+			want: Decision{Upgrade: onT(v1alpha1.UpgradeBackingUp), Lifecycle: life(oldImage, false, tBackupStep, true), Progress: upgrading},
+		},
+		{
+			name: "the backup complete: Stopping (the CronJob suspended through Stopped)",
+			o:    base(v1alpha1.UpgradeBackingUp, complete(`{"name":"`+tBackup+`"}`)),
+			want: Decision{
+				Upgrade: with(onT(v1alpha1.UpgradeBackingUp), func(u *v1alpha1.UpgradeStatus) {
+					u.Phase, u.PhaseTime, u.StopTime = v1alpha1.UpgradeStopping, nowT, nowT
+				}),
+				Changed: true, Lifecycle: life(oldImage, true, nil, false), Progress: upgrading,
+			},
+		},
+		{
+			name: "the backup failed: stuck, the old version serving, the scheduled backups go on",
+			o:    base(v1alpha1.UpgradeBackingUp, failed("uploading catalog.dump failed")),
+			want: Decision{Upgrade: onT(v1alpha1.UpgradeBackingUp), Changed: true, Lifecycle: life(oldImage, false, tBackupStep, false),
+				Stall: &Condition{Reason: ReasonBackupFailed}},
+			stall: []string{"the backup " + tBackup + " on " + target + " before the migration failed", "uploading catalog.dump failed"},
+		},
+		{
+			name: "the target changed under the running backup: the backup begins again there, under a new name",
+			o:    base(v1alpha1.UpgradeBackingUp, running),
+			change: func(o *Observed) {
+				o.Target, o.Now = other, now.Add(time.Minute)
+			},
+			want: Decision{
+				Upgrade: with(onT(v1alpha1.UpgradeBackingUp), func(u *v1alpha1.UpgradeStatus) {
+					u.PhaseTime = mtp(now.Add(time.Minute))
+					u.Backup, u.BackupTarget = "20261203T032000Z-pre-upgrade-0.2.14-to-0.2.20", other
+				}),
+				Changed: true, Progress: upgrading,
+				Lifecycle: life(oldImage, false, &render.Step{Kind: render.StepBackup, Backup: "20261203T032000Z-pre-upgrade-0.2.14-to-0.2.20",
+					FromVersion: "0.2.14", Target: other}, true),
+			},
+			progress: []string{"backing up the databases to 20261203T032000Z-pre-upgrade-0.2.14-to-0.2.20 on " + other},
+		},
+		{
+			name: "the backup failed, then the target changed (the way to fix it): the backup begins again there, the failure forgotten",
+			o:    base(v1alpha1.UpgradeBackingUp, failed("the bucket does not exist")),
+			change: func(o *Observed) {
+				o.Target, o.Now = other, now.Add(time.Minute)
+				o.Upgrade.Message = "the backup failed"
+			},
+			want: Decision{
+				Upgrade: with(onT(v1alpha1.UpgradeBackingUp), func(u *v1alpha1.UpgradeStatus) {
+					u.PhaseTime = mtp(now.Add(time.Minute))
+					u.Backup, u.BackupTarget = "20261203T032000Z-pre-upgrade-0.2.14-to-0.2.20", other
+				}),
+				Changed: true, Progress: upgrading,
+				Lifecycle: life(oldImage, false, &render.Step{Kind: render.StepBackup, Backup: "20261203T032000Z-pre-upgrade-0.2.14-to-0.2.20",
+					FromVersion: "0.2.14", Target: other}, true),
+			},
+		},
+		{
+			name: "the target removed before the backup was whole: it begins again on the backup claim",
+			o:    base(v1alpha1.UpgradeBackingUp, nil),
+			change: func(o *Observed) {
+				o.Target, o.Now = "", now.Add(time.Minute)
+			},
+			want: Decision{
+				Upgrade: with(onT(v1alpha1.UpgradeBackingUp), func(u *v1alpha1.UpgradeStatus) {
+					u.PhaseTime = mtp(now.Add(time.Minute))
+					u.Backup, u.BackupTarget = "pre-upgrade-20261203-032000", ""
+				}),
+				Changed: true, Progress: upgrading,
+				Lifecycle: lc(oldImage, false, &render.Step{Kind: render.StepBackup, Backup: "pre-upgrade-20261203-032000", FromVersion: "0.2.14"}),
+			},
+		},
+		{
+			name: "the target changed once the backup was whole: the upgrade goes on, the backup where it is",
+			o:    base(v1alpha1.UpgradeBackingUp, complete(`{"name":"`+tBackup+`"}`)),
+			change: func(o *Observed) {
+				o.Target = other
+			},
+			want: Decision{
+				Upgrade: with(onT(v1alpha1.UpgradeBackingUp), func(u *v1alpha1.UpgradeStatus) {
+					u.Phase, u.PhaseTime, u.StopTime = v1alpha1.UpgradeStopping, nowT, nowT
+				}),
+				Changed: true, Lifecycle: life(oldImage, true, nil, false), Progress: upgrading,
+			},
+		},
+		{
+			name: "the migration failed: Restoring from the target, Tiled stopped",
+			o:    base(v1alpha1.UpgradeMigrating, failed(migrateLog)),
+			want: Decision{
+				Upgrade: with(onT(v1alpha1.UpgradeMigrating), func(u *v1alpha1.UpgradeStatus) {
+					u.Phase, u.PhaseTime, u.MigrationSeconds = v1alpha1.UpgradeRestoring, nowT, "30.0"
+				}),
+				Changed: true, Lifecycle: life(oldImage, true, tRestoreStep, false), Progress: upgrading,
+			},
+			progress: []string{"restoring backup " + tBackup + " on " + target},
+		},
+		{
+			name: "restoring, the target gone from spec.backup: stalled, no Job, Tiled stopped, the migration's failure kept",
+			o:    base(v1alpha1.UpgradeRestoring, nil),
+			change: func(o *Observed) {
+				o.Target = ""
+			},
+			want: Decision{Upgrade: onT(v1alpha1.UpgradeRestoring), Lifecycle: life(oldImage, true, nil, false),
+				Stall: &Condition{Reason: ReasonBackupTargetChanged}},
+			stall: []string{"the migration of the catalog", "backup " + tBackup + " is on " + target, "spec.backup now names no target", "Tiled stays stopped"},
+		},
+		{
+			name: "restoring, the target changed under the running restore: stalled, the Job not rendered",
+			o:    base(v1alpha1.UpgradeRestoring, running),
+			change: func(o *Observed) {
+				o.Target = other
+			},
+			want: Decision{Upgrade: onT(v1alpha1.UpgradeRestoring), Lifecycle: life(oldImage, true, nil, false),
+				Stall: &Condition{Reason: ReasonBackupTargetChanged}},
+			stall: []string{"spec.backup now names " + other},
+		},
+		{
+			name: "restoring, the target back: the restore Job again",
+			o:    base(v1alpha1.UpgradeRestoring, nil),
+			want: Decision{Upgrade: onT(v1alpha1.UpgradeRestoring), Lifecycle: life(oldImage, true, tRestoreStep, false), Progress: upgrading},
+		},
+		{
+			name: "restored from the target: Failed, the record says where the backup is",
+			o:    base(v1alpha1.UpgradeRestoring, complete(`{"restored":"`+tBackup+`"}`)),
+			want: Decision{
+				Upgrade: with(onT(v1alpha1.UpgradeRestoring), func(u *v1alpha1.UpgradeStatus) {
+					u.Phase, u.PhaseTime = v1alpha1.UpgradeFailed, nowT
+				}),
+				Changed: true, Lifecycle: life(oldImage, false, nil, false),
+				Record: &v1alpha1.MigrationRecord{FromVersion: "0.2.14", ToVersion: "0.2.20", FromRevision: catOld, ToRevision: catNew,
+					Backup: tBackup, BackupTarget: target, Result: ResultRolledBack, StartTime: mt(t0), CompletionTime: mt(now),
+					MigrationSeconds: "42.5", DowntimeSeconds: "120.0"},
+				Stall: &Condition{Reason: ReasonMigrationFailed}, Event: &Event{Reason: ReasonMigrationFailed},
+			},
+		},
+		{
+			name: "the new version ready: done, the record and the Event say where the backup is",
+			o:    base(v1alpha1.UpgradeStarting, nil),
+			change: func(o *Observed) {
+				o.ServingImage, o.ServerReady, o.ServerPods = newImage, true, 2
+			},
+			want: Decision{
+				Changed: true,
+				Record: &v1alpha1.MigrationRecord{FromVersion: "0.2.14", ToVersion: "0.2.20", FromRevision: catOld, ToRevision: catNew,
+					Backup: tBackup, BackupTarget: target, Result: ResultSucceeded, StartTime: mt(t0), CompletionTime: mt(now),
+					MigrationSeconds: "42.5", DowntimeSeconds: "120.0"},
+				Event: &Event{Normal: true, Reason: ReasonMigrated},
+			},
+			event: []string{"backup " + tBackup + " on " + target},
+		},
+		{
+			name: "the last backup on the target: a refused downgrade names it there, and no backup claim is rendered",
+			o:    base(v1alpha1.UpgradeChecking, complete(report("0.2.14", catNew, false, catOld))),
+			change: func(o *Observed) {
+				o.LastBackup, o.LastBackupTarget = tBackup, target
+			},
+			want: Decision{Upgrade: onT(v1alpha1.UpgradeChecking), Changed: true, Lifecycle: life(oldImage, false, checkStep, false),
+				Stall: &Condition{Reason: ReasonDowngradeRefused}},
+			stall: []string{"restored from backup " + tBackup + " on " + target},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			o := tc.o
+			if tc.change != nil {
+				tc.change(&o)
+			}
+			d := Decide(o)
+			got, txt := split(d)
+			want, _ := split(tc.want)
+			g.Expect(got).To(Equal(want))
+			for _, s := range tc.stall {
+				g.Expect(txt.stall).To(ContainSubstring(s))
+			}
+			for _, s := range tc.progress {
+				g.Expect(txt.progress).To(ContainSubstring(s))
+			}
+			for _, s := range tc.event {
+				g.Expect(txt.event).To(ContainSubstring(s))
+			}
+			if d.Lifecycle != nil && d.Lifecycle.Step != nil {
+				g.Expect(d.Lifecycle.Step).To(Equal(CurrentStep(d.Upgrade)), "the controller looks up the Job the decision renders")
+			}
+		})
+	}
+}
+
+// TestDecideWalkSuspendsBackups drives an upgrade with a backup target to its end, as the
+// controller does: the backup CronJob is suspended (SuspendBackups, or Stopped) in every phase from
+// the check to the migration, and not once the new version starts; without a target nothing asks
+// for it (there is no CronJob).
+func TestDecideWalkSuspendsBackups(t *testing.T) {
+	for _, target := range []string{"claim:nfs/tiled-backups/b/chx", ""} {
+		t.Run("target "+target, func(t *testing.T) {
+			g := NewWithT(t)
+			jobs := map[render.StepKind]*Job{
+				render.StepCheck:   complete(report("0.2.20", catOld, true, catNew)),
+				render.StepBackup:  complete(`{}`),
+				render.StepMigrate: complete(report("0.2.20", catNew, true, catNew)),
+			}
+			o := Observed{SpecImage: newImage, SpecVersion: "0.2.20", ServingImage: oldImage, ServingVersion: "0.2.14",
+				ServerPods: 2, ToolsImage: tools, Now: t0, Target: target}
+			suspended := map[v1alpha1.UpgradePhase]bool{}
+			var rec *v1alpha1.MigrationRecord
+			for range 20 {
+				o.Job = nil
+				if s := CurrentStep(o.Upgrade); s != nil {
+					o.Job = jobs[s.Kind]
+				}
+				d := Decide(o)
+				if d.Record != nil {
+					rec = d.Record
+				}
+				if l := d.Lifecycle; l != nil {
+					suspended[d.Upgrade.Phase] = l.SuspendBackups || l.Stopped
+					if l.Stopped {
+						o.ServerPods = 0
+					}
+					o.ServingImage = l.ServingImage
+				} else {
+					o.ServingImage = o.SpecImage
+				}
+				o.ServerReady = o.ServingImage == o.SpecImage
+				if !d.Changed || d.Upgrade == nil {
+					break
+				}
+				o.Upgrade = d.Upgrade
+				o.Now = o.Now.Add(time.Minute)
+			}
+			g.Expect(rec).NotTo(BeNil())
+			g.Expect(rec.Result).To(Equal(ResultSucceeded))
+			if target == "" {
+				g.Expect(rec.Backup).To(Equal("pre-upgrade-20261203-031600"))
+				g.Expect(rec.BackupTarget).To(BeEmpty())
+				g.Expect(suspended).To(Equal(map[v1alpha1.UpgradePhase]bool{
+					v1alpha1.UpgradeChecking: false, v1alpha1.UpgradeBackingUp: false, v1alpha1.UpgradeStopping: true,
+					v1alpha1.UpgradeMigrating: true, v1alpha1.UpgradeStarting: false,
+				}))
+				return
+			}
+			g.Expect(rec.Backup).To(Equal("20261203T031600Z-pre-upgrade-0.2.14-to-0.2.20"))
+			g.Expect(rec.BackupTarget).To(Equal(target))
+			g.Expect(suspended).To(Equal(map[v1alpha1.UpgradePhase]bool{
+				v1alpha1.UpgradeChecking: true, v1alpha1.UpgradeBackingUp: true, v1alpha1.UpgradeStopping: true,
+				v1alpha1.UpgradeMigrating: true, v1alpha1.UpgradeStarting: false,
+			}))
+		})
+	}
+}

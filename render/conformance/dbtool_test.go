@@ -890,6 +890,59 @@ func TestDBToolRetention(t *testing.T) {
 	})
 }
 
+// An upgrade's backup before its migration, on the target beside the scheduled ones
+// (render.PreUpgradeBackupName): listed by the time it began, taken as "latest" while it is the
+// newest, restored by its name, and pruned by the scheduled backups' retention (count and days) as
+// any other.
+func TestDBToolPreUpgradeBackup(t *testing.T) {
+	now := time.Now().UTC().Truncate(time.Second)
+	forEachTarget(t, func(t *testing.T, e suiteEnv, in *dbtoolInstance, tg *dbtoolTarget) {
+		g := NewWithT(t)
+		in.seed()
+		s1, s2 := nameAt(now.Add(-3*time.Hour)), nameAt(now.Add(-2*time.Hour))
+		backup(t, in, tg, s1, "RETAIN_COUNT=3")
+		in.change("made_after_backup_1")
+		backup(t, in, tg, s2, "RETAIN_COUNT=3")
+		in.change("made_before_the_upgrade")
+		before := in.snapshot()
+
+		pre := render.PreUpgradeBackupName(now.Add(-time.Hour), "0.2.14", "0.2.20")
+		r := backup(t, in, tg, pre, "RETAIN_COUNT=3", "TILED_VERSION=0.2.14")
+		g.Expect(r["name"]).To(Equal(pre))
+		g.Expect(r["tiledVersion"]).To(Equal("0.2.14"))
+		checkManifest(t, tg, r)
+		g.Expect(r["available"]).To(MatchRegexp(`^%s:\d+,%s:\d+,%s:\d+$`, regexp.QuoteMeta(pre), s2, s1))
+		g.Expect(listed(t, in, tg)).To(Equal([]string{pre, s2, s1}))
+
+		// The migration changes the databases, fails: the backup restored by its name, and as latest.
+		in.change("made_by_a_failed_migration")
+		g.Expect(restore(t, in, tg, pre)).To(HaveKeyWithValue("restored", pre))
+		g.Expect(dataDiff(in.snapshot(), before)).To(BeEmpty())
+		in.change("made_by_a_failed_migration")
+		g.Expect(restore(t, in, tg, "latest")).To(HaveKeyWithValue("restored", pre))
+		g.Expect(dataDiff(in.snapshot(), before)).To(BeEmpty())
+
+		// The next scheduled backup comes after it, and the count prunes the oldest, not it.
+		backup(t, in, tg, nameAt(now), "RETAIN_COUNT=3")
+		g.Expect(listed(t, in, tg)).To(Equal([]string{nameAt(now), pre, s2}))
+		g.Expect(tg.entries()).To(ConsistOf(nameAt(now), pre, s2))
+		// Two more: it goes by the count as any other.
+		backup(t, in, tg, nameAt(now.Add(time.Minute)), "RETAIN_COUNT=3")
+		backup(t, in, tg, nameAt(now.Add(2*time.Minute)), "RETAIN_COUNT=3")
+		g.Expect(listed(t, in, tg)).To(Equal([]string{nameAt(now.Add(2 * time.Minute)), nameAt(now.Add(time.Minute)), nameAt(now)}))
+
+		// By days: an upgrade's backup 40 days old is pruned, a scheduled one of 3 days kept.
+		days := newTarget(t, tg.kind)
+		old := render.PreUpgradeBackupName(now.AddDate(0, 0, -40), "0.2.10", "0.2.14")
+		d3 := nameAt(now.AddDate(0, 0, -3))
+		backup(t, in, days, old)
+		backup(t, in, days, d3)
+		g.Expect(listed(t, in, days)).To(Equal([]string{d3, old}))
+		backup(t, in, days, nameAt(now), "RETAIN_DAYS=7")
+		g.Expect(listed(t, in, days)).To(Equal([]string{nameAt(now), d3}))
+	})
+}
+
 // flip inverts n bytes of b at off.
 func flip(b []byte, off, n int) []byte {
 	out := append([]byte(nil), b...)

@@ -42,6 +42,12 @@ const (
 	lostBeamline  = "l1"
 	lostBackups   = "lost-backups"
 	lostDetection = 90 * time.Second
+	// lostStallWatch is how long the stalled instance is watched for anything serving the lost
+	// catalog before the restore is asked for: a duration, not a condition, because what it proves
+	// is an absence. It spans six of the operator's claim rechecks (every 3 s): a reconcile that
+	// scaled Tiled up again would have run by then, and the poll counts the instance Ready or a
+	// Tiled pod made since the loss and ready.
+	lostStallWatch = 20 * time.Second
 )
 
 // lostClusterYAML is the one-beamline TiledCluster backing up to the namespace's claim, with
@@ -174,7 +180,7 @@ func testLostCatalog(t *testing.T) {
 		t.Errorf("status.catalogLost %+v, want the claim %s, revision %s, backup %s", l, oldUID, revision, whole)
 	}
 	// A while stalled: nothing serves it.
-	for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(time.Second) {
+	for end := time.Now().Add(lostStallWatch); time.Now().Before(end); time.Sleep(time.Second) {
 		poll()
 	}
 

@@ -25,6 +25,7 @@ var layers = []struct {
 	// The controllers' parts under the reconcilers: the one writer and the pure deciders, then the
 	// child-set engine and the desired state, both built on the writer's prepared intents.
 	{"controllers/applier", 4}, {"controllers/rollout", 4}, {"controllers/podstatus", 4}, {"controllers/upgrade", 4}, {"controllers/backup", 4},
+	{"controllers/additions", 4},
 	// The memory helpers the writer, the desired state and the caches share (no imports of their own).
 	{"controllers/intern", 4}, {"controllers/dedupe", 4},
 	{"controllers/childset", 5}, {"controllers/desired", 5},
@@ -97,7 +98,7 @@ func TestImportsFollowTheLayers(t *testing.T) {
 
 // pure are the packages that compute without reading or writing the cluster: the engine and what
 // it is built on, and the controllers' pure deciders. Their tests need no control plane.
-var pure = []string{"profiles", "names", "render", "expansion", "controllers/rollout", "controllers/podstatus", "controllers/upgrade", "controllers/backup", "tiledversion", "calendar"}
+var pure = []string{"profiles", "names", "render", "expansion", "controllers/rollout", "controllers/podstatus", "controllers/upgrade", "controllers/backup", "controllers/additions", "tiledversion", "calendar"}
 
 // TestPureCoreTakesNoClient: the pure packages depend on no package of controller-runtime, even
 // through another; the desired state (controllers/desired), computed apart from any client, imports

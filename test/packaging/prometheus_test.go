@@ -217,6 +217,7 @@ var dashboardSeries = []struct{ series, values string }{
 	{`tiled_operator_instance_ready_replicas{job="tiled-operator-controller-manager-metrics-service",namespace="beamlines",tiled_cluster="nsls2",instance="csx"}`, "2x30"},
 	{`tiled_operator_instance_stalled{job="tiled-operator-controller-manager-metrics-service",namespace="beamlines",tiled_cluster="nsls2",instance="csx",reason="ProfileConflict"}`, "1x30"},
 	{`tiled_operator_instance_migration_failed{job="tiled-operator-controller-manager-metrics-service",namespace="beamlines",tiled_cluster="nsls2",instance="csx"}`, "0x30"},
+	{`tiled_operator_instance_catalog_lost{job="tiled-operator-controller-manager-metrics-service",namespace="beamlines",tiled_cluster="nsls2",instance="csx"}`, "1x30"},
 	{`tiled_operator_instance_backup_last_success_timestamp_seconds{job="tiled-operator-controller-manager-metrics-service",namespace="beamlines",tiled_cluster="nsls2",instance="csx"}`, "0x30"},
 	{`tiled_operator_instance_backup_interval_seconds{job="tiled-operator-controller-manager-metrics-service",namespace="beamlines",tiled_cluster="nsls2",instance="csx"}`, "86400x30"},
 	{`tiled_operator_cluster_instances{job="tiled-operator-controller-manager-metrics-service",namespace="beamlines",tiled_cluster="nsls2",state="ready"}`, "2x30"},

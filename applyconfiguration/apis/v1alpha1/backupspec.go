@@ -20,7 +20,11 @@ import (
 // a manifest.json (instance, Tiled version, revisions, sizes, checksums, time), under
 // <target>/<namespace>/<instance>/<NAME>, NAME being the UTC time it began (20261203T073000Z). A
 // backup is whole once its manifest.json exists: a half-written one is never listed or restored.
-// Files on the data volume (arrays written through Tiled) are not in a database backup.
+// An upgrade that migrates the databases backs them up to the target first, as the scheduled
+// backups are (the same listing and retention), under NAME-pre-upgrade-<from>-to-<to>
+// (20261203T031500Z-pre-upgrade-0.2.14-to-0.2.20); no scheduled backup runs beside an upgrade's
+// backup, migration or restore. Files on the data volume (arrays written through Tiled) are not in a
+// database backup.
 type BackupSpecApplyConfiguration struct {
 	// Schedule is when backups are taken, in cron syntax (as a CronJob's, e.g. "30 2 * * *" or
 	// "@daily"). Empty takes none on a schedule; `kubectl tiled backup` still takes one when a target
@@ -46,7 +50,8 @@ type BackupSpecApplyConfiguration struct {
 	// whose retained volume came back) keeps it, and the status says so. A backup taken with a Tiled
 	// version newer than spec.tiled's, or one that is corrupt or missing, is refused with the
 	// condition Stalled (reason RestoreFailed) and nothing restored. Done once per instance
-	// (status.backup.restore).
+	// (status.backup.restore). A backup an upgrade took before its migration is named
+	// <time>-pre-upgrade-<fromVersion>-to-<toVersion>.
 	RestoreFrom *string `json:"restoreFrom,omitempty"`
 	// OnCatalogLost says what the operator does when the catalog of an instance that had one is
 	// lost: the managed database's claim is not the one the catalog lived on (deleted, and made

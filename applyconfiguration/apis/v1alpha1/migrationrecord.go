@@ -27,6 +27,9 @@ type MigrationRecordApplyConfiguration struct {
 	ToRevision *string `json:"toRevision,omitempty"`
 	// Backup names the backup taken before the migration.
 	Backup *string `json:"backup,omitempty"`
+	// BackupTarget is where Backup is: spec.backup's target (as status.backup.target describes it,
+	// where its retention may since have pruned it); absent, the claim <instance>-backups.
+	BackupTarget *string `json:"backupTarget,omitempty"`
 	// Result is Succeeded, or RolledBack when the migration failed and the backup was restored.
 	Result *string `json:"result,omitempty"`
 	// StartTime is when the upgrade began.
@@ -83,6 +86,14 @@ func (b *MigrationRecordApplyConfiguration) WithToRevision(value string) *Migrat
 // If called multiple times, the Backup field is set to the value of the last call.
 func (b *MigrationRecordApplyConfiguration) WithBackup(value string) *MigrationRecordApplyConfiguration {
 	b.Backup = &value
+	return b
+}
+
+// WithBackupTarget sets the BackupTarget field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the BackupTarget field is set to the value of the last call.
+func (b *MigrationRecordApplyConfiguration) WithBackupTarget(value string) *MigrationRecordApplyConfiguration {
+	b.BackupTarget = &value
 	return b
 }
 

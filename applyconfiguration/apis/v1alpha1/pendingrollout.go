@@ -30,6 +30,15 @@ type PendingRolloutApplyConfiguration struct {
 	Differs []string `json:"differs,omitempty"`
 	// DifferCount is the number of paths that differ.
 	DifferCount *int32 `json:"differCount,omitempty"`
+	// AddedObjects are the child objects the operator's render adds to the instance with this
+	// change, which the instance did not have when the change was found, as Kind/name (e.g.
+	// StatefulSet/cache-nsls2-chx): a release's new child kind or object. Sorted; the first 20.
+	AddedObjects []string `json:"addedObjects,omitempty"`
+	// AddedImages are the container images of the instance's StatefulSets as the operator renders
+	// them with this change that none of its live StatefulSets runs yet (e.g. a new streaming
+	// cache's image): what a beamline that cannot reach public registries must have mirrored before
+	// the change rolls. Sorted; the first 20.
+	AddedImages []string `json:"addedImages,omitempty"`
 	// Since is when the operator first found this change waiting.
 	Since *v1.Time `json:"since,omitempty"`
 	// Change is what kind of change waits: Render (the operator renders the pod template
@@ -79,6 +88,26 @@ func (b *PendingRolloutApplyConfiguration) WithDiffers(values ...string) *Pendin
 // If called multiple times, the DifferCount field is set to the value of the last call.
 func (b *PendingRolloutApplyConfiguration) WithDifferCount(value int32) *PendingRolloutApplyConfiguration {
 	b.DifferCount = &value
+	return b
+}
+
+// WithAddedObjects adds the given value to the AddedObjects field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the AddedObjects field.
+func (b *PendingRolloutApplyConfiguration) WithAddedObjects(values ...string) *PendingRolloutApplyConfiguration {
+	for i := range values {
+		b.AddedObjects = append(b.AddedObjects, values[i])
+	}
+	return b
+}
+
+// WithAddedImages adds the given value to the AddedImages field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the AddedImages field.
+func (b *PendingRolloutApplyConfiguration) WithAddedImages(values ...string) *PendingRolloutApplyConfiguration {
+	for i := range values {
+		b.AddedImages = append(b.AddedImages, values[i])
+	}
 	return b
 }
 

@@ -38,8 +38,16 @@ type UpgradeStatusApplyConfiguration struct {
 	AuthFromRevision *string `json:"authFromRevision,omitempty"`
 	// AuthToRevision is the authentication revision the new version requires.
 	AuthToRevision *string `json:"authToRevision,omitempty"`
-	// Backup names the backup taken before the migration, on the instance's backup claim.
+	// Backup names the backup taken before the migration. On spec.backup's target it is named as
+	// the scheduled backups are, the UTC time it began, marked as the upgrade's:
+	// <time>-pre-upgrade-<fromVersion>-to-<toVersion> (20261203T031500Z-pre-upgrade-0.2.14-to-0.2.20);
+	// on the upgrade's own claim, pre-upgrade-<UTC time>.
 	Backup *string `json:"backup,omitempty"`
+	// BackupTarget is where Backup is: spec.backup's target when the instance had one as the
+	// backup began (as status.backup.target describes it), written, listed and pruned as the
+	// scheduled backups are; absent, the claim <instance>-backups the upgrade makes. The restore
+	// after a failed migration reads the backup from there.
+	BackupTarget *string `json:"backupTarget,omitempty"`
 	// StartTime is when the upgrade began.
 	StartTime *v1.Time `json:"startTime,omitempty"`
 	// PhaseTime is when the current phase began.
@@ -135,6 +143,14 @@ func (b *UpgradeStatusApplyConfiguration) WithAuthToRevision(value string) *Upgr
 // If called multiple times, the Backup field is set to the value of the last call.
 func (b *UpgradeStatusApplyConfiguration) WithBackup(value string) *UpgradeStatusApplyConfiguration {
 	b.Backup = &value
+	return b
+}
+
+// WithBackupTarget sets the BackupTarget field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the BackupTarget field is set to the value of the last call.
+func (b *UpgradeStatusApplyConfiguration) WithBackupTarget(value string) *UpgradeStatusApplyConfiguration {
+	b.BackupTarget = &value
 	return b
 }
 

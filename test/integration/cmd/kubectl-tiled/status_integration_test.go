@@ -263,3 +263,56 @@ func TestStatusAsAReadOnlyUser(t *testing.T) {
 		g.Expect(out).To(Equal("no\n"))
 	})
 }
+
+// TestStatusShowsWhatWaits: a lost catalog and a pending render change that adds objects and an
+// image, as the operator records them (written through the status subresource, so the CRD's
+// schema keeps every field), are shown by status: the loss with the backup that would restore it
+// and the command that accepts it, the change with what it adds.
+func TestStatusShowsWhatWaits(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	const ns = "status-waits"
+	g.Expect(env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())
+	found := metav1.NewTime(time.Now().Add(-time.Hour).Truncate(time.Second))
+	for _, name := range []string{"lost", "pending"} {
+		ti := &v1alpha1.TiledInstance{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
+		g.Expect(env.Client.Create(ctx, ti)).To(Succeed())
+		ti.Status = v1alpha1.TiledInstanceStatus{ObservedGeneration: ti.Generation, Image: "ghcr.io/bluesky/tiled:0.2.20", Version: "0.2.20",
+			Database: &v1alpha1.DatabaseStatus{Mode: "Managed", Ready: true}}
+		switch name {
+		case "lost":
+			ti.Status.CatalogLost = &v1alpha1.CatalogLost{Phase: v1alpha1.CatalogLostStalled, Claim: "lost-postgres-data",
+				OldClaimUID: "uid-old", NewClaimUID: "uid-new", Revision: "ed3aab71aad8", Backup: "20261203T073000Z",
+				Reason: "ClaimReplaced", Time: found}
+			ti.Status.Conditions = []metav1.Condition{condition("Stalled", metav1.ConditionTrue, "CatalogLost", "its catalog is lost")}
+		case "pending":
+			ti.Status.PendingRollout = &v1alpha1.PendingRollout{StatefulSet: "pending", TemplateHash: "5f9c2d",
+				Differs: []string{"spec.template.metadata.annotations[example.org/build]"}, DifferCount: 1, Since: &found,
+				AddedImages: []string{"valkey/valkey:8.1"}, AddedObjects: []string{"Service/pending-cache", "StatefulSet/pending-cache"}}
+		}
+		g.Expect(env.Client.Status().Update(ctx, ti)).To(Succeed())
+	}
+
+	code, out, errOut := runPlugin(t, "status", "lost", "-n", ns, "--kubeconfig", env.Kubeconfig)
+	g.Expect(code).To(Equal(0), errOut)
+	g.Expect(out).To(MatchRegexp(`(?m)^Catalog lost: +Stalled, found \S+ \(\S+ ago\): database claim lost-postgres-data replaced \(UID uid-new, was uid-old\); catalog revision ed3aab71aad8 lost$`))
+	g.Expect(out).To(MatchRegexp(`(?m)^ +restore: 20261203T073000Z, the newest whole backup`))
+	g.Expect(out).To(MatchRegexp(`(?m)^ +accept: +kubectl annotate tiledinstance lost -n status-waits tiled\.blueskyproject\.io/accept-catalog-loss=uid-new `))
+	code, out, errOut = runPlugin(t, "status", "-n", ns, "--kubeconfig", env.Kubeconfig)
+	g.Expect(code).To(Equal(0), errOut)
+	g.Expect(out).To(ContainSubstring("\nLost catalogs\nlost: Stalled, found "))
+
+	code, out, errOut = runPlugin(t, "status", "pending", "-n", ns, "--kubeconfig", env.Kubeconfig)
+	g.Expect(code).To(Equal(0), errOut)
+	g.Expect(out).To(MatchRegexp(`(?m)^ +adds images: +valkey/valkey:8\.1$`))
+	g.Expect(out).To(MatchRegexp(`(?m)^ +adds objects: Service/pending-cache, StatefulSet/pending-cache$`))
+	var doc struct {
+		Instance struct {
+			PendingRollout v1alpha1.PendingRollout `json:"pendingRollout"`
+		} `json:"instance"`
+	}
+	code, out, errOut = runPlugin(t, "status", "pending", "-n", ns, "--kubeconfig", env.Kubeconfig, "-o", "json")
+	g.Expect(code).To(Equal(0), errOut)
+	g.Expect(json.Unmarshal([]byte(out), &doc)).To(Succeed())
+	g.Expect(doc.Instance.PendingRollout.AddedImages).To(Equal([]string{"valkey/valkey:8.1"}))
+}
