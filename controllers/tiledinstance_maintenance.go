@@ -199,7 +199,7 @@ func (r *TiledInstanceReconciler) gateMaintenance(ctx context.Context, cur *inst
 	if pending == nil {
 		return g, len(g.skips) > 0, nil
 	}
-	all := append(pending.Differs, others...)
+	all := append(slices.Clip(pending.Differs), others...)
 	pending.Differs, pending.DifferCount = all[:min(len(all), maxPendingPaths)], int32(len(all))
 	if pending.Change == changeUpgrade && len(pending.Differs) == 0 {
 		pending.Differs, pending.DifferCount = []string{"spec.template.spec.containers[tiled].image"}, 1

@@ -66,12 +66,12 @@ func (v *validator) addRelated(err *field.Error, paths ...string) {
 	v.related[err] = paths
 }
 
-// keyPath renders a keyed list item as the provenance does: env[name=FOO].
-func keyPath(p *field.Path, key, value string) *field.Path {
-	if strings.ContainsAny(value, "[],=\"") {
-		value = strconv.Quote(value)
+// keyPath renders a list item keyed by its name as the provenance does: env[name=FOO].
+func keyPath(p *field.Path, name string) *field.Path {
+	if strings.ContainsAny(name, "[],=\"") {
+		name = strconv.Quote(name)
 	}
-	return p.Key(key + "=" + value)
+	return p.Key("name=" + name)
 }
 
 // mapPath renders a map entry as the provenance does: nodeSelector.zone, or
@@ -129,7 +129,7 @@ func (v *validator) tiled(p *field.Path, t *v1alpha1.TiledServerSpec) {
 	v.resources(p.Child("resources"), t.Resources)
 	for _, e := range t.Env {
 		if e.ValueFrom != nil {
-			v.envSource(keyPath(p.Child("env"), "name", e.Name).Child("valueFrom"), e.ValueFrom)
+			v.envSource(keyPath(p.Child("env"), e.Name).Child("valueFrom"), e.ValueFrom)
 		}
 	}
 	v.labels(p.Child("nodeSelector"), t.NodeSelector)
@@ -562,7 +562,7 @@ func (v *validator) storage(p *field.Path, s *v1alpha1.StorageSpec) {
 	mounts := map[string]string{}
 	mountFields := map[string]string{}
 	for _, m := range s.ReadOnlyMounts {
-		mp := keyPath(p.Child("readOnlyMounts"), "name", m.Name)
+		mp := keyPath(p.Child("readOnlyMounts"), m.Name)
 		if m.NFS != nil {
 			v.nfs(mp.Child("nfs"), m.NFS)
 		}
@@ -718,7 +718,7 @@ func (v *validator) auth(p *field.Path, a *v1alpha1.AuthSpec) {
 	op := p.Child("oidc")
 	names := map[string]bool{}
 	for _, pr := range o.Providers {
-		pp := keyPath(op.Child("providers"), "name", pr.Name)
+		pp := keyPath(op.Child("providers"), pr.Name)
 		names[pr.Name] = true
 		if pr.ClientSecretRef != nil {
 			v.secretRef(pp.Child("clientSecretRef"), pr.ClientSecretRef)
@@ -960,7 +960,7 @@ func (v *validator) maintenance(p *field.Path, m *v1alpha1.MaintenanceSpec) {
 		}
 	}
 	for _, e := range m.Exclusions {
-		ep := keyPath(p.Child("exclusions"), "name", e.Name)
+		ep := keyPath(p.Child("exclusions"), e.Name)
 		if !e.End.After(e.Start.Time) {
 			v.add(field.Invalid(ep.Child("end"), e.End.UTC().Format(time.RFC3339), "must be after start ("+e.Start.UTC().Format(time.RFC3339)+")"))
 		}

@@ -163,7 +163,7 @@ func nameVersion(v string) string {
 	}
 	b := []byte(v)
 	for i, c := range b {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_') {
+		if (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') && (c < '0' || c > '9') && c != '.' && c != '_' {
 			b[i] = '_'
 		}
 	}

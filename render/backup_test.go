@@ -276,14 +276,14 @@ func TestUpgradeJobsOnTarget(t *testing.T) {
 				g.Expect(env).To(HaveKeyWithValue("BACKUP", targetBackup))
 				g.Expect(env).NotTo(HaveKey("RESTORE_IF_EMPTY"), "a restore replaces the databases the migration changed")
 				for k, v := range cronEnv {
-					switch {
-					case k == "TILED_VERSION":
+					switch k {
+					case "TILED_VERSION":
 						if kind == StepBackup {
 							g.Expect(env).To(HaveKeyWithValue(k, "0.2.14"), "the version the databases are at")
 						} else {
 							g.Expect(env).NotTo(HaveKey(k))
 						}
-					case k == "RETAIN_COUNT" || k == "RETAIN_DAYS":
+					case "RETAIN_COUNT", "RETAIN_DAYS":
 						if kind == StepBackup {
 							g.Expect(env).To(HaveKeyWithValue(k, v), "the scheduled backups' retention")
 						} else {
@@ -364,5 +364,6 @@ var restoreFromPattern = func() string {
 	i := strings.Index(string(b), "RestoreFrom string")
 	j := strings.LastIndex(string(b)[:i], "validation:Pattern=`")
 	p := string(b)[j+len("validation:Pattern=`"):]
-	return p[:strings.Index(p, "`")]
+	end, _, _ := strings.Cut(p, "`")
+	return end
 }()
