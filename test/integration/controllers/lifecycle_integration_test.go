@@ -246,20 +246,41 @@ func TestAReleaseOutlivesTheRemovedInstancesLastReconcile(t *testing.T) {
 		return got
 	}
 
+	// cached waits until the operator's cache shows every child released from the instance from:
+	// a resync before that would decide from the old copies, and prove nothing.
+	cached := func(from types.UID) {
+		g.Eventually(func(g Gomega) {
+			for _, c := range children {
+				var o client.Object = &corev1.Secret{}
+				if c.kind != "Secret" {
+					m := &metav1.PartialObjectMetadata{}
+					m.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind(c.kind))
+					o = m
+				}
+				g.Expect(op.GetClient().Get(ctxT(t), client.ObjectKey{Namespace: ns, Name: c.name}, o)).To(Succeed())
+				g.Expect(o.GetAnnotations()).To(HaveKeyWithValue(controllers.AnnotationReleasedFrom, string(from)), "%s %s", c.kind, c.name)
+			}
+		}, 30*time.Second, 20*time.Millisecond).Should(Succeed())
+	}
+
 	for _, c := range children {
 		release(c.kind, c.name, ti.UID)
 	}
+	cached(ti.UID)
 	g.Expect(op.ResyncAll(ctxT(t))).To(Succeed())
 	waitQuiet(t, op)
 	g.Expect(labelled()).To(HaveEach("true"), "the instance that released its claims and Secret took the label back")
 
 	// Released by another instance of the name (the one removed before this one was added): this
-	// instance uses them again, and the label goes.
+	// instance uses them again, and the label goes. Each poll resyncs: the operator may decide
+	// from a copy its cache holds from before this release.
 	for _, c := range children {
 		release(c.kind, c.name, "a-removed-instance")
 	}
-	g.Expect(op.ResyncAll(ctxT(t))).To(Succeed())
-	g.Eventually(labelled, time.Minute, 100*time.Millisecond).Should(HaveEach(""), "claims in use again keep the label")
+	g.Eventually(func() map[string]string {
+		g.Expect(op.ResyncAll(ctxT(t))).To(Succeed())
+		return labelled()
+	}, time.Minute, 200*time.Millisecond).Should(HaveEach(""), "claims in use again keep the label")
 }
 
 // TestMembershipIsTheControllerReference: a cluster never adopts a TiledInstance of a name it wants
