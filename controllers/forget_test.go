@@ -131,8 +131,8 @@ func TestEveryMemoryIsForgotten(t *testing.T) {
 				key := types.NamespacedName{Namespace: "ns", Name: name}
 				r.memories.secrets.store(key, instanceSecrets{uid: ti.UID, data: map[string][]byte{"k": []byte("v")}})
 				r.memories.upgrades.store(key, writtenUpgrade{uid: ti.UID, resourceVersion: "1"})
-				r.memories.replaced.store(key, writtenReplaced{uid: ti.UID, resourceVersion: "1"})
-				r.memories.pending.store(key, writtenPending{uid: ti.UID, resourceVersion: "1"})
+				r.memories.replaced.store(key, writtenOver[[]tiledv1alpha1.ReplacedPod]{uid: ti.UID, resourceVersion: "1"})
+				r.memories.pending.store(key, writtenOver[*tiledv1alpha1.PendingRollout]{uid: ti.UID, resourceVersion: "1"})
 				_, err := r.memories.rendered.Render(ti, ti, render.Inputs{})
 				g.Expect(err).NotTo(HaveOccurred())
 				remember(g, a, "ConfigMap", name+"-config", false, "ns/"+name)

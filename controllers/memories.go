@@ -79,47 +79,35 @@ type instanceMemories struct {
 	// pods are deleted first) and the version of the instance it was written over: until the cache
 	// shows a newer instance, a reconcile decides from it, so that a pod is never deleted twice for
 	// one revision because the cache has not yet caught up with the record.
-	replaced keyed[writtenReplaced]
+	replaced keyed[writtenOver[[]tiledv1alpha1.ReplacedPod]]
 	// pending is the status.pendingRollout the render gate last found and the version of the
 	// instance it was found over: until the cache shows a newer instance, the gate decides from it,
 	// so that what a render change adds, found before its objects are applied, is not found again
 	// (and found empty) by a reconcile that starts before the cache shows the status that records
 	// it (tiledinstance_rendergate.go).
-	pending keyed[writtenPending]
+	pending keyed[writtenOver[*tiledv1alpha1.PendingRollout]]
 }
 
-// writtenPending is the status.pendingRollout found over the instance with this UID at this
-// resourceVersion.
-type writtenPending struct {
+// writtenOver is a part of an instance's status written (or found) over the instance with this UID
+// at this resourceVersion: the replaced pods' records, the pending rollout.
+type writtenOver[T any] struct {
 	uid             types.UID
 	resourceVersion string
-	pending         *tiledv1alpha1.PendingRollout
+	value           T
 }
 
-// of returns what was found when the cache still shows the instance it was found over (same UID,
-// same resourceVersion), and the cache's status.pendingRollout otherwise.
-func (w writtenPending) of(ti *tiledv1alpha1.TiledInstance) *tiledv1alpha1.PendingRollout {
+// over remembers v as written over ti as the cache shows it now.
+func over[T any](ti *tiledv1alpha1.TiledInstance, v T) writtenOver[T] {
+	return writtenOver[T]{uid: ti.UID, resourceVersion: ti.ResourceVersion, value: v}
+}
+
+// of returns what was written when the cache still shows the instance the write went over (same
+// UID, same resourceVersion), and cached (the cache's own) otherwise.
+func (w writtenOver[T]) of(ti *tiledv1alpha1.TiledInstance, cached T) T {
 	if w.uid == ti.UID && w.resourceVersion == ti.ResourceVersion {
-		return w.pending
+		return w.value
 	}
-	return ti.Status.PendingRollout
-}
-
-// writtenReplaced is the status.replacedPods written over the instance with this UID at this
-// resourceVersion.
-type writtenReplaced struct {
-	uid             types.UID
-	resourceVersion string
-	records         []tiledv1alpha1.ReplacedPod
-}
-
-// of returns what was written when the cache still shows the instance the write went over
-// (same UID, same resourceVersion), and the cache's records otherwise.
-func (w writtenReplaced) of(ti *tiledv1alpha1.TiledInstance) []tiledv1alpha1.ReplacedPod {
-	if w.uid == ti.UID && w.resourceVersion == ti.ResourceVersion {
-		return w.records
-	}
-	return ti.Status.ReplacedPods
+	return cached
 }
 
 // writtenUpgrade is the upgrade status written over the instance with this UID at this

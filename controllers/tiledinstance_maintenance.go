@@ -191,7 +191,7 @@ func (r *TiledInstanceReconciler) gateMaintenance(ctx context.Context, cur *inst
 		case ti.Generation == ti.Status.ObservedGeneration && prev == nil:
 			change = changeRender // the spec did not change: the operator's render did
 		}
-		if prev != nil && prev.TemplateHash == hash && prev.StatefulSet == name && prev.Change != "" {
+		if samePending(prev, name, hash) && prev.Change != "" {
 			change = prev.Change
 		}
 		pending = &tiledv1alpha1.PendingRollout{StatefulSet: name, TemplateHash: hash, Differs: differs, Change: change}
@@ -207,7 +207,7 @@ func (r *TiledInstanceReconciler) gateMaintenance(ctx context.Context, cur *inst
 	if !w.Open {
 		pending.Window = w.closedMessage()
 	}
-	if prev != nil && prev.TemplateHash == pending.TemplateHash && prev.StatefulSet == pending.StatefulSet {
+	if samePending(prev, pending.StatefulSet, pending.TemplateHash) {
 		pending.Since = prev.Since
 	}
 	if pending.Since == nil {
@@ -216,7 +216,7 @@ func (r *TiledInstanceReconciler) gateMaintenance(ctx context.Context, cur *inst
 	}
 	g.pending = pending
 	r.memories.pending.store(types.NamespacedName{Namespace: ti.Namespace, Name: ti.Name},
-		writtenPending{uid: ti.UID, resourceVersion: ti.ResourceVersion, pending: pending})
+		over(ti, pending))
 	return g, true, nil
 }
 
@@ -224,7 +224,7 @@ func (r *TiledInstanceReconciler) gateMaintenance(ctx context.Context, cur *inst
 // child idx (whose intent is hash) would change: the ones status.pendingRollout already names for
 // that intent (prev), else read from the live object (one request past the cache, templateDiff).
 func (r *TiledInstanceReconciler) pendingDiffers(ctx context.Context, prev *tiledv1alpha1.PendingRollout, want *desired.Children, idx int, name, hash string) ([]string, error) {
-	if prev != nil && prev.TemplateHash == hash && prev.StatefulSet == name && int(prev.DifferCount) == len(prev.Differs) &&
+	if samePending(prev, name, hash) && int(prev.DifferCount) == len(prev.Differs) &&
 		!slices.ContainsFunc(prev.Differs, func(d string) bool { return strings.HasPrefix(d, "StatefulSet ") }) {
 		return prev.Differs, nil // found before (and not mixed with another StatefulSet's): not read again
 	}

@@ -111,9 +111,10 @@ func (r *TiledInstanceReconciler) gateRender(ctx context.Context, cur *instanceS
 		return g, nil // approved by the cluster's rollout
 	}
 	prev := r.previousPending(ti)
+	same := samePending(prev, name, hash)
 	var differs []string
 	var added additions.Added
-	if prev != nil && prev.TemplateHash == hash && prev.StatefulSet == name {
+	if same {
 		// Found before: not read again. What it adds was found before it was applied (the objects
 		// it adds exist once the first reconcile that found it applied the others).
 		differs, added = prev.Differs, additions.Added{Objects: prev.AddedObjects, Images: prev.AddedImages}
@@ -133,7 +134,7 @@ func (r *TiledInstanceReconciler) gateRender(ctx context.Context, cur *instanceS
 		}
 	}
 	if !member {
-		if prev != nil && prev.TemplateHash == hash && prev.StatefulSet == name && prev.Change != "" && prev.Change != changeRender {
+		if same && prev.Change != "" && prev.Change != changeRender {
 			// A change of the spec (or an upgrade's) that waited for the maintenance window.
 			g.event = fmt.Sprintf("StatefulSet %s: the maintenance window is open: the change of its pod template that waited for it "+
 				"(spec.maintenance) is applied: %s", name, strings.Join(differs, ", "))
@@ -148,7 +149,7 @@ func (r *TiledInstanceReconciler) gateRender(ctx context.Context, cur *instanceS
 	g.pending = &tiledv1alpha1.PendingRollout{StatefulSet: name, TemplateHash: hash, Differs: differs[:min(len(differs), maxPendingPaths)], DifferCount: int32(len(differs))}
 	added = additions.Limit(added, maxPendingPaths)
 	g.pending.AddedObjects, g.pending.AddedImages = added.Objects, added.Images
-	if prev != nil && prev.TemplateHash == hash && prev.StatefulSet == name {
+	if same {
 		g.pending.Differs, g.pending.DifferCount, g.pending.Since = prev.Differs, prev.DifferCount, prev.Since
 		// A change that waited for the maintenance window keeps its kind; it now waits for the
 		// cluster's rollout as a render change does.
@@ -159,15 +160,21 @@ func (r *TiledInstanceReconciler) gateRender(ctx context.Context, cur *instanceS
 		g.pending.Since = &now
 	}
 	r.memories.pending.store(types.NamespacedName{Namespace: ti.Namespace, Name: ti.Name},
-		writtenPending{uid: ti.UID, resourceVersion: ti.ResourceVersion, pending: g.pending})
+		over(ti, g.pending))
 	return g, nil
+}
+
+// samePending says prev (nil: none) is the pending change of the StatefulSet name to the template
+// of this hash: found before, so not looked for again.
+func samePending(prev *tiledv1alpha1.PendingRollout, name, hash string) bool {
+	return prev != nil && prev.TemplateHash == hash && prev.StatefulSet == name
 }
 
 // previousPending is the status.pendingRollout found before: by a reconcile whose status the cache
 // does not show yet, else the cache's.
 func (r *TiledInstanceReconciler) previousPending(ti *tiledv1alpha1.TiledInstance) *tiledv1alpha1.PendingRollout {
 	if w, ok := r.memories.pending.load(types.NamespacedName{Namespace: ti.Namespace, Name: ti.Name}); ok {
-		return w.of(ti)
+		return w.of(ti, ti.Status.PendingRollout)
 	}
 	return ti.Status.PendingRollout
 }

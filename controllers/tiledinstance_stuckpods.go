@@ -56,7 +56,7 @@ func (r *TiledInstanceReconciler) replaceStuck(ctx context.Context, cur *instanc
 	key := client.ObjectKeyFromObject(ti)
 	prev := ti.Status.ReplacedPods
 	if w, ok := r.memories.replaced.load(key); ok {
-		prev = w.of(ti)
+		prev = w.of(ti, prev)
 	}
 	replaced := make(map[string]string, len(prev))
 	for _, e := range prev {
@@ -94,7 +94,7 @@ func (r *TiledInstanceReconciler) replaceStuck(ctx context.Context, cur *instanc
 				out.records = setRecord(out.records, tiledv1alpha1.ReplacedPod{Pod: p.Pod, Revision: p.To, Reason: p.Reason, Time: &metav1.Time{Time: time.Now().Truncate(time.Second)}})
 				// Remembered at once: the status that records it is written after, and the cache
 				// shows it later still.
-				r.memories.replaced.store(key, writtenReplaced{uid: ti.UID, resourceVersion: ti.ResourceVersion, records: out.records})
+				r.memories.replaced.store(key, over(ti, out.records))
 			}
 		}
 	}
