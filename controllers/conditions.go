@@ -163,19 +163,18 @@ func transitioned(before, after []metav1.Condition, typ string) (*metav1.Conditi
 }
 
 // applyStatus applies the status of one of the operator's own objects through the status
-// subresource, and reports whether a request was sent.
-func applyStatus(ctx context.Context, a *applier.Applier, obj client.Object, kind string, status any) (bool, error) {
+// subresource, and reports whether a request was sent (and the object's resourceVersion after it).
+func applyStatus(ctx context.Context, a *applier.Applier, obj client.Object, kind string, status any) (applier.Result, error) {
 	st, err := toMap(status)
 	if err != nil {
-		return false, err
+		return applier.Result{}, err
 	}
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": tiledv1alpha1.GroupVersion.String(), "kind": kind,
 		"metadata": map[string]any{"name": obj.GetName(), "namespace": obj.GetNamespace()},
 		"status":   st,
 	}}
-	res, err := a.ApplyStatus(ctx, client.ApplyConfigurationFromUnstructured(u), obj, applier.Group(client.ObjectKeyFromObject(obj).String()))
-	return res.Sent, err
+	return a.ApplyStatus(ctx, client.ApplyConfigurationFromUnstructured(u), obj, applier.Group(client.ObjectKeyFromObject(obj).String()))
 }
 
 // toMap converts a typed value to the map form used in unstructured apply configurations.

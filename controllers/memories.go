@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/controllers/applier"
@@ -26,13 +27,15 @@ import (
 //	                (desired.Renders)                   replaced when its render's inputs change
 //	upgrades        instanceMemories         instance   the instance is gone (instanceMemories.forget);
 //	(and catalog                                        ignored for another UID, or once the cache
-//	losses)                                             shows a newer instance
+//	losses)                                             has caught up (instanceMemories.shows)
 //	replaced        instanceMemories         instance   the instance is gone (instanceMemories.forget);
 //	                                                    ignored for another UID, or once the cache
-//	                                                    shows a newer instance
+//	                                                    has caught up (instanceMemories.shows)
 //	pending         instanceMemories         instance   the instance is gone (instanceMemories.forget);
 //	                                                    ignored for another UID, or once the cache
-//	                                                    shows a newer instance
+//	                                                    has caught up (instanceMemories.shows)
+//	statusWrite     instanceMemories         instance   the instance is gone (instanceMemories.forget);
+//	                                                    replaced by the next status write
 //	verdicts        profileMemories          profile    the profile is gone (profileMemories.forget);
 //	                                                    ignored for another UID or generation
 //	records         applier.Applier          object     pruned (childset.Prune: Forget), seen deleted by
@@ -86,6 +89,48 @@ type instanceMemories struct {
 	// (and found empty) by a reconcile that starts before the cache shows the status that records
 	// it (tiledinstance_rendergate.go).
 	pending keyed[writtenOver[*tiledv1alpha1.PendingRollout]]
+	// statusWrite is the instance's last status write: the resourceVersion it went over (the
+	// cache's) and the one it made. A reconcile can start on a cache that shows an earlier write
+	// but not the last: newer than the version a memory was written over, older than the write
+	// that recorded it (shows).
+	statusWrite keyed[statusWrite]
+}
+
+// statusWrite is a status write over the instance with this UID at resourceVersion over, which
+// made resourceVersion made.
+type statusWrite struct {
+	uid        types.UID
+	over, made string
+}
+
+// wroteStatus remembers a status write over ti (as the cache showed it) that made resourceVersion
+// made.
+func (m *instanceMemories) wroteStatus(ti *tiledv1alpha1.TiledInstance, made string) {
+	if made == "" {
+		return
+	}
+	m.statusWrite.store(types.NamespacedName{Namespace: ti.Namespace, Name: ti.Name}, statusWrite{uid: ti.UID, over: ti.ResourceVersion, made: made})
+}
+
+// shows says the cache's ti is older than what a memory written over the instance with this UID
+// at resourceVersion over holds, so that the memory, not the cache, is to be read: the cache still
+// shows that version, or a later one older than the status write made over it (the write that
+// records what is remembered, or one after it over the same version). The resourceVersions of one
+// object are compared as integers (k8s.io/apimachinery's resourceversion; comparable since
+// Kubernetes 1.35); a version that is not one is compared for equality alone.
+func (m *instanceMemories) shows(ti *tiledv1alpha1.TiledInstance, uid types.UID, over string) bool {
+	if uid != ti.UID {
+		return false
+	}
+	if over == ti.ResourceVersion {
+		return true
+	}
+	w, ok := m.statusWrite.load(types.NamespacedName{Namespace: ti.Namespace, Name: ti.Name})
+	if !ok || w.uid != uid || w.over != over {
+		return false
+	}
+	c, err := resourceversion.CompareResourceVersion(ti.ResourceVersion, w.made)
+	return err == nil && c < 0
 }
 
 // writtenOver is a part of an instance's status written (or found) over the instance with this UID
@@ -101,10 +146,11 @@ func over[T any](ti *tiledv1alpha1.TiledInstance, v T) writtenOver[T] {
 	return writtenOver[T]{uid: ti.UID, resourceVersion: ti.ResourceVersion, value: v}
 }
 
-// of returns what was written when the cache still shows the instance the write went over (same
-// UID, same resourceVersion), and cached (the cache's own) otherwise.
-func (w writtenOver[T]) of(ti *tiledv1alpha1.TiledInstance, cached T) T {
-	if w.uid == ti.UID && w.resourceVersion == ti.ResourceVersion {
+// of returns what was written when the cache has not caught up with the write (m.shows: the
+// same UID, and the version it went over or one older than the status write), and cached (the
+// cache's own) otherwise.
+func (w writtenOver[T]) of(m *instanceMemories, ti *tiledv1alpha1.TiledInstance, cached T) T {
+	if m.shows(ti, w.uid, w.resourceVersion) {
 		return w.value
 	}
 	return cached
@@ -138,11 +184,11 @@ func written(ti *tiledv1alpha1.TiledInstance, status *tiledv1alpha1.TiledInstanc
 	return w
 }
 
-// apply puts what was written into ti's status when the cache still shows the instance the write
-// went over (same UID, same resourceVersion); a newer instance, or another of the same name, is left
-// as the cache shows it.
-func (w writtenUpgrade) apply(ti *tiledv1alpha1.TiledInstance) {
-	if w.uid == ti.UID && w.resourceVersion == ti.ResourceVersion {
+// apply puts what was written into ti's status when the cache has not caught up with the write
+// (m.shows); an instance the cache shows after the write, or another of the same name, is left as
+// the cache shows it.
+func (w writtenUpgrade) apply(m *instanceMemories, ti *tiledv1alpha1.TiledInstance) {
+	if m.shows(ti, w.uid, w.resourceVersion) {
 		ti.Status.Upgrade, ti.Status.LastMigration = w.upgrade, w.last
 		ti.Status.CatalogLost, ti.Status.Database = w.lost, w.database
 		if w.backup != nil {
@@ -174,6 +220,7 @@ func (m *instanceMemories) forget(a *applier.Applier, instance types.NamespacedN
 	m.upgrades.forget(instance)
 	m.replaced.forget(instance)
 	m.pending.forget(instance)
+	m.statusWrite.forget(instance)
 	a.ForgetGroup(instance.String())
 }
 

@@ -198,7 +198,8 @@ func (r *TiledClusterReconciler) writeStatus(ctx context.Context, cluster *tiled
 	if equality.Semantic.DeepEqual(&cluster.Status, status) {
 		return false, nil
 	}
-	return applyStatus(ctx, r.Applier, cluster, "TiledCluster", status)
+	res, err := applyStatus(ctx, r.Applier, cluster, "TiledCluster", status)
+	return res.Sent, err
 }
 
 // eventOnConflictingProfiles records the conflict on each profile involved.

@@ -31,7 +31,7 @@ func (r *TiledInstanceReconciler) lostCatalog(ctx context.Context, cur *instance
 	n := names.For(spec.Namespace, spec.Name)
 	key := types.NamespacedName{Namespace: ti.Namespace, Name: ti.Name}
 	if w, ok := r.memories.upgrades.load(key); ok {
-		w.apply(ti) // what was written and the cache does not show yet
+		w.apply(&r.memories, ti) // what was written and the cache does not show yet
 	}
 	o := catalog.Observed{
 		Instance: ti.Namespace + "/" + ti.Name, Name: ti.Name,

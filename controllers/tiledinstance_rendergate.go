@@ -174,7 +174,7 @@ func samePending(prev *tiledv1alpha1.PendingRollout, name, hash string) bool {
 // does not show yet, else the cache's.
 func (r *TiledInstanceReconciler) previousPending(ti *tiledv1alpha1.TiledInstance) *tiledv1alpha1.PendingRollout {
 	if w, ok := r.memories.pending.load(types.NamespacedName{Namespace: ti.Namespace, Name: ti.Name}); ok {
-		return w.of(ti, ti.Status.PendingRollout)
+		return w.of(&r.memories, ti, ti.Status.PendingRollout)
 	}
 	return ti.Status.PendingRollout
 }

@@ -269,5 +269,9 @@ func (r *TiledInstanceReconciler) writeStatus(ctx context.Context, ti *tiledv1al
 	if equality.Semantic.DeepEqual(&ti.Status, status) {
 		return false, nil
 	}
-	return applyStatus(ctx, r.Applier, ti, "TiledInstance", status)
+	res, err := applyStatus(ctx, r.Applier, ti, "TiledInstance", status)
+	if res.Sent {
+		r.memories.wroteStatus(ti, res.ResourceVersion)
+	}
+	return res.Sent, err
 }

@@ -56,7 +56,7 @@ func (r *TiledInstanceReconciler) replaceStuck(ctx context.Context, cur *instanc
 	key := client.ObjectKeyFromObject(ti)
 	prev := ti.Status.ReplacedPods
 	if w, ok := r.memories.replaced.load(key); ok {
-		prev = w.of(ti, prev)
+		prev = w.of(&r.memories, ti, prev)
 	}
 	replaced := make(map[string]string, len(prev))
 	for _, e := range prev {

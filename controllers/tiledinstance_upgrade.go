@@ -39,7 +39,7 @@ func (r *TiledInstanceReconciler) upgrade(ctx context.Context, cur *instanceStat
 	n := names.For(spec.Namespace, spec.Name)
 	key := types.NamespacedName{Namespace: ti.Namespace, Name: ti.Name}
 	if w, ok := r.memories.upgrades.load(key); ok {
-		w.apply(ti) // ti is this reconcile's copy
+		w.apply(&r.memories, ti) // ti is this reconcile's copy
 	}
 	o := upgrade.Observed{Upgrade: ti.Status.Upgrade, Target: render.BackupTarget(spec), ToolsImage: r.Builtins.Image(expansion.ImagePostgreSQL), Now: time.Now()}
 	if t := spec.Spec.Tiled; t != nil {

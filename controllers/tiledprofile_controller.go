@@ -191,8 +191,8 @@ func (r *TiledProfileReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	if equality.Semantic.DeepEqual(&p.Status, status) {
 		return ctrl.Result{}, nil
 	}
-	sent, err := applyStatus(ctx, r.Applier, p, "TiledProfile", status)
-	if err != nil || !sent {
+	res, err := applyStatus(ctx, r.Applier, p, "TiledProfile", status)
+	if err != nil || !res.Sent {
 		return ctrl.Result{}, err
 	}
 	// Events mark transitions only: sent once, when the status that records them is written.

@@ -78,7 +78,7 @@ func TestWrittenUpgradeOverAStaleCache(t *testing.T) {
 			ti := &tiledv1alpha1.TiledInstance{}
 			ti.UID, ti.ResourceVersion = types.UID(tc.uid), tc.rv
 			ti.Status.Upgrade = cached.DeepCopy()
-			written.apply(ti)
+			written.apply(&instanceMemories{}, ti)
 			g.Expect(ti.Status.Upgrade.Phase).To(Equal(tc.wantPhase))
 			g.Expect(ti.Status.LastMigration != nil).To(Equal(tc.wantLast))
 		})

@@ -121,6 +121,9 @@ type Result struct {
 	// that the cache may not have caught up: nothing was sent, and the caller should look again after
 	// this long, in case the object was deleted before the cache ever showed it.
 	Recheck time.Duration
+	// ResourceVersion is the object's resourceVersion after a status apply that was sent (""
+	// otherwise): a cache that shows an older one has not caught up with the write yet.
+	ResourceVersion string
 }
 
 // Apply applies ac (a typed apply configuration, or client.ApplyConfigurationFromUnstructured)
@@ -256,7 +259,7 @@ func (a *Applier) ApplyStatus(ctx context.Context, ac runtime.ApplyConfiguration
 	a.mu.Lock()
 	a.status[key] = &statusRecord{intent: shortIntent(intent), uid: uid, group: intern.String(o.group)}
 	a.mu.Unlock()
-	return Result{Key: key, Sent: true}, nil
+	return Result{Key: key, Sent: true, ResourceVersion: stored.ResourceVersion}, nil
 }
 
 // applyPatch is a server-side apply of an encoded apply configuration. The applier sends it through
