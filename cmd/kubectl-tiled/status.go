@@ -128,9 +128,9 @@ type InstanceSummary struct {
 	// (spec.maintenance) lets disruptive changes start now, why, and when that changes.
 	Maintenance *v1alpha1.MaintenanceStatus `json:"maintenance,omitempty"`
 	Conditions  []ConditionSummary          `json:"conditions,omitempty"`
-	Generation     int64                     `json:"generation"`
-	Observed       int64                     `json:"observedGeneration"`
-	Restore        *v1alpha1.RestoreRecord   `json:"restore,omitempty"`
+	Generation  int64                       `json:"generation"`
+	Observed    int64                       `json:"observedGeneration"`
+	Restore     *v1alpha1.RestoreRecord     `json:"restore,omitempty"`
 	// CatalogLost is the instance's status.catalogLost: its catalog is lost, Tiled stopped until
 	// the newest whole backup is restored or a person accepts the loss (docs/backups.md).
 	CatalogLost *v1alpha1.CatalogLost `json:"catalogLost,omitempty"`
