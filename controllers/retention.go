@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 
@@ -24,6 +25,8 @@ import (
 //     (AnnotationReleasedFrom);
 //   - releaseVolumes (the cluster controller, every reconcile) deletes the NFS PersistentVolumes of
 //     instances gone from the cache;
+//   - undoRelease (the same prune, when the delete then fails) takes that release back: the
+//     instance stays;
 //   - unrelease (the instance controller, after each apply) removes the label from a claim or
 //     Secret another instance of the same name uses again. The instance being removed never does:
 //     a reconcile of it already under way when the cluster released its claims would otherwise
@@ -38,33 +41,13 @@ type retention struct {
 // release labels the claims and the Secret an instance leaves behind under the Retain policy (they
 // have no owner reference, so the garbage collector keeps them) and returns their names.
 func (rt retention) release(ctx context.Context, ti client.Object) ([]string, error) {
-	claims := &metav1.PartialObjectMetadataList{}
-	claims.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PersistentVolumeClaimList"))
-	if err := rt.c.List(ctx, claims, client.InNamespace(ti.GetNamespace()),
-		client.MatchingLabels{tiledv1alpha1.LabelAppInstance: ti.GetName(), tiledv1alpha1.LabelManagedBy: tiledv1alpha1.ManagedByValue}); err != nil {
+	retained, err := rt.retained(ctx, ti)
+	if err != nil {
 		return nil, err
-	}
-	var secrets corev1.SecretList
-	if err := rt.c.List(ctx, &secrets, client.InNamespace(ti.GetNamespace()),
-		client.MatchingLabels{tiledv1alpha1.LabelAppInstance: ti.GetName(), tiledv1alpha1.LabelManagedBy: tiledv1alpha1.ManagedByValue}); err != nil {
-		return nil, err
-	}
-	retained := make([]client.Object, 0, len(claims.Items)+len(secrets.Items))
-	for i := range claims.Items {
-		retained = append(retained, &claims.Items[i])
-	}
-	for i := range secrets.Items {
-		retained = append(retained, &secrets.Items[i])
 	}
 	var names []string
 	for _, o := range retained {
-		if metav1.GetControllerOf(o) != nil {
-			continue // owned: goes with the instance (Delete policy, or an NFS claim)
-		}
-		kind := "PersistentVolumeClaim"
-		if _, ok := o.(*corev1.Secret); ok {
-			kind = "Secret"
-		}
+		kind := kindOf(o)
 		if o.GetLabels()[LabelReleased] != "true" || o.GetAnnotations()[AnnotationReleasedFrom] != string(ti.GetUID()) {
 			u := &unstructured.Unstructured{Object: map[string]any{
 				"apiVersion": "v1", "kind": kind,
@@ -86,6 +69,74 @@ func (rt retention) release(ctx context.Context, ti client.Object) ([]string, er
 	}
 	sort.Strings(names)
 	return names, nil
+}
+
+// retained are the claims and the Secret of the instance ti that no owner reference takes with it
+// (the Retain policy), as the cache shows them.
+func (rt retention) retained(ctx context.Context, ti client.Object) ([]client.Object, error) {
+	claims := &metav1.PartialObjectMetadataList{}
+	claims.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PersistentVolumeClaimList"))
+	if err := rt.c.List(ctx, claims, client.InNamespace(ti.GetNamespace()),
+		client.MatchingLabels{tiledv1alpha1.LabelAppInstance: ti.GetName(), tiledv1alpha1.LabelManagedBy: tiledv1alpha1.ManagedByValue}); err != nil {
+		return nil, err
+	}
+	var secrets corev1.SecretList
+	if err := rt.c.List(ctx, &secrets, client.InNamespace(ti.GetNamespace()),
+		client.MatchingLabels{tiledv1alpha1.LabelAppInstance: ti.GetName(), tiledv1alpha1.LabelManagedBy: tiledv1alpha1.ManagedByValue}); err != nil {
+		return nil, err
+	}
+	retained := make([]client.Object, 0, len(claims.Items)+len(secrets.Items))
+	for i := range claims.Items {
+		if metav1.GetControllerOf(&claims.Items[i]) == nil { // owned: goes with the instance (Delete policy, or an NFS claim)
+			retained = append(retained, &claims.Items[i])
+		}
+	}
+	for i := range secrets.Items {
+		if metav1.GetControllerOf(&secrets.Items[i]) == nil {
+			retained = append(retained, &secrets.Items[i])
+		}
+	}
+	return retained, nil
+}
+
+// kindOf is the kind of a retained object: PersistentVolumeClaim or Secret.
+func kindOf(o client.Object) string {
+	if _, ok := o.(*corev1.Secret); ok {
+		return "Secret"
+	}
+	return "PersistentVolumeClaim"
+}
+
+// undoRelease takes back the release of the instance ti, whose delete failed after release
+// labelled what it leaves behind: the instance stays, and were the beamline listed again before
+// the delete is tried again, its own claims would stay labelled released (unrelease leaves the
+// children an instance released itself). release has just labelled every retained child with ti's
+// UID, whatever the cache shows yet (it may not show the label), so each is cleared.
+func (rt retention) undoRelease(ctx context.Context, ti client.Object) error {
+	retained, err := rt.retained(ctx, ti)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, o := range retained {
+		if err := rt.dropRelease(ctx, kindOf(o), o); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// dropRelease removes the released label and annotation from the claim or Secret o of kind kind: an
+// apply of nothing under the retention field owner, which set them.
+func (rt retention) dropRelease(ctx context.Context, kind string, o client.Object) error {
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": kind,
+		"metadata": map[string]any{"name": o.GetName(), "namespace": o.GetNamespace()},
+	}}
+	if err := rt.c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(tiledv1alpha1.RetentionFieldOwner), client.ForceOwnership); err != nil {
+		return fmt.Errorf("removing the label %s from the %s %s/%s: %w", LabelReleased, kind, o.GetNamespace(), o.GetName(), err)
+	}
+	return nil
 }
 
 // unrelease removes the released label (and AnnotationReleasedFrom) from a retained claim or Secret
@@ -110,12 +161,8 @@ func (rt retention) unrelease(ctx context.Context, ti client.Object, current cli
 	if current.GetLabels()[LabelReleased] == "" || current.GetAnnotations()[AnnotationReleasedFrom] == string(ti.GetUID()) {
 		return nil
 	}
-	u := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "v1", "kind": kind,
-		"metadata": map[string]any{"name": current.GetName(), "namespace": current.GetNamespace()},
-	}}
-	if err := rt.c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(tiledv1alpha1.RetentionFieldOwner), client.ForceOwnership); err != nil {
-		return fmt.Errorf("removing the label %s from the %s %s/%s, in use again: %w", LabelReleased, kind, current.GetNamespace(), current.GetName(), err)
+	if err := rt.dropRelease(ctx, kind, current); err != nil {
+		return fmt.Errorf("%w (in use again)", err)
 	}
 	return nil
 }

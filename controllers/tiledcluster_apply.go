@@ -163,7 +163,7 @@ func (r *TiledClusterReconciler) prune(ctx context.Context, cur *clusterState, w
 	}
 	gone, err := childset.Prune(ctx, r.Client, r.Applier, tiledv1alpha1.GroupVersion.WithKind("TiledInstance"), owned, cur.cluster.UID,
 		func(k applier.Key) bool { return wanted[k.Name] },
-		childset.PruneOptions{Propagation: &background, BeforeDelete: rt.release})
+		childset.PruneOptions{Propagation: &background, BeforeDelete: rt.release, UndoBeforeDelete: rt.undoRelease})
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package childset
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"iter"
 
@@ -28,6 +29,10 @@ type PruneOptions struct {
 	// leaves behind) and returns what it kept, for the caller's message; an error ends the prune
 	// before that delete.
 	BeforeDelete func(ctx context.Context, obj client.Object) ([]string, error)
+	// UndoBeforeDelete, when not nil, runs when a delete that BeforeDelete prepared fails, to undo
+	// what BeforeDelete did (retention: the object stays, so what it leaves behind is not left
+	// yet). Its error is reported with the delete's.
+	UndoBeforeDelete func(ctx context.Context, obj client.Object) error
 }
 
 // Pruned is an object Prune deleted, or found already gone.
@@ -68,7 +73,13 @@ func Prune(ctx context.Context, c Deleter, a *applier.Applier, gvk schema.GroupV
 			opts = append(opts, client.PropagationPolicy(*o.Propagation))
 		}
 		if err := c.Delete(ctx, obj, opts...); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			return pruned, fmt.Errorf("pruning %s: %w", key, err)
+			err = fmt.Errorf("pruning %s: %w", key, err)
+			if o.BeforeDelete != nil && o.UndoBeforeDelete != nil {
+				if uerr := o.UndoBeforeDelete(ctx, obj); uerr != nil {
+					err = errors.Join(err, fmt.Errorf("undoing what was done before deleting %s: %w", key, uerr))
+				}
+			}
+			return pruned, err
 		}
 		a.Forget(key)
 		pruned = append(pruned, Pruned{Object: obj, Kept: kept})

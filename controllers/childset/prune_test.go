@@ -86,6 +86,23 @@ func TestPrune(t *testing.T) {
 			opts: PruneOptions{BeforeDelete: func(context.Context, client.Object) ([]string, error) { return nil, errors.New("cannot label") }}},
 		{name: "a delete error stops the prune, naming the object", wantDelete: []string{"unwanted"}, wantErr: "pruning ConfigMap/ns/unwanted: forbidden",
 			errs: map[string]error{"unwanted": errors.New("forbidden")}},
+		{name: "a delete error undoes what was done before it", wantDelete: []string{"unwanted"}, wantErr: "pruning ConfigMap/ns/unwanted: forbidden",
+			errs: map[string]error{"unwanted": errors.New("forbidden")},
+			opts: PruneOptions{
+				BeforeDelete: func(_ context.Context, o client.Object) ([]string, error) { return nil, nil },
+				UndoBeforeDelete: func(_ context.Context, o client.Object) error {
+					return errors.New("undone " + o.GetName())
+				},
+			}},
+		{name: "a delete that finds the object gone or replaced undoes nothing", wantDelete: []string{"unwanted", "gone", "replaced"},
+			errs: map[string]error{"gone": apierrors.NewNotFound(schema.GroupResource{Resource: "configmaps"}, "gone"),
+				"replaced": apierrors.NewConflict(schema.GroupResource{Resource: "configmaps"}, "replaced", errors.New("uid"))},
+			opts: PruneOptions{
+				BeforeDelete: func(_ context.Context, o client.Object) ([]string, error) { return nil, nil },
+				UndoBeforeDelete: func(_ context.Context, o client.Object) error {
+					return errors.New("undone " + o.GetName())
+				},
+			}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
@@ -113,6 +130,10 @@ func TestPrune(t *testing.T) {
 			g.Expect(names).To(Equal(tc.wantDelete))
 			if tc.wantErr != "" {
 				g.Expect(err).To(MatchError(ContainSubstring(tc.wantErr)))
+				if tc.opts.UndoBeforeDelete != nil {
+					// The undo ran for the object whose delete failed (its error says so), and only for it.
+					g.Expect(err).To(MatchError(ContainSubstring("undoing what was done before deleting ConfigMap/ns/unwanted: undone unwanted")))
+				}
 				return
 			}
 			g.Expect(err).NotTo(HaveOccurred())

@@ -1,16 +1,19 @@
 package controllers_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
@@ -312,4 +315,104 @@ func TestMembershipIsTheControllerReference(t *testing.T) {
 		"no TiledCluster controls it")
 	g.Expect(exists(t, &appsv1.StatefulSet{}, ns, fleet.NamesOf(impostor).Tiled)).To(BeFalse(), "something was rendered for the impostor")
 	waitQuiet(t, op)
+}
+
+// TestAFailedDeleteTakesItsReleaseBack: the cluster's prune labels a removed beamline's claims and
+// Secret released, then deletes its instance; when that delete fails (here a ValidatingAdmission
+// Policy of the real API server refuses it), the instance stays and the release is taken back at
+// once. Listed again before the delete is retried, the beamline's claims are not left labelled as
+// released (the instance controller never removes a release its own instance made). Once the
+// delete is allowed, the removal releases and deletes as usual.
+func TestAFailedDeleteTakesItsReleaseBack(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t, g, "release-undo")
+	op := startOperator(t, ns)
+	smallFleet(t, g, ns, names("a")...)
+	waitForStampOut(t, g, op, ns, "fleet", 1)
+	ti := getInstance(t, g, ns, "fleet-a")
+	n := fleet.NamesOf(ti)
+
+	// The API server refuses to delete the instance.
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "keep-" + ns},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Delete},
+					Rule: admissionregistrationv1.Rule{APIGroups: []string{tiledv1alpha1.GroupVersion.Group}, APIVersions: []string{"*"},
+						Resources: []string{"tiledinstances"}},
+				},
+			}}},
+			Validations: []admissionregistrationv1.Validation{{Expression: "oldObject.metadata.namespace != '" + ns + "'", Message: "test: instances of this namespace are not deleted"}},
+		},
+	}
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "keep-" + ns},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: policy.Name,
+			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}},
+	}
+	g.Expect(env.Client.Create(ctxT(t), policy)).To(Succeed())
+	g.Expect(env.Client.Create(ctxT(t), binding)).To(Succeed())
+	t.Cleanup(func() {
+		_ = env.Client.Delete(context.Background(), binding)
+		_ = env.Client.Delete(context.Background(), policy)
+	})
+	// The policy takes effect once the API server has loaded it: a dry-run delete of the instance
+	// is refused.
+	g.Eventually(func() string {
+		err := env.Client.Delete(ctxT(t), ti.DeepCopy(), client.DryRunAll)
+		if err == nil {
+			return ""
+		}
+		return err.Error()
+	}, 30*time.Second, 100*time.Millisecond).Should(ContainSubstring("not deleted"))
+
+	claims := []string{n.DataClaim, n.DatabaseClaim}
+	released := func() map[string]string {
+		got := map[string]string{}
+		for _, name := range claims {
+			pvc := &corev1.PersistentVolumeClaim{}
+			g.Expect(exists(t, pvc, ns, name)).To(BeTrue())
+			got[name] = pvc.Labels[controllers.LabelReleased]
+		}
+		s := &corev1.Secret{}
+		g.Expect(exists(t, s, ns, n.Secret)).To(BeTrue())
+		got[n.Secret] = s.Labels[controllers.LabelReleased]
+		return got
+	}
+
+	// Removed: the prune's delete is refused, again and again; the claims are never left released.
+	since := time.Now()
+	c := getCluster(t, g, ns)
+	c.Spec.Instances = nil
+	g.Expect(env.Client.Update(ctxT(t), c)).To(Succeed())
+	g.Eventually(func() int64 {
+		return op.Traffic.Snapshot().Sum(func(k traffic.Key) bool {
+			return k.Verb == traffic.VerbDelete && k.Resource == "tiledinstances"
+		})
+	}, 30*time.Second, 50*time.Millisecond).Should(BeNumerically(">=", 1), "the prune tries to delete the instance (and is refused)")
+	g.Expect(exists(t, &tiledv1alpha1.TiledInstance{}, ns, "fleet-a")).To(BeTrue())
+	// Each retry of the prune releases and, its delete refused, takes the release back: the claims
+	// are labelled only between the two.
+	g.Eventually(released, 10*time.Second, 100*time.Millisecond).Should(HaveEach(""), "a release whose delete failed was not taken back")
+	t.Logf("the delete was refused and the release taken back within %s", time.Since(since).Round(time.Millisecond))
+
+	// Listed again: the same instance serves on with its claims unreleased.
+	c = getCluster(t, g, ns)
+	c.Spec.Instances = names("a")
+	g.Expect(env.Client.Update(ctxT(t), c)).To(Succeed())
+	waitQuiet(t, op)
+	g.Expect(getInstance(t, g, ns, "fleet-a").UID).To(Equal(ti.UID))
+	g.Eventually(released, 10*time.Second, 100*time.Millisecond).Should(HaveEach(""))
+	g.Consistently(released, 2*time.Second, 100*time.Millisecond).Should(HaveEach(""), "the beamline listed again, its claims stay unreleased")
+
+	// The delete allowed: removed again, released and gone.
+	g.Expect(env.Client.Delete(ctxT(t), binding)).To(Succeed())
+	g.Expect(env.Client.Delete(ctxT(t), policy)).To(Succeed())
+	c = getCluster(t, g, ns)
+	c.Spec.Instances = nil
+	g.Expect(env.Client.Update(ctxT(t), c)).To(Succeed())
+	g.Eventually(func() bool { return exists(t, &tiledv1alpha1.TiledInstance{}, ns, "fleet-a") }, time.Minute, 100*time.Millisecond).Should(BeFalse())
+	g.Expect(released()).To(HaveEach("true"))
 }
