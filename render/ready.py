@@ -340,7 +340,8 @@ def main():
         with open(path) as f:
             serving = json.load(f)
     except (OSError, ValueError) as err:
-        print(f"ready: {path}: {short(err)} (entrypoint.py serve writes it before Tiled starts)", flush=True)
+        why = err.strerror if isinstance(err, OSError) and err.strerror else short(err)
+        print(f"ready: {path}: {why} (entrypoint.py serve writes it before Tiled starts)", flush=True)
         return 1
     failed = []
     for check in (check_catalog, check_cache):
