@@ -34,8 +34,9 @@ still run the old configuration are judged on it.
 
 Its cost is paid every period by every Tiled pod: it uses only the standard library (asyncpg is
 imported only to say why the catalog failed, or when it is the catalog check), runs without the site
-module (-S) and sends one request over a plain socket. Each step is bounded (STEP_SECONDS) so that
-the whole check ends before the kubelet's timeout, whose enforcement on exec probes is not prompt.
+module (-S) and sends one request over a plain socket. Each network step is bounded (STEP_SECONDS),
+and all of them together (BUDGET_SECONDS), so that the check ends, with its line, before the
+kubelet's timeout (render.ReadyTimeoutSeconds), whose enforcement on exec probes is not prompt.
 """
 
 import json
@@ -43,6 +44,7 @@ import os
 import re
 import socket
 import sys
+import time
 
 # What entrypoint.py's serve leaves for this check (entrypoint.SERVING_FILE), under HOME.
 SERVING_FILE = ".tiled-operator-serving.json"
@@ -52,6 +54,9 @@ API_KEY_VARIABLE = "TILED_SINGLE_USER_API_KEY"
 # connection and replies, the database query that explains a failure. render.ReadyTimeoutSeconds
 # leaves room for all three.
 STEP_SECONDS = 3.0
+# How long the whole check may take: less than render.ReadyTimeoutSeconds (10 s), so that the
+# kubelet gets this check's line, not its own "command timed out".
+BUDGET_SECONDS = 8.0
 # The catalog check: the root's children, none of them returned (Tiled still runs its query on the
 # nodes table and counts a bounded number of rows), without links.
 SEARCH_PATH = "/api/v1/search/?page%5Blimit%5D=0&fields=&omit_links=true"
@@ -59,6 +64,14 @@ SEARCH_PATH = "/api/v1/search/?page%5Blimit%5D=0&fields=&omit_links=true"
 CATALOG_QUERY = "SELECT 1 FROM nodes LIMIT 1"
 
 VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+DEADLINE = time.monotonic() + BUDGET_SECONDS
+
+
+def remaining():
+    """The time the next network step may take: STEP_SECONDS, or what is left of the budget."""
+    return max(0.05, min(STEP_SECONDS, DEADLINE - time.monotonic()))
 
 
 class Failed(Exception):
@@ -74,7 +87,7 @@ def expand(text):
 def short(err):
     """The error in a few words, without the exception's class when its text says enough."""
     if isinstance(err, socket.timeout) or isinstance(err, TimeoutError):
-        return f"no answer in {STEP_SECONDS:g}s"
+        return "no answer in time"
     if isinstance(err, ConnectionRefusedError):
         return "connection refused"
     if isinstance(err, socket.gaierror):
@@ -93,11 +106,12 @@ def search(port, key):
     request = [f"GET {SEARCH_PATH} HTTP/1.0", f"Host: 127.0.0.1:{port}", "Accept: application/json"]
     if key:
         request.append("Authorization: Apikey " + key)
-    sock = socket.create_connection(("127.0.0.1", port), timeout=STEP_SECONDS)
+    sock = socket.create_connection(("127.0.0.1", port), timeout=remaining())
     try:
         sock.sendall(("\r\n".join(request) + "\r\n\r\n").encode())
         data = b""
         while True:  # HTTP/1.0: the server closes the connection after the response
+            sock.settimeout(remaining())
             chunk = sock.recv(65536)
             if not chunk:
                 break
@@ -181,14 +195,14 @@ def query_database(uri):
         return f"database {where}: cannot be asked ({short(err)})"
 
     async def ask():
-        conn = await asyncpg.connect("postgresql://" + rest, timeout=STEP_SECONDS)
+        conn = await asyncpg.connect("postgresql://" + rest, timeout=remaining())
         try:
-            await conn.execute(CATALOG_QUERY, timeout=STEP_SECONDS)
+            await conn.execute(CATALOG_QUERY, timeout=remaining())
         finally:
-            await conn.close(timeout=STEP_SECONDS)
+            await conn.close(timeout=remaining())
 
     try:
-        asyncio.run(asyncio.wait_for(ask(), STEP_SECONDS))
+        asyncio.run(asyncio.wait_for(ask(), remaining()))
     except Exception as err:  # noqa: BLE001 - what the database says is the point
         return f"database {where}: {short(err)}"
     return ""
@@ -209,7 +223,7 @@ class Redis:
     """One connection: send a command, read its reply (simple, error, bulk or array of bulks)."""
 
     def __init__(self, host, port, tls=False, verify=True):
-        sock = socket.create_connection((host, port), timeout=STEP_SECONDS)
+        sock = socket.create_connection((host, port), timeout=remaining())
         if tls:
             import ssl
 
@@ -228,6 +242,7 @@ class Redis:
 
     def line(self):
         while b"\r\n" not in self.buf:
+            self.sock.settimeout(remaining())
             chunk = self.sock.recv(4096)
             if not chunk:
                 raise ConnectionError("the connection was closed")
@@ -237,6 +252,7 @@ class Redis:
 
     def exact(self, n):
         while len(self.buf) < n + 2:
+            self.sock.settimeout(remaining())
             chunk = self.sock.recv(4096)
             if not chunk:
                 raise ConnectionError("the connection was closed")

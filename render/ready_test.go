@@ -271,7 +271,7 @@ func TestReadyScript(t *testing.T) {
 	}
 	cases := []struct {
 		name   string
-		status int // what Tiled answers; 0: nothing listens
+		status int // what Tiled answers; 0: nothing listens; -1: it accepts and never answers
 		edit   func(t *testing.T, s *setup)
 		code   int
 		// out matches the one line printed (empty: nothing printed).
@@ -291,7 +291,7 @@ func TestReadyScript(t *testing.T) {
 		{name: "the cache does not answer (paused)", status: 200, code: 1, edit: func(_ *testing.T, s *setup) {
 			s.cache.set(func(r *fakeRedis) { r.hang = true })
 			managed(s)
-		}, out: `^streaming cache 127\.0\.0\.1:\d+: no answer in 3s$`},
+		}, out: `^streaming cache 127\.0\.0\.1:\d+: no answer in time$`},
 		{name: "the cache refuses the password", status: 200, code: 1, edit: func(_ *testing.T, s *setup) {
 			s.cache.set(func(r *fakeRedis) { r.password = "another" })
 			managed(s)
@@ -299,6 +299,10 @@ func TestReadyScript(t *testing.T) {
 		{name: "both fail: both named", status: 500, code: 1, edit: func(t *testing.T, s *setup) {
 			s.serving["streaming_cache"] = map[string]any{"uri": fmt.Sprintf("redis://127.0.0.1:%d", closedPort(t))}
 		}, out: `^catalog: HTTP 500: .*; streaming cache 127\.0\.0\.1:\d+: connection refused$`},
+		{name: "Tiled and the cache both hang: both named, within the budget", status: -1, code: 1, edit: func(_ *testing.T, s *setup) {
+			s.cache.set(func(r *fakeRedis) { r.hang = true })
+			managed(s)
+		}, out: `^catalog: Tiled on 127\.0\.0\.1:\d+: no answer in time; streaming cache 127\.0\.0\.1:\d+: no answer in time$`},
 		{name: "an external cache by URI, database 3", status: 200, edit: func(_ *testing.T, s *setup) {
 			s.env = append(s.env, EnvStreamingCacheURI+"=redis://:"+password+"@"+s.cache.addr()+"/3")
 			s.serving["streaming_cache"] = map[string]any{"uri": "${" + EnvStreamingCacheURI + "}"}
@@ -332,7 +336,13 @@ func TestReadyScript(t *testing.T) {
 			s := &setup{cache: newFakeRedis(t, password), serving: map[string]any{},
 				env: []string{EnvAPIKey + "=" + key, EnvStreamingCachePassword + "=" + password}}
 			port := closedPort(t)
-			if c.status != 0 {
+			switch c.status {
+			case 0:
+			case -1:
+				hung := newFakeRedis(t, "") // any listener that never answers
+				hung.set(func(r *fakeRedis) { r.hang = true })
+				port = hung.ln.Addr().(*net.TCPAddr).Port
+			default:
 				s.tiled = newFakeTiled(t, c.status)
 				port = s.tiled.port()
 			}

@@ -298,9 +298,10 @@ func healthProbe(period, failures int32) *corev1ac.ProbeApplyConfiguration {
 // a tenth of a CPU second per run with the kubelet's exec, paid by every Tiled pod every period. On
 // a node of two cores with tens of Tiled pods a period of 10 s keeps that to a few percent of one
 // core, and a failure (two in a row, so that one slow answer under load does not take a pod out of
-// its Service) is seen within 20 s; a repair within 10 s. ready.py bounds each of its steps to 3 s
-// (render/ready.py STEP_SECONDS), three at most in one run, so it ends before the timeout; the
-// kubelet's own timeout on exec probes is not enforced promptly.
+// its Service) is seen within 20 s; a repair within 10 s. ready.py bounds each of its network steps
+// to 3 s and all of them to 8 s (render/ready.py STEP_SECONDS, BUDGET_SECONDS), so that it ends with
+// its own line before the timeout; the kubelet's own timeout on exec probes is not enforced
+// promptly, and says only "command timed out".
 const (
 	ReadyPeriodSeconds    = 10
 	ReadyTimeoutSeconds   = 10
