@@ -203,7 +203,10 @@ def record_serving(args):
 def serve(args):
     hide_passwords_in_environment()
     check_config()
-    record_serving(args)
+    try:
+        record_serving(args)
+    except Exception as err:  # noqa: BLE001 - Tiled serves all the same; the readiness check says it lacks the file
+        say(f"cannot record what this Tiled serves with for the readiness check: {summary(err)}")
     install_pool_pre_ping()
     key = os.environ.get(API_KEY_VARIABLE)
     if key and "--api-key" not in args:
