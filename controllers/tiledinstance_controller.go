@@ -49,7 +49,8 @@ const DefaultInstanceConcurrency = 4
 
 // DefaultProbeGrace is how long a container may run without becoming ready before the instance names
 // it (reason ProbeFailing): longer than Tiled's and PostgreSQL's readiness probes take to fail
-// (30 s and 15 s), short enough that a failing probe is reported within two minutes.
+// (20 s, render.ReadyPeriodSeconds × render.ReadyFailureThreshold, and 15 s), short enough that a
+// failing probe is reported within two minutes.
 const DefaultProbeGrace = 60 * time.Second
 
 // TiledInstanceReconciler renders and applies the objects of each TiledInstance: its ConfigMap,

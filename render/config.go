@@ -30,6 +30,11 @@ const (
 	// beside config.yml (Tiled reads only *.yml and *.yaml there). Not part of the config hash: it is
 	// read at the next start of a pod, and writing it rolls nothing.
 	CatalogExpectedKey = "catalog-expected"
+	// ReadyScriptKey is the key of the ConfigMap holding ready.py, the readiness check of the Tiled
+	// container (ReadyCommand). Not part of the config hash: the kubelet runs the file as the mount
+	// holds it at each probe, so a new version of it needs no new pod, and it judges each pod on what
+	// that pod's Tiled was started with (entrypoint.py's serving file), not on the ConfigMap.
+	ReadyScriptKey = "ready.py"
 	// MetricsScriptKey is the key of the ConfigMap holding metrics.py, the program of the metrics
 	// sidecar (see MetricsSidecar); present only when the instance asks for a ServiceMonitor.
 	MetricsScriptKey = "metrics.py"
@@ -351,20 +356,29 @@ func Entrypoint() string { return entrypoint }
 //go:embed metrics.py
 var metricsScript string
 
+//go:embed ready.py
+var readyScript string
+
+// ReadyScript returns ready.py, the readiness check of the Tiled container (ReadyCommand): Tiled
+// answers a catalog search on 127.0.0.1 and the streaming cache it was started with answers AUTH and
+// PING; otherwise one line naming what fails. Its docstring says how.
+func ReadyScript() string { return readyScript }
+
 // MetricsScript returns metrics.py, the program of the metrics sidecar and the wrapper that empties
 // the metrics directory when the Tiled container starts (MetricsSidecar).
 func MetricsScript() string { return metricsScript }
 
-// ConfigMap returns the ConfigMap holding config.yml and entrypoint.py (and metrics.py when the
-// instance asks for a ServiceMonitor, catalog-expected once it had a catalog), and the hash of its
-// content (catalog-expected excepted).
+// ConfigMap returns the ConfigMap holding config.yml, entrypoint.py and ready.py (and metrics.py when
+// the instance asks for a ServiceMonitor, catalog-expected once it had a catalog), and the hash of its
+// content (ready.py and catalog-expected excepted).
 func ConfigMap(ti *v1alpha1.TiledInstance, in Inputs) (*corev1ac.ConfigMapApplyConfiguration, string, error) {
 	b, err := ConfigYAML(ti, in)
 	if err != nil {
 		return nil, "", err
 	}
 	n := in.names(ti)
-	data := map[string]string{ConfigKey: string(b), EntrypointKey: entrypoint}
+	// ready.py outside the hash: see ReadyScriptKey.
+	data := map[string]string{ConfigKey: string(b), EntrypointKey: entrypoint, ReadyScriptKey: readyScript}
 	hash := Hash(b, []byte(entrypoint))
 	if Monitored(ti) {
 		// Only then, so that the ConfigMap and the hash of an instance without monitoring stay as

@@ -35,6 +35,10 @@ cannot be configured to do:
   database dropped). migrate refuses it, exits non-zero and reports {"catalogLost": true, ...}: the
   operator stops Tiled and names the loss (status.catalogLost), rather than Tiled serving a new,
   empty catalog as if nothing had happened.
+- serve leaves for the readiness check (ready.py, beside this file) what this Tiled runs with: its
+  port, its catalog's URI and its streaming cache, as config.yml names them (secrets as ${VAR}), in
+  a file of the pod's own (HOME/.tiled-operator-serving.json, mode 600): a ConfigMap changed under a
+  running pod does not change what the pod is judged on.
 - migrate waits (bounded) until the database accepts connections, with one log line per ten seconds,
   instead of failing into a restart back-off, and migrates under a PostgreSQL advisory lock, so that
   of several replicas starting on a new database exactly one creates the tables.
@@ -162,9 +166,47 @@ def check_config():
         raise SystemExit(f"[tiled-operator] Tiled refuses its configuration {path}: {summary(err)}")
 
 
+# What the readiness check (ready.py, render.ReadyCommand) reads: the port and the streaming cache
+# this process serves with, under HOME (the pod's own emptyDir). ready.py.SERVING_FILE.
+SERVING_FILE = ".tiled-operator-serving.json"
+
+
+def record_serving(args):
+    """Leave for ready.py what this Tiled is started with: its port, its catalog's URI and its
+    streaming cache, as config.yml has them (secrets only as ${VAR} references, which ready.py
+    expands from the container's environment as Tiled does). The ConfigMap may change under a
+    running pod (its new template waiting for a rollout); the check must judge the pod on the
+    configuration it runs."""
+    import glob
+    import json
+
+    import yaml
+
+    cfg = {}
+    path = os.environ.get("TILED_CONFIG") or "config.yml"
+    files = sorted(glob.glob(os.path.join(path, "*.yml")) + glob.glob(os.path.join(path, "*.yaml"))) if os.path.isdir(path) else [path]
+    for f in files:
+        with open(f) as fh:
+            cfg.update(yaml.safe_load(fh) or {})
+    port = 8000
+    for i, a in enumerate(args[:-1]):
+        if a == "--port":
+            port = int(args[i + 1])
+    serving = {"port": port, "catalog": (cfg.get("catalog") or {}).get("uri"), "streaming_cache": cfg.get("streaming_cache")}
+    target = os.path.join(os.environ.get("HOME") or "/tmp", SERVING_FILE)
+    fd = os.open(target + ".new", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(serving, fh)
+    os.replace(target + ".new", target)
+
+
 def serve(args):
     hide_passwords_in_environment()
     check_config()
+    try:
+        record_serving(args)
+    except Exception as err:  # noqa: BLE001 - Tiled serves all the same; the readiness check says it lacks the file
+        say(f"cannot record what this Tiled serves with for the readiness check: {summary(err)}")
     install_pool_pre_ping()
     key = os.environ.get(API_KEY_VARIABLE)
     if key and "--api-key" not in args:

@@ -349,10 +349,13 @@ func (h *helmImport) pod() {
 		}
 	}
 	h.securityContexts()
-	for _, probe := range []string{"livenessProbe", "readinessProbe"} {
+	for probe, how := range map[string]string{
+		"livenessProbe":  "the operator probes /healthz on the http port",
+		"readinessProbe": "the operator's readiness probe asks Tiled for its catalog and pings the streaming cache (ready.py)",
+	} {
 		want := map[string]any{"httpGet": map[string]any{"path": "/healthz", "port": "http"}}
 		if reflect.DeepEqual(normalize(h.mapAt(probe)), normalize(want)) {
-			h.mark(probe, handled, "the operator probes /healthz on the http port")
+			h.mark(probe, handled, how)
 		}
 	}
 }
@@ -934,7 +937,7 @@ func (h *helmImport) notEquivalent() {
 		"fullnameOverride":           "objects are named <cluster>-<instance> by the operator",
 		"service.port":               "the operator serves Tiled on port 8000",
 		"livenessProbe":              "the operator probes /healthz itself",
-		"readinessProbe":             "the operator probes /healthz itself",
+		"readinessProbe":             "the operator probes readiness itself (the catalog and the streaming cache, ready.py)",
 		"serviceAccount.annotations": "the operator creates no service account",
 		"serviceAccount.automount":   "the operator decides token mounting",
 	}

@@ -109,7 +109,9 @@ func TestImportHelmChartDefaults(t *testing.T) {
 	g.Expect(*rendered.Service.Spec.Ports[0].Port).To(Equal(int32(8000)))
 	pod := tiledPod(t, rendered)
 	g.Expect(pod.Containers[0].ImagePullPolicy).To(Equal(corev1.PullAlways))
-	g.Expect(pod.Containers[0].ReadinessProbe.HTTPGet.Path).To(Equal("/healthz"))
+	// The chart's probes were /healthz; the operator's liveness is too, its readiness asks more (ready.py).
+	g.Expect(pod.Containers[0].LivenessProbe.HTTPGet.Path).To(Equal("/healthz"))
+	g.Expect(pod.Containers[0].ReadinessProbe.Exec.Command).To(Equal(render.ReadyCommand()))
 	g.Expect(cfg["authentication"]).To(HaveKeyWithValue("allow_anonymous_access", false))
 	g.Expect(cfg["catalog"]).To(HaveKey("uri")) // a catalog at /, as the chart's tree
 }

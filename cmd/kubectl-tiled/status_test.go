@@ -246,7 +246,7 @@ func instanceFleet() []client.Object {
 		pod("postgres-nsls2-iss-0", "database", false, 4, "CrashLoopBackOff", "2026-12-03T09:05:00Z"),
 		other,
 		warning("Pod", "postgres-nsls2-iss-0", "BackOff", "Back-off restarting failed container postgres", "2026-12-03T09:29:00Z", 12),
-		warning("Pod", "tiled-nsls2-chx-0", "Unhealthy", "Readiness probe failed: HTTP probe failed with statuscode: 503", "2026-12-03T09:29:30Z", 1),
+		warning("Pod", "tiled-nsls2-chx-0", "Unhealthy", `Readiness probe failed: catalog: HTTP 500; database postgres-nsls2-chx.nsls2.svc:5432/catalog: relation "nodes" does not exist`, "2026-12-03T09:29:30Z", 1),
 	)
 }
 

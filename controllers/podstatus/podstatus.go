@@ -148,7 +148,10 @@ func containerProblem(p *corev1.Pod, cs *corev1.ContainerStatus, init bool, now 
 		}
 		return nil
 	}
-	probe := "its readiness probe fails"
+	// The probe's own output (ready.py's line naming the catalog or the cache, pg_isready's,
+	// redis-cli's) is in the kubelet's Unhealthy Events on the pod, which the operator does not
+	// read (no RBAC on Events): the message says where to look.
+	probe := "its readiness probe fails (the pod's Unhealthy events give the probe's output)"
 	if cs.Started != nil && !*cs.Started {
 		probe = "its startup probe has not passed"
 	}

@@ -146,7 +146,7 @@ func TestDiagnose(t *testing.T) {
 			name:       "unready past the grace period: probe failing, not stalled",
 			pods:       []corev1.Pod{pod("t-0", containers(running("tiled", false, t0.Add(-90*time.Second))))},
 			wantReason: ReasonProbeFailing,
-			wantIn:     []string{"container tiled of pod t-0 has been running since 2026-11-01T11:58:30Z but is not ready: its readiness probe fails"},
+			wantIn:     []string{"container tiled of pod t-0 has been running since 2026-11-01T11:58:30Z but is not ready: its readiness probe fails (the pod's Unhealthy events give the probe's output)"},
 		},
 		{
 			name: "startup probe not passed",

@@ -127,7 +127,8 @@ func TestDatabaseOutage(t *testing.T) {
 	condition(t, g, ns, ti.Name, controllers.ConditionReady, metav1.ConditionTrue, controllers.ReasonReady, time.Minute)
 	condition(t, g, ns, ti.Name, controllers.ConditionDatabaseReady, metav1.ConditionTrue, controllers.ReasonReady, time.Minute, n.Postgres+"-0")
 
-	// The database goes down: Tiled's own probe (/healthz) does not notice, the instance does.
+	// The database goes down: the instance names it (DatabaseUnavailable) before anything its Tiled
+	// pods' readiness says (their probe, ready.py, fails too on a real node: here no kubelet runs it).
 	setStatefulSetReady(t, g, ns, n.Postgres, 0)
 	ti = condition(t, g, ns, ti.Name, controllers.ConditionDatabaseReady, metav1.ConditionFalse, controllers.ReasonDatabaseUnavailable, time.Minute,
 		"PostgreSQL pod "+n.Postgres+"-0 is not ready")
