@@ -93,6 +93,7 @@ func suite() []e2eCase {
 		c("8 removed beamline keeps its claims (released); re-added finds its data", FirstFleet, testRemoveReadd),
 		c("bad input: image pull, PostgreSQL never ready, config Tiled refuses -> named conditions", FirstFleet, testBadInput),
 		c("7 mutating webhook on the real path; a bad profile refused at admission", OwnNamespace, testMutatingWebhook),
+		c("19 Ready means serving: a stopped external cache and a catalog's tables gone make the beamline not Ready, named in the pod's events; Ready again once repaired", OwnNamespace, testReadyMeansServing),
 		c("operator upgrades 1-3 (end): every object the operator owns at the same resourceVersion from upgrade 1 until 2 minutes after upgrade 3", UpgradeFleet, testOperatorUpgradeWindow),
 		c("operator upgrades: the data written under the previous release read back after three upgrades", UpgradeFleet, testOperatorUpgradeData),
 

@@ -28,9 +28,7 @@ import (
 // beamline must be reported not Ready (its Tiled pod not ready, the instance Ready=False) within
 // readyDetect, with the pod's Unhealthy event naming the part that fails, and Ready again within
 // readyRepair of the repair; the Tiled pods are neither replaced nor restarted (liveness stays on
-// /healthz). Not yet registered in suite() — the lead registers it (OwnNamespace), e.g.
-//
-//	c("19 Ready means serving: a stopped external cache and a catalog's tables gone make the beamline not Ready, named in the pod's events; Ready again once repaired", OwnNamespace, testReadyMeansServing),
+// /healthz).
 const (
 	readyNS       = "e2e-ready"
 	readyFacility = "e2e-ready"
