@@ -304,6 +304,13 @@ type TiledInstanceStatus struct {
 	// +optional
 	CatalogLost *CatalogLost `json:"catalogLost,omitempty"`
 
+	// InPlaceRestore is the last restore of the instance's databases requested in place, while Tiled
+	// served (the annotation tiled.blueskyproject.io/restore, set by `kubectl tiled restore`): who
+	// asked, which backup, the backup taken of the databases it replaced, each phase and the
+	// outcome. It stays after the restore ends, until the next request replaces it.
+	// +optional
+	InPlaceRestore *InPlaceRestoreStatus `json:"inPlaceRestore,omitempty"`
+
 	// PendingRollout is a change of the Tiled pod template that the operator renders though the
 	// instance's spec did not change (typically a new operator release: a new default, label,
 	// annotation or probe), waiting for the instance's TiledCluster to roll it within
@@ -526,6 +533,84 @@ type RestoreRecord struct {
 	// Seconds is how long the restore Job ran.
 	// +optional
 	Seconds int64 `json:"seconds,omitempty"`
+}
+
+// InPlaceRestorePhase is a step of a restore in place, or its outcome.
+// +kubebuilder:validation:Enum=BackingUp;Stopping;Restoring;Starting;Succeeded;Failed;Refused
+type InPlaceRestorePhase string
+
+const (
+	// InPlaceRestoreBackingUp: a Job backs the databases up as they are (status.inPlaceRestore.
+	// preRestoreBackup), so that the restore can be undone; Tiled serves.
+	InPlaceRestoreBackingUp InPlaceRestorePhase = "BackingUp"
+	// InPlaceRestoreStopping: the Tiled pods are stopped (0 replicas), so that none serves, or
+	// writes, while the databases are replaced.
+	InPlaceRestoreStopping InPlaceRestorePhase = "Stopping"
+	// InPlaceRestoreRestoring: a Job checks the backup and restores each database from it in one
+	// transaction; Tiled is stopped.
+	InPlaceRestoreRestoring InPlaceRestorePhase = "Restoring"
+	// InPlaceRestoreStarting: Tiled starts on the restored databases.
+	InPlaceRestoreStarting InPlaceRestorePhase = "Starting"
+	// InPlaceRestoreSucceeded: the databases hold the backup and Tiled serves them.
+	InPlaceRestoreSucceeded InPlaceRestorePhase = "Succeeded"
+	// InPlaceRestoreFailed: the restore did not happen (the backup before it failed, or the backup
+	// was refused before any database was touched) and Tiled serves the databases as they were; or
+	// (stopped true) the restore failed part way and Tiled stays stopped until another restore is
+	// requested.
+	InPlaceRestoreFailed InPlaceRestorePhase = "Failed"
+	// InPlaceRestoreRefused: the request was refused before anything was done (an upgrade runs, no
+	// backup target, no such backup); message says why.
+	InPlaceRestoreRefused InPlaceRestorePhase = "Refused"
+)
+
+// InPlaceRestoreStatus is a restore in place: one request, its steps and its outcome.
+type InPlaceRestoreStatus struct {
+	// Request is the request's id (annotation tiled.blueskyproject.io/restore-request): the
+	// operator acts once per id.
+	Request string `json:"request"`
+	// Backup is the backup restored (annotation tiled.blueskyproject.io/restore).
+	Backup string `json:"backup"`
+	// RequestedBy is who asked (annotation tiled.blueskyproject.io/restore-requested-by; "" when
+	// the request did not say).
+	// +optional
+	RequestedBy string `json:"requestedBy,omitempty"`
+	// Target is where the backups are: spec.backup's target when the request was accepted.
+	// +optional
+	Target string `json:"target,omitempty"`
+	// Phase is the step under way, or the outcome.
+	Phase InPlaceRestorePhase `json:"phase"`
+	// PreRestoreBackup is the backup of the databases as they were before the restore, on the same
+	// target: restore it (`kubectl tiled restore INSTANCE --from NAME`) to undo this restore. It
+	// is never pruned by the restore itself; the scheduled backups' retention treats it as any
+	// other backup.
+	// +optional
+	PreRestoreBackup string `json:"preRestoreBackup,omitempty"`
+	// Stopped says Tiled is kept stopped: a restore that failed part way leaves the databases
+	// partly restored, and another restore (of this backup, of the pre-restore backup, or of any
+	// other) is the way on.
+	// +optional
+	Stopped bool `json:"stopped,omitempty"`
+	// StartTime is when the request was accepted (or refused).
+	StartTime metav1.Time `json:"startTime"`
+	// PhaseTime is when the current phase began.
+	// +optional
+	PhaseTime *metav1.Time `json:"phaseTime,omitempty"`
+	// StopTime is when Tiled was stopped.
+	// +optional
+	StopTime *metav1.Time `json:"stopTime,omitempty"`
+	// CompletionTime is when the restore ended (Succeeded, Failed, Refused).
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+	// RestoreSeconds is how long the restore Job ran, in seconds.
+	// +optional
+	RestoreSeconds int64 `json:"restoreSeconds,omitempty"`
+	// DowntimeSeconds is how long no Tiled pod served, in seconds: from the stop until Tiled was
+	// ready again.
+	// +optional
+	DowntimeSeconds int64 `json:"downtimeSeconds,omitempty"`
+	// Message says why a request was refused or failed, in words.
+	// +optional
+	Message string `json:"message,omitempty"`
 }
 
 // +kubebuilder:object:root=true

@@ -1,0 +1,144 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
+	"github.com/bluesky/tiled-operator/controllers/backup"
+	"github.com/bluesky/tiled-operator/controllers/inplace"
+	"github.com/bluesky/tiled-operator/controllers/upgrade"
+	"github.com/bluesky/tiled-operator/expansion"
+	"github.com/bluesky/tiled-operator/names"
+	"github.com/bluesky/tiled-operator/render"
+	"github.com/bluesky/tiled-operator/tiledversion"
+)
+
+// restoreInPlace is the stage between the lost catalog and the upgrade: a restore of the instance's
+// databases from one of its backups while it serves, requested by the annotation
+// tiled.blueskyproject.io/restore (`kubectl tiled restore`); package inplace decides. busy says what
+// else holds the instance's lifecycle ("" nothing: the bootstrap restore or a lost catalog, seen by
+// the stages before; an upgrade is read here from status.upgrade): a new request is then refused.
+// Each new phase is recorded in status.inPlaceRestore, with the Restored condition and its Event,
+// before its step is applied, so that a restarted operator carries on and a request is acted on
+// once (the memories keep what was written until the cache shows it). It reports whether the
+// restore holds the lifecycle: the upgrade stage then waits.
+func (r *TiledInstanceReconciler) restoreInPlace(ctx context.Context, cur *instanceState, in *instanceInputs, busy string) (bool, error) {
+	ti, spec := cur.ti, in.spec
+	key := types.NamespacedName{Namespace: ti.Namespace, Name: ti.Name}
+	if w, ok := r.memories.upgrades.load(key); ok {
+		w.apply(&r.memories, ti) // what was written and the cache does not show yet
+	}
+	o := inplace.Observed{
+		Instance: ti.Namespace + "/" + ti.Name, Name: ti.Name,
+		Request: inplace.RequestOf(ti.Annotations), Status: ti.Status.InPlaceRestore,
+		Busy: busy, Target: render.BackupTarget(spec),
+		ToolsImage: r.Builtins.Image(expansion.ImagePostgreSQL), Now: time.Now(),
+	}
+	if o.Request == nil && !inplace.Active(o.Status) {
+		return false, nil // nothing asked, nothing under way: nothing is read
+	}
+	if u := ti.Status.Upgrade; o.Busy == "" && u != nil {
+		o.Busy = fmt.Sprintf("an upgrade of Tiled %s -> %s (status.upgrade.phase %s)", orUnknown(u.FromVersion, u.FromImage), orUnknown(u.ToVersion, u.ToImage), u.Phase)
+	}
+	if b := ti.Status.Backup; b != nil {
+		o.Available = b.Available
+	}
+	if t := spec.Spec.Tiled; t != nil {
+		o.Version, _ = tiledversion.Of(t.Image, t.Version)
+	}
+	n := names.For(spec.Namespace, spec.Name)
+	if sts := cur.statefulSet(ctx, stsKey(ti.Namespace, n.Tiled)); sts != nil {
+		o.ServingImage = containerImage(sts, "tiled")
+		if v := ti.Status.Version; v != "" {
+			o.Version = v // the version that serves: an upgrade waiting to start has not run yet
+		}
+		o.ServerReady = sts.Spec.Replicas != nil && *sts.Spec.Replicas > 0 && statefulSetReadyAt(sts, sts.Generation, *sts.Spec.Replicas)
+	}
+	if st := o.Status; inplace.Active(st) {
+		pods, err := cur.pods(ctx)
+		if err != nil {
+			return false, err
+		}
+		o.ServerPods = len(pods.server)
+		if step := inplace.CurrentStep(o, st); step != nil {
+			j, err := cur.job(ctx, step.JobName(spec, in.render))
+			if err != nil {
+				return false, err
+			}
+			o.Job = j
+		}
+	}
+	d := inplace.Decide(o)
+	if d.Active {
+		in.render.Lifecycle = d.Lifecycle
+		if err := keepBackupClaim(ctx, cur, n, &in.render); err != nil {
+			return false, err
+		}
+		in.upgrade = upgrade.Decision{Lifecycle: d.Lifecycle}
+		if s := d.Stall; s != nil {
+			in.upgrade.Stall = &upgrade.Condition{Reason: s.Reason, Message: s.Message}
+		} else if p := d.Progress; p != nil {
+			in.upgrade.Progress = &upgrade.Condition{Reason: p.Reason, Message: p.Message}
+		}
+	}
+	if !d.Changed {
+		return d.Active, nil
+	}
+	status := ti.Status.DeepCopy()
+	status.InPlaceRestore = d.Status
+	folded := false
+	if st := o.Status; st != nil && st.Phase == tiledv1alpha1.InPlaceRestoreBackingUp && o.Job != nil && (o.Job.Complete || o.Job.Failed) && o.Request != nil && o.Request.ID == st.Request {
+		// The backup of the databases as they were ended: recorded as a scheduled one is, so that
+		// `kubectl tiled backups` lists it at once.
+		step := inplace.CurrentStep(o, st)
+		status.Backup = backup.UpgradeBackup(status.Backup, o.Target, backupJob(step.JobName(spec, in.render), *o.Job), st.PreRestoreBackup)
+		folded = true
+	}
+	if c := d.Condition; c != nil {
+		setCondition(&status.Conditions, ti.Generation, inplace.ConditionRestored, c.Status, c.Reason, c.Message)
+	}
+	switch {
+	case d.Stall != nil:
+		setStalled(&status.Conditions, ti.Generation, d.Stall.Reason, d.Stall.Message)
+	case d.Progress != nil:
+		removeCondition(&status.Conditions, ConditionStalled)
+		setReconciling(&status.Conditions, ti.Generation, d.Progress.Reason, d.Progress.Message)
+	}
+	sent, err := r.writeStatus(ctx, ti, status)
+	if err != nil {
+		return false, err
+	}
+	w := written(ti, status)
+	if folded {
+		w.backup = status.Backup
+	}
+	r.memories.upgrades.store(key, w)
+	// A stall this write records is the status stage's transition no more: said here, once,
+	// unless the decision's own Event says it.
+	if c, changed := transitioned(ti.Status.Conditions, status.Conditions, ConditionStalled); sent && changed && c.Status == metav1.ConditionTrue &&
+		(d.Event == nil || d.Event.Reason != c.Reason) {
+		r.Recorder.Eventf(ti, nil, corev1.EventTypeWarning, c.Reason, "Restore", "%s", eventNote(c.Message))
+	}
+	ti.Status = *status
+	if e := d.Event; e != nil && sent {
+		typ := corev1.EventTypeWarning
+		if e.Normal {
+			typ = corev1.EventTypeNormal
+		}
+		r.Recorder.Eventf(ti, nil, typ, e.Reason, "Restore", "%s", eventNote(e.Message))
+	}
+	return d.Active, nil
+}
+
+func orUnknown(version, image string) string {
+	if version != "" {
+		return version
+	}
+	return image
+}
