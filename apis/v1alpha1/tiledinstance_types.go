@@ -253,7 +253,9 @@ type TiledInstanceStatus struct {
 	// for a managed database; ExternalEdits while another writer manages fields of a child object;
 	// IngressEnabled=False while the ingress has a host but enabled is not set (no Ingress is created);
 	// RolloutPending=True while a change of the pod template the operator renders without a change
-	// of the spec waits for the cluster's rollout (status.pendingRollout).
+	// of the spec waits for the cluster's rollout (status.pendingRollout); Restored after a restore in
+	// place was requested (status.inPlaceRestore: Unknown while it runs, True once Tiled serves the
+	// restored databases, False when it was refused or failed).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
