@@ -81,6 +81,7 @@ func suite() []e2eCase {
 		// upgrades' window among them.
 		c("9 Tiled upgrade 0.2.14 -> newest: backup, migrate once, hold, 2 replicas, failure undone", OwnNamespace, testTiledUpgrade),
 		c("10 backups: taken while serving, a lost database restored (claim, S3), corrupt refused, schedule and retention", OwnNamespace, testBackupRestore),
+		c("19 restore in place: kubectl tiled restore of a serving beamline to an earlier backup (a dry run first, changing nothing), the data read back as it was then", OwnNamespace, testRestoreInPlace),
 		c("11 streaming: two replicas share the cache; no update lost to a deleted replica or a cache outage; password in no log; off means no cache", OwnNamespace, testStreaming),
 		c("12 autoscaling: load scales Tiled 1 -> 2+ on the node's metrics API, back to 1 after the window; off prunes the autoscaler", OwnNamespace, testAutoscaling),
 		c("2 Tiled serves an array and a table through Service DNS; catalog in PostgreSQL", FirstFleet, testTiledServes),
