@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -40,8 +41,12 @@ func (r *TiledInstanceReconciler) restoreInPlace(ctx context.Context, cur *insta
 		Busy: busy, Target: render.BackupTarget(spec),
 		ToolsImage: r.Builtins.Image(expansion.ImagePostgreSQL), Now: time.Now(),
 	}
-	if o.Request == nil && !inplace.Active(o.Status) {
-		return false, nil // nothing asked, nothing under way: nothing is read
+	if c := meta.FindStatusCondition(ti.Status.Conditions, inplace.ConditionRestored); c != nil {
+		// The last restore's outcome holds at every generation: the status stage writes it current.
+		c.ObservedGeneration = ti.Generation
+	}
+	if r := o.Request; !inplace.Active(o.Status) && (r == nil || o.Status != nil && o.Status.Request == r.ID) {
+		return false, nil // nothing new asked, nothing under way: nothing is read
 	}
 	if u := ti.Status.Upgrade; o.Busy == "" && u != nil {
 		o.Busy = fmt.Sprintf("an upgrade of Tiled %s -> %s (status.upgrade.phase %s)", orUnknown(u.FromVersion, u.FromImage), orUnknown(u.ToVersion, u.ToImage), u.Phase)

@@ -159,6 +159,13 @@ func TestRestoreInPlace(t *testing.T) {
 	recorded := f.instance(g).Status.InPlaceRestore.DeepCopy()
 	f.updateInstance(func(ti *tiledv1alpha1.TiledInstance) { ti.Spec.Tiled.Replicas = ptr.To[int32](upgradeReplicas + 1) })
 	f.expectServing(upgradeFrom, upgradeReplicas+1)
+	g.Eventually(func(g Gomega) {
+		ti := f.instance(g)
+		c := meta.FindStatusCondition(ti.Status.Conditions, inplace.ConditionRestored)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
+		g.Expect(c.ObservedGeneration).To(Equal(ti.Generation), "the outcome holds at the new generation")
+	}, upgradeWithin, upgradePoll).Should(Succeed())
 	f.op.stop()
 	f.op = startOperator(t, f.ns)
 	waitQuiet(t, f.op)
