@@ -6,9 +6,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/controllers/backup"
@@ -65,12 +67,15 @@ func (r *TiledInstanceReconciler) restoreInPlace(ctx context.Context, cur *insta
 		}
 		o.ServerReady = sts.Spec.Replicas != nil && *sts.Spec.Replicas > 0 && statefulSetReadyAt(sts, sts.Generation, *sts.Spec.Replicas)
 	}
+	var cachePods []corev1.Pod
 	if st := o.Status; inplace.Active(st) {
 		pods, err := cur.pods(ctx)
 		if err != nil {
 			return false, err
 		}
 		o.ServerPods = len(pods.server)
+		o.ManagedCache = render.ManagedCacheEnabled(spec)
+		cachePods = pods.cache
 		if step := inplace.CurrentStep(o, st); step != nil {
 			j, err := cur.job(ctx, step.JobName(spec, in.render))
 			if err != nil {
@@ -94,6 +99,13 @@ func (r *TiledInstanceReconciler) restoreInPlace(ctx context.Context, cur *insta
 	}
 	if !d.Changed {
 		return d.Active, nil
+	}
+	if d.FlushCache {
+		// Emptied before the phase that starts Tiled is recorded: a write that fails empties it
+		// again, Tiled still stopped.
+		if err := r.flushCache(ctx, cachePods); err != nil {
+			return false, err
+		}
 	}
 	status := ti.Status.DeepCopy()
 	status.InPlaceRestore = d.Status
@@ -139,6 +151,24 @@ func (r *TiledInstanceReconciler) restoreInPlace(ctx context.Context, cur *insta
 		r.Recorder.Eventf(ti, nil, typ, e.Reason, "Restore", "%s", eventNote(e.Message))
 	}
 	return d.Active, nil
+}
+
+// flushCache empties the managed streaming cache by deleting its pods (the cache's own objects,
+// from the cache: each deleted at the UID and resourceVersion read); its StatefulSet makes the pod
+// again on a new emptyDir. A pod already gone, or changed since it was read, is left to the next
+// reconcile.
+func (r *TiledInstanceReconciler) flushCache(ctx context.Context, pods []corev1.Pod) error {
+	for i := range pods {
+		p := pods[i].DeepCopy()
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		uid, rv := p.UID, p.ResourceVersion
+		if err := r.Client.Delete(ctx, p, client.Preconditions{UID: &uid, ResourceVersion: &rv}); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	return nil
 }
 
 func orUnknown(version, image string) string {

@@ -592,6 +592,11 @@ type InPlaceRestoreStatus struct {
 	// other) is the way on.
 	// +optional
 	Stopped bool `json:"stopped,omitempty"`
+	// CacheFlushed says the managed streaming cache was emptied while Tiled was stopped (its pod
+	// replaced: the cache keeps its data in memory and on an emptyDir), so that no stream replays
+	// updates written to the databases the restore replaced. An external cache is not flushed.
+	// +optional
+	CacheFlushed bool `json:"cacheFlushed,omitempty"`
 	// StartTime is when the request was accepted (or refused).
 	StartTime metav1.Time `json:"startTime"`
 	// PhaseTime is when the current phase began.

@@ -391,6 +391,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: backup
       type:
         scalar: string
+    - name: cacheFlushed
+      type:
+        scalar: boolean
     - name: completionTime
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time

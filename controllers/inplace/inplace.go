@@ -94,6 +94,9 @@ type Observed struct {
 	// its replicas.
 	ServerPods  int
 	ServerReady bool
+	// ManagedCache says the instance runs a managed streaming cache: emptied once the databases are
+	// restored, before Tiled starts.
+	ManagedCache bool
 	// ToolsImage runs pg_dump and psql for an external database.
 	ToolsImage string
 	// Now is the time of the decision.
@@ -131,6 +134,10 @@ type Decision struct {
 	Stall, Progress *Note
 	// Event is sent once, with the status that records it.
 	Event *Event
+	// FlushCache asks the controller to empty the managed streaming cache (replace its pod) before
+	// it records Status: Tiled is stopped, and the restored databases must not meet updates the
+	// cache holds of the databases they replaced.
+	FlushCache bool
 }
 
 // Decide returns the next step of the restore in place: a new request accepted or refused, the
@@ -341,8 +348,12 @@ func (o Observed) restoring(st *v1alpha1.InPlaceRestoreStatus) Decision {
 		// Refused before any database was touched: Tiled starts on the databases as they were.
 		n.Message = fmt.Sprintf("TiledInstance %s: backup %s (request %s) was not restored, and the databases are as they were: %s",
 			o.Instance, st.Backup, st.Request, tail(j.Message))
+		return o.changed(n)
 	}
-	return o.changed(n)
+	n.CacheFlushed = o.ManagedCache
+	d := o.changed(n)
+	d.FlushCache = o.ManagedCache
+	return d
 }
 
 func (o Observed) starting(st *v1alpha1.InPlaceRestoreStatus) Decision {

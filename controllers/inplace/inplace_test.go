@@ -179,6 +179,26 @@ func TestDecide(t *testing.T) {
 			g.Expect(d.Lifecycle.Step).To(BeNil())
 			g.Expect(d.Lifecycle.ServingImage).To(Equal(image))
 		}},
+		{"restored with a managed streaming cache: emptied before Tiled starts", func(o *Observed) {
+			o.Status, o.Job, o.ManagedCache = at(v1alpha1.InPlaceRestoreRestoring), done, true
+		}, func(g Gomega, d Decision) {
+			g.Expect(d.Status.Phase).To(Equal(v1alpha1.InPlaceRestoreStarting))
+			g.Expect(d.FlushCache).To(BeTrue())
+			g.Expect(d.Status.CacheFlushed).To(BeTrue())
+		}},
+		{"restored without a managed cache: nothing to empty", func(o *Observed) {
+			o.Status, o.Job = at(v1alpha1.InPlaceRestoreRestoring), done
+		}, func(g Gomega, d Decision) {
+			g.Expect(d.FlushCache).To(BeFalse())
+			g.Expect(d.Status.CacheFlushed).To(BeFalse())
+		}},
+		{"a refused backup leaves the cache as it is", func(o *Observed) {
+			o.Status, o.ManagedCache = at(v1alpha1.InPlaceRestoreRestoring), true
+			o.Job = &upgrade.Job{Failed: true, Message: "backup " + older + " not found: no whole backup of that name"}
+		}, func(g Gomega, d Decision) {
+			g.Expect(d.Status.Phase).To(Equal(v1alpha1.InPlaceRestoreStarting))
+			g.Expect(d.FlushCache).To(BeFalse())
+		}},
 		{"the backup refused before any database was touched: Tiled starts on the databases as they were", func(o *Observed) {
 			o.Status = at(v1alpha1.InPlaceRestoreRestoring)
 			o.Job = &upgrade.Job{Failed: true, Message: "backup " + older + " is corrupt: catalog.dump: FAILED (SHA256SUMS does not match); nothing was restored"}

@@ -39,6 +39,10 @@ type InPlaceRestoreStatusApplyConfiguration struct {
 	// partly restored, and another restore (of this backup, of the pre-restore backup, or of any
 	// other) is the way on.
 	Stopped *bool `json:"stopped,omitempty"`
+	// CacheFlushed says the managed streaming cache was emptied while Tiled was stopped (its pod
+	// replaced: the cache keeps its data in memory and on an emptyDir), so that no stream replays
+	// updates written to the databases the restore replaced. An external cache is not flushed.
+	CacheFlushed *bool `json:"cacheFlushed,omitempty"`
 	// StartTime is when the request was accepted (or refused).
 	StartTime *v1.Time `json:"startTime,omitempty"`
 	// PhaseTime is when the current phase began.
@@ -115,6 +119,14 @@ func (b *InPlaceRestoreStatusApplyConfiguration) WithPreRestoreBackup(value stri
 // If called multiple times, the Stopped field is set to the value of the last call.
 func (b *InPlaceRestoreStatusApplyConfiguration) WithStopped(value bool) *InPlaceRestoreStatusApplyConfiguration {
 	b.Stopped = &value
+	return b
+}
+
+// WithCacheFlushed sets the CacheFlushed field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the CacheFlushed field is set to the value of the last call.
+func (b *InPlaceRestoreStatusApplyConfiguration) WithCacheFlushed(value bool) *InPlaceRestoreStatusApplyConfiguration {
+	b.CacheFlushed = &value
 	return b
 }
 

@@ -6,16 +6,20 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/controllers"
 	"github.com/bluesky/tiled-operator/controllers/inplace"
 	"github.com/bluesky/tiled-operator/render"
+	"github.com/bluesky/tiled-operator/test/support/fleet"
 )
 
 // The restore in place of a serving instance on the real apiserver (the upgrade tests' fixture; the
@@ -223,5 +227,38 @@ func TestRestoreInPlaceRefused(t *testing.T) {
 	g.Expect(f.jobs(g, render.StepBackup)).To(BeEmpty(), "no backup of the restore")
 	g.Expect(f.jobs(g, render.StepRestore)).To(BeEmpty())
 	g.Expect(meta.FindStatusCondition(f.instance(g).Status.Conditions, controllers.ConditionStalled)).To(BeNil())
+	f.expectServing(upgradeFrom, upgradeReplicas)
+}
+
+// TestRestoreInPlaceFlushesTheCache: an instance with a managed streaming cache restored in place
+// has its cache emptied (the cache's pod deleted, for its StatefulSet to make again on a new
+// emptyDir) once the databases are restored and before Tiled starts; status.inPlaceRestore says so.
+func TestRestoreInPlaceFlushesTheCache(t *testing.T) {
+	g := NewWithT(t)
+	ns := newNamespace(t, g, "restore-cache")
+	f := &upgradeFixture{t: t, g: g, op: startOperator(t, ns), ns: ns, name: "cached"}
+	ti := soloInstance(ns, f.name, upgradeFrom, nil)
+	ti.Spec.Streaming = &tiledv1alpha1.StreamingSpec{Managed: &tiledv1alpha1.ManagedCache{}}
+	createAll(t, g, ti)
+	f.n = fleet.NamesOf(ti)
+	g.Eventually(func() bool { return exists(t, &appsv1.StatefulSet{}, ns, f.n.Cache) }, upgradeWithin, upgradePoll).Should(BeTrue())
+	cache := createPod(t, g, getInstance(t, g, ns, f.name), render.ComponentCache, f.n.Cache+"-0", "cache")
+	f.withWholeBackups()
+
+	f.requestRestore(olderWhole, "r1", "carol")
+	st := f.inPlace("r1", tiledv1alpha1.InPlaceRestoreBackingUp)
+	dump := f.job(render.StepBackup)
+	f.finish(dump, 0, `{"name":"`+st.PreRestoreBackup+`","instance":"`+ns+`/`+f.name+`","tiledVersion":"0.2.14","seconds":1,"bytes":10,"files":[]}`)
+	f.inPlace("r1", tiledv1alpha1.InPlaceRestoreRestoring) // no Tiled pod here: stopped at once
+	g.Expect(exists(t, &corev1.Pod{}, ns, cache.Name)).To(BeTrue(), "the cache is left alone until the databases are restored")
+	restore := f.job(render.StepRestore)
+	f.finish(restore, 0, `{"restored":"`+olderWhole+`","tiledVersion":"0.2.14","seconds":1}`)
+	st = f.inPlace("r1", tiledv1alpha1.InPlaceRestoreStarting)
+	g.Expect(st.CacheFlushed).To(BeTrue())
+	g.Eventually(func() bool {
+		p := &corev1.Pod{}
+		err := env.Client.Get(ctxT(t), client.ObjectKeyFromObject(cache), p)
+		return apierrors.IsNotFound(err) || (err == nil && (p.UID != cache.UID || p.DeletionTimestamp != nil))
+	}, upgradeWithin, upgradePoll).Should(BeTrue(), "the cache's pod deleted")
 	f.expectServing(upgradeFrom, upgradeReplicas)
 }
