@@ -62,8 +62,12 @@ func (r *TiledInstanceReconciler) restoreInPlace(ctx context.Context, cur *insta
 	n := names.For(spec.Namespace, spec.Name)
 	if sts := cur.statefulSet(ctx, stsKey(ti.Namespace, n.Tiled)); sts != nil {
 		o.ServingImage = containerImage(sts, "tiled")
+		// The version that serves (an upgrade held for its maintenance window has not run yet): as
+		// its pods reported it, else as its image says.
 		if v := ti.Status.Version; v != "" {
-			o.Version = v // the version that serves: an upgrade waiting to start has not run yet
+			o.Version = v
+		} else if v, ok := tiledversion.Of(o.ServingImage, ""); ok && o.ServingImage != "" {
+			o.Version = v
 		}
 		o.ServerReady = sts.Spec.Replicas != nil && *sts.Spec.Replicas > 0 && statefulSetReadyAt(sts, sts.Generation, *sts.Spec.Replicas)
 	}
@@ -82,6 +86,14 @@ func (r *TiledInstanceReconciler) restoreInPlace(ctx context.Context, cur *insta
 				return false, err
 			}
 			o.Job = j
+		}
+	}
+	if st := o.Status; o.Job == nil && (o.Request != nil && (st == nil || st.Request != o.Request.ID) || st != nil && st.Phase == tiledv1alpha1.InPlaceRestoreBackingUp) {
+		// The backup does not start beside a scheduled one, whose pruning could take the backup
+		// about to be restored.
+		var err error
+		if o.ScheduledBackup, err = cur.runningScheduledBackup(ctx); err != nil {
+			return false, err
 		}
 	}
 	d := inplace.Decide(o)

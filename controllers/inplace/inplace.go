@@ -90,6 +90,10 @@ type Observed struct {
 	ServingImage string
 	// Job is the current step's Job (nil: not in the cache).
 	Job *upgrade.Job
+	// ScheduledBackup names a scheduled backup Job that runs ("": none), read for a new request and
+	// before the backup Job exists: the backup waits for it, whose pruning could take the backup
+	// to restore.
+	ScheduledBackup string
 	// ServerPods is how many Tiled pods exist; ServerReady says the Tiled StatefulSet is ready with
 	// its replicas.
 	ServerPods  int
@@ -228,7 +232,7 @@ func (o Observed) accept(r *Request) Decision {
 		return d
 	}
 	st.Phase, st.PreRestoreBackup = v1alpha1.InPlaceRestoreBackingUp, render.PreRestoreBackupName(o.Now)
-	d := o.changed(st)
+	d := o.waitForScheduled(o.changed(st))
 	d.Event = &Event{Normal: true, Reason: ReasonRestoreRequested, Message: fmt.Sprintf(
 		"%s asked to restore TiledInstance %s from backup %s on %s (request %s): backing up the databases as they are to %s, then stopping Tiled to restore",
 		who(r.RequestedBy), o.Instance, r.Backup, o.Target, r.ID, st.PreRestoreBackup)}
@@ -301,6 +305,8 @@ func running(j *upgrade.Job) bool { return j == nil || (!j.Complete && !j.Failed
 func (o Observed) backingUp(st *v1alpha1.InPlaceRestoreStatus) Decision {
 	j := o.Job
 	switch {
+	case j == nil && o.ScheduledBackup != "":
+		return o.waitForScheduled(o.at(st))
 	case running(j):
 		return o.at(st)
 	case j.Failed:
@@ -310,6 +316,23 @@ func (o Observed) backingUp(st *v1alpha1.InPlaceRestoreStatus) Decision {
 	n := o.next(st, v1alpha1.InPlaceRestoreStopping)
 	n.StopTime = n.PhaseTime
 	return o.changed(n)
+}
+
+// waitForScheduled is d, the decision of phase BackingUp before its Job exists, waiting while a
+// scheduled backup runs ("": none): no backup Job is rendered meanwhile (the CronJob is suspended,
+// so no other starts).
+func (o Observed) waitForScheduled(d Decision) Decision {
+	st := d.Status
+	if o.ScheduledBackup == "" || d.Progress == nil || st.Phase != v1alpha1.InPlaceRestoreBackingUp {
+		return d
+	}
+	d.Lifecycle.Step = nil
+	d.Progress.Message = fmt.Sprintf("restoring TiledInstance %s from backup %s on %s (request %s by %s): waiting for the scheduled backup Job %s to end before backing up the databases as they are; Tiled serves",
+		o.Instance, st.Backup, st.Target, st.Request, who(st.RequestedBy), o.ScheduledBackup)
+	if d.Condition != nil {
+		d.Condition.Message = d.Progress.Message
+	}
+	return d
 }
 
 func (o Observed) stopping(st *v1alpha1.InPlaceRestoreStatus) Decision {

@@ -83,6 +83,16 @@ func TestDecide(t *testing.T) {
 			g.Expect(d.Condition.Status).To(Equal(metav1.ConditionUnknown))
 			g.Expect(d.Progress.Reason).To(Equal(ReasonRestoringInPlace))
 		}},
+		{"a request while a scheduled backup runs: accepted, its backup waits", func(o *Observed) {
+			o.Request, o.ScheduledBackup = request("r1"), "chx-backup-29412345"
+		}, func(g Gomega, d Decision) {
+			g.Expect(d.Changed).To(BeTrue())
+			g.Expect(d.Status.Phase).To(Equal(v1alpha1.InPlaceRestoreBackingUp))
+			g.Expect(d.Lifecycle.Step).To(BeNil())
+			g.Expect(d.Lifecycle.SuspendBackups).To(BeTrue())
+			g.Expect(d.Progress.Message).To(ContainSubstring("waiting for the scheduled backup Job chx-backup-29412345"))
+			g.Expect(d.Condition.Message).To(Equal(d.Progress.Message))
+		}},
 		{"refused while an upgrade runs: the object, the field and the reason, nothing changed", func(o *Observed) {
 			o.Request, o.Busy = request("r1"), "an upgrade of Tiled 0.2.14 -> 0.2.20 (status.upgrade.phase Migrating)"
 		}, func(g Gomega, d Decision) {
@@ -135,6 +145,21 @@ func TestDecide(t *testing.T) {
 			g.Expect(d.Changed).To(BeFalse())
 			g.Expect(d.Active).To(BeTrue())
 			g.Expect(d.Lifecycle.Step.Kind).To(Equal(render.StepBackup))
+		}},
+		{"backing up: waits for a scheduled backup that runs, Tiled serving", func(o *Observed) {
+			o.Status, o.ScheduledBackup = at(v1alpha1.InPlaceRestoreBackingUp), "chx-backup-29412345"
+		}, func(g Gomega, d Decision) {
+			g.Expect(d.Changed).To(BeFalse())
+			g.Expect(d.Active).To(BeTrue())
+			g.Expect(d.Lifecycle.Step).To(BeNil())
+			g.Expect(d.Lifecycle.Stopped).To(BeFalse())
+			g.Expect(d.Lifecycle.SuspendBackups).To(BeTrue())
+			g.Expect(d.Progress.Message).To(ContainSubstring("waiting for the scheduled backup Job chx-backup-29412345 to end"))
+		}},
+		{"backing up: a scheduled backup beside the Job already made changes nothing", func(o *Observed) {
+			o.Status, o.ScheduledBackup, o.Job = at(v1alpha1.InPlaceRestoreBackingUp), "chx-backup-29412345", &upgrade.Job{}
+		}, func(g Gomega, d Decision) {
+			g.Expect(d.Lifecycle.Step).NotTo(BeNil())
 		}},
 		{"backed up: Tiled stops", func(o *Observed) {
 			o.Status, o.Job = at(v1alpha1.InPlaceRestoreBackingUp), done

@@ -262,3 +262,27 @@ func TestRestoreInPlaceFlushesTheCache(t *testing.T) {
 	}, upgradeWithin, upgradePoll).Should(BeTrue(), "the cache's pod deleted")
 	f.expectServing(upgradeFrom, upgradeReplicas)
 }
+
+// TestRestoreInPlaceWaitsForScheduledBackup: a restore requested while a scheduled backup Job runs
+// makes no backup Job of its own (Reconciling says it waits, Tiled serves) until that Job ends:
+// the scheduled backup's pruning could otherwise take the backup about to be restored.
+func TestRestoreInPlaceWaitsForScheduledBackup(t *testing.T) {
+	g := NewWithT(t)
+	f := newUpgradeFixture(t, g, "restore-waits")
+	cj := f.withWholeBackups()
+	scheduled := f.jobFromCronJob(cj, time.Now(), "example.org/kubelet-player")
+	waitQuiet(t, f.op)
+
+	f.requestRestore(olderWhole, "r1", "alice")
+	f.inPlace("r1", tiledv1alpha1.InPlaceRestoreBackingUp)
+	condition(t, g, f.ns, f.name, controllers.ConditionReconciling, metav1.ConditionTrue, inplace.ReasonRestoringInPlace, upgradeWithin,
+		"waiting for the scheduled backup Job "+scheduled.Name+" to end")
+	waitQuiet(t, f.op)
+	g.Expect(f.jobs(g, render.StepBackup)).To(BeEmpty(), "no backup beside the scheduled one")
+	f.cronJobSuspended(true, "no other scheduled backup starts")
+	f.expectServing(upgradeFrom, upgradeReplicas)
+
+	f.endScheduled(scheduled, "20261207T023000Z")
+	dump := f.job(render.StepBackup)
+	g.Expect(envOf(dump.Spec.Template.Spec.Containers[0])).NotTo(HaveKey("RETAIN_COUNT"))
+}
