@@ -131,8 +131,8 @@ func testRestoreInPlace(t *testing.T) {
 		return isTrue(cur, "Ready") && isTrue(cur, inplace.ConditionRestored), fmt.Sprintf("%+v", cur.Status.InPlaceRestore)
 	})
 	rec := getInstanceIn(t, inPlaceNS, instance).Status.InPlaceRestore
-	if rec.Phase != v1alpha1.InPlaceRestoreSucceeded || rec.Backup != earlier || rec.RequestedBy == "" || rec.PreRestoreBackup == "" {
-		t.Errorf("status.inPlaceRestore %+v, want Succeeded from %s with its requester and pre-restore backup", rec, earlier)
+	if rec.Phase != v1alpha1.InPlaceRestoreSucceeded || rec.Backup != earlier || rec.RequestedBy == "" || rec.PreRestoreBackup == "" || !rec.CacheFlushed {
+		t.Errorf("status.inPlaceRestore %+v, want Succeeded from %s with its requester, its pre-restore backup and the managed cache flushed", rec, earlier)
 	}
 	if n, _ := instanceEvents(t, inPlaceNS, instance, inplace.ReasonRestoredInPlace); n != 1 {
 		t.Errorf("%s: %d %s Events, want 1", instance, n, inplace.ReasonRestoredInPlace)
