@@ -97,7 +97,9 @@ func (r *TiledInstanceReconciler) restoreInPlace(ctx context.Context, cur *insta
 		}
 	}
 	d := inplace.Decide(o)
-	if d.Active {
+	if d.Active && busy == "" {
+		// (A lost catalog found while a restore runs keeps the lifecycle it asks for: Tiled is not
+		// started on it; the restore waits.)
 		in.render.Lifecycle = d.Lifecycle
 		if err := keepBackupClaim(ctx, cur, n, &in.render); err != nil {
 			return false, err
@@ -110,7 +112,7 @@ func (r *TiledInstanceReconciler) restoreInPlace(ctx context.Context, cur *insta
 		}
 	}
 	if !d.Changed {
-		return d.Active, nil
+		return d.Active && busy == "", nil
 	}
 	if d.FlushCache {
 		// Emptied before the phase that starts Tiled is recorded: a write that fails empties it
@@ -133,6 +135,8 @@ func (r *TiledInstanceReconciler) restoreInPlace(ctx context.Context, cur *insta
 		setCondition(&status.Conditions, ti.Generation, inplace.ConditionRestored, c.Status, c.Reason, c.Message)
 	}
 	switch {
+	case busy != "":
+		// What holds the lifecycle says what the instance is doing.
 	case d.Stall != nil:
 		setStalled(&status.Conditions, ti.Generation, d.Stall.Reason, d.Stall.Message)
 	case d.Progress != nil:
@@ -162,7 +166,7 @@ func (r *TiledInstanceReconciler) restoreInPlace(ctx context.Context, cur *insta
 		}
 		r.Recorder.Eventf(ti, nil, typ, e.Reason, "Restore", "%s", eventNote(e.Message))
 	}
-	return d.Active, nil
+	return d.Active && busy == "", nil
 }
 
 // flushCache empties the managed streaming cache by deleting its pods (the cache's own objects,
