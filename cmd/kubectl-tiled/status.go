@@ -124,10 +124,13 @@ type InstanceSummary struct {
 	LastMigration  *v1alpha1.MigrationRecord `json:"lastMigration,omitempty"`
 	Upgrade        *v1alpha1.UpgradeStatus   `json:"upgrade,omitempty"`
 	PendingRollout *v1alpha1.PendingRollout  `json:"pendingRollout,omitempty"`
-	Conditions     []ConditionSummary        `json:"conditions,omitempty"`
-	Generation     int64                     `json:"generation"`
-	Observed       int64                     `json:"observedGeneration"`
-	Restore        *v1alpha1.RestoreRecord   `json:"restore,omitempty"`
+	// Maintenance is the instance's status.maintenance: whether its maintenance calendar
+	// (spec.maintenance) lets disruptive changes start now, why, and when that changes.
+	Maintenance *v1alpha1.MaintenanceStatus `json:"maintenance,omitempty"`
+	Conditions  []ConditionSummary          `json:"conditions,omitempty"`
+	Generation  int64                       `json:"generation"`
+	Observed    int64                       `json:"observedGeneration"`
+	Restore     *v1alpha1.RestoreRecord     `json:"restore,omitempty"`
 	// InPlaceRestore is the last restore in place (kubectl tiled restore): who, which backup, its
 	// phase or outcome.
 	InPlaceRestore *v1alpha1.InPlaceRestoreStatus `json:"inPlaceRestore,omitempty"`
@@ -556,7 +559,7 @@ func instanceSummary(ti *v1alpha1.TiledInstance, tc *v1alpha1.TiledCluster) Inst
 		Name: ti.Name, Cluster: clusterOf(ti),
 		ReadyReplicas: st.ReadyReplicas, Replicas: 1,
 		Image: st.Image, Version: st.Version, URL: st.URL,
-		LastMigration: st.LastMigration, Upgrade: st.Upgrade, PendingRollout: st.PendingRollout,
+		LastMigration: st.LastMigration, Upgrade: st.Upgrade, PendingRollout: st.PendingRollout, Maintenance: st.Maintenance,
 		InPlaceRestore: st.InPlaceRestore,
 		Conditions:     conditionSummaries(st.Conditions),
 		Generation:     ti.Generation, Observed: st.ObservedGeneration,

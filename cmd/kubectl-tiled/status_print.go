@@ -101,6 +101,15 @@ func (p *statusPrinter) at(t metav1.Time) string {
 	return fmt.Sprintf("%s (%s ago)", t.UTC().Format(time.RFC3339), p.age(t))
 }
 
+// until is a time to come and how far off it is: 2026-12-08T13:00:00Z (in 5h); a time already
+// past (the status not yet updated) is given as at gives it.
+func (p *statusPrinter) until(t metav1.Time) string {
+	if t.IsZero() || !t.After(p.now) {
+		return p.at(t)
+	}
+	return fmt.Sprintf("%s (in %s)", t.UTC().Format(time.RFC3339), duration.HumanDuration(t.Sub(p.now)))
+}
+
 func (p *statusPrinter) print(doc *StatusDocument) {
 	switch doc.Scope {
 	case ScopeNamespace:
@@ -307,6 +316,31 @@ func (p *statusPrinter) backupCell(in *InstanceSummary) cell {
 	return c
 }
 
+// maintenanceCell is whether the instance's maintenance calendar lets disruptive changes start now.
+func maintenanceCell(m *v1alpha1.MaintenanceStatus) cell {
+	if m.Open {
+		return cell{"open:", colorGreen}
+	}
+	return cell{"closed:", colorYellow}
+}
+
+// maintenanceText says why the calendar is open or closed, and when that changes next.
+func (p *statusPrinter) maintenanceText(m *v1alpha1.MaintenanceStatus) string {
+	text := m.Message
+	if text == "" {
+		text = m.Reason
+	}
+	switch {
+	case m.Open && m.NextClose != nil:
+		text += "; closes at " + p.until(*m.NextClose)
+	case !m.Open && m.NextOpen != nil:
+		text += "; opens at " + p.until(*m.NextOpen)
+	case !m.Open:
+		text += "; does not open within a year"
+	}
+	return strings.TrimPrefix(text, "; ")
+}
+
 func rolloutCell(in *InstanceSummary) cell {
 	var parts []string
 	if in.Held {
@@ -496,7 +530,11 @@ func (p *statusPrinter) printInstance(doc *StatusDocument) {
 		p.line("Upgrade", plain("none"))
 	}
 	if r := in.PendingRollout; r != nil {
-		text := "StatefulSet " + r.StatefulSet
+		change := r.Change
+		if change == "" {
+			change = "Render"
+		}
+		text := change + " change of StatefulSet " + r.StatefulSet
 		if r.Since != nil {
 			text += ", since " + p.at(*r.Since)
 		}
@@ -505,7 +543,11 @@ func (p *statusPrinter) printInstance(doc *StatusDocument) {
 		if len(r.Differs) > 0 {
 			text += ":"
 		}
-		p.line("Pending rollout", cell{"waiting for the cluster's rollout:", colorYellow}, plain(text))
+		waits := "waiting for the cluster's rollout:"
+		if r.Window != "" {
+			waits = "waiting for the maintenance calendar:"
+		}
+		p.line("Pending rollout", cell{waits, colorYellow}, plain(text))
 		for _, d := range r.Differs {
 			p.line("", plain("  "+d))
 		}
@@ -515,11 +557,17 @@ func (p *statusPrinter) printInstance(doc *StatusDocument) {
 		for _, a := range pendingAdds(r) {
 			p.line("", a)
 		}
+		if r.Window != "" {
+			p.line("", plain("waits: "+r.Window))
+		}
 	} else {
 		p.line("Pending rollout", plain("none"))
 	}
 	if in.Held {
 		p.line("Held", cell{"yes: the cluster holds back a change of this instance (spec.instances[].hold)", colorYellow})
+	}
+	if m := in.Maintenance; m != nil {
+		p.line("Maintenance", maintenanceCell(m), plain(p.maintenanceText(m)))
 	}
 
 	p.heading("Conditions")

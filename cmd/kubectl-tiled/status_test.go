@@ -149,7 +149,11 @@ func degradedFleet() []client.Object {
 		Differs:     []string{"spec.template.metadata.annotations[example.org/build]", "spec.template.spec.containers[tiled].env[TILED_X]"},
 		DifferCount: 2, Since: ptr.To(at("2026-12-03T08:00:00Z")),
 		AddedImages:  []string{"valkey/valkey:8.1"},
-		AddedObjects: []string{"Secret/nsls2-chx-cache", "Service/nsls2-chx-cache", "StatefulSet/nsls2-chx-cache"}}
+		AddedObjects: []string{"Secret/nsls2-chx-cache", "Service/nsls2-chx-cache", "StatefulSet/nsls2-chx-cache"},
+		Window:       "outside every maintenance window; opens at 2026-12-04T03:00:00Z"}
+	chx.Status.Maintenance = &v1alpha1.MaintenanceStatus{Open: false, Reason: "OutsideWindows",
+		Message:  "outside every maintenance window (0 22 * * * for 2h in America/New_York)",
+		NextOpen: ptr.To(at("2026-12-04T03:00:00Z"))}
 	chx.Status.Conditions = append(chx.Status.Conditions,
 		cond("RolloutPending", metav1.ConditionTrue, "RenderChanged", "StatefulSet tiled-nsls2-chx: 2 paths differ", "2026-12-03T08:00:00Z"))
 

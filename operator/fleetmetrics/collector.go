@@ -73,6 +73,9 @@ var (
 		append(instanceLabels, "reason"))
 	descInstanceRolloutPending = newDesc("tiled_operator_instance_rollout_pending",
 		"1 while a change the operator renders without a change of the spec waits for the cluster's rollout (status.pendingRollout), else 0.", instanceLabels)
+	descInstanceChangePending = newDesc("tiled_operator_instance_change_pending_since_timestamp_seconds",
+		"Unix time the operator first found the instance's waiting change (status.pendingRollout.since), by what kind of change it is (change: Render, Spec, Upgrade; status.pendingRollout.change) and what it waits for (waiting_for: maintenance while status.pendingRollout.window says the calendar is closed, else rollout); absent when no change waits.",
+		append(instanceLabels, "change", "waiting_for"))
 	descInstanceHeld = newDesc("tiled_operator_instance_held",
 		"1 while the instance's TiledCluster holds it: spec.instances[].hold is set for it, or the cluster is paused; else 0 (always 0 for a standalone instance).", instanceLabels)
 	descInstanceUpgrade = newDesc("tiled_operator_instance_upgrade_in_progress",
@@ -105,7 +108,7 @@ var (
 
 	allDescs = []*prometheus.Desc{
 		descLeader, descCollectErrors,
-		descInstanceInfo, descInstanceReady, descInstanceReadyReplicas, descInstanceStalled, descInstanceRolloutPending,
+		descInstanceInfo, descInstanceReady, descInstanceReadyReplicas, descInstanceStalled, descInstanceRolloutPending, descInstanceChangePending,
 		descInstanceHeld, descInstanceUpgrade, descInstanceMigrationFailed, descInstanceCatalogLost, descInstanceLastMigration,
 		descInstanceBackupLast, descInstanceBackupInterval,
 		descClusterInstances, descClusterReady, descClusterRollout, descClusterPaused, descClusterChangesHeld,
@@ -313,6 +316,9 @@ func (c *Collector) instance(emit func(prometheus.Metric), f *fleet, ti *tiledv1
 	}
 	emit(gauge(descInstanceStalled, stalled, append(lv, reason)...))
 	emit(gauge(descInstanceRolloutPending, b2f(st.PendingRollout != nil), lv...))
+	if p := st.PendingRollout; p != nil && p.Since != nil {
+		emit(gauge(descInstanceChangePending, unix(p.Since.Time), append(lv, pendingChange(p), pendingWaitsFor(p))...))
+	}
 	emit(gauge(descInstanceHeld, b2f(f.held(ti, cluster)), lv...))
 	u := st.Upgrade
 	emit(gauge(descInstanceUpgrade, b2f(u != nil && u.Phase != tiledv1alpha1.UpgradeFailed), lv...))
@@ -455,4 +461,23 @@ func Register(reg prometheus.Registerer, c *Collector) error {
 	}
 	registered[reg] = c
 	return nil
+}
+
+// pendingChange is the kind of the waiting change p (status.pendingRollout.change; Render when it is
+// not set, as the API documents).
+func pendingChange(p *tiledv1alpha1.PendingRollout) string {
+	if p.Change == "" {
+		return "Render"
+	}
+	return p.Change
+}
+
+// pendingWaitsFor is what the waiting change p waits for: maintenance while the maintenance calendar
+// is closed to it (status.pendingRollout.window), else rollout (the cluster's rollout budget, its
+// holds or pause).
+func pendingWaitsFor(p *tiledv1alpha1.PendingRollout) string {
+	if p.Window != "" {
+		return "maintenance"
+	}
+	return "rollout"
 }

@@ -19,7 +19,7 @@ import (
 // with one command, `kubectl tiled restore --wait`. Data is written and backed up, more is written
 // after the backup; the restore brings the catalog back to the backup: what was written before reads
 // back the same, what was written after is gone. A dry run before it changes nothing. Its own
-// namespace and one-beamline fleet (OwnNamespace), like the lost-catalog case's.
+// namespace and one-beamline fleet, run together with the lost-catalog case (Together).
 //
 // Figures: restore_in_place_seconds (the command's start to its end: the backup first, Tiled
 // stopped, the restore, Tiled ready again) and restore_in_place_downtime_seconds

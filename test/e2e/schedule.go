@@ -27,6 +27,11 @@ const (
 	// UpgradeFleet cases read or remove the operator-upgrade cases' fleet (namespace e2e-opup):
 	// like FirstFleet, one at a time in their order, beside the others.
 	UpgradeFleet
+	// Together cases make a namespace and a fleet of their own, but do not fit beside the long
+	// cases (the node's two cores): consecutive Together cases run at once, beside each other
+	// only, as one Alone step (every case before them ends first, none after them starts until
+	// they all have ended).
+	Together
 )
 
 // chained says whether cases of these needs run one after another in their order.
@@ -42,6 +47,8 @@ func (n Needs) String() string {
 		return "own namespace"
 	case UpgradeFleet:
 		return "upgrade fleet"
+	case Together:
+		return "together"
 	}
 	return "unknown"
 }
@@ -67,7 +74,8 @@ type Outcome struct {
 
 // Schedule runs cases through run, in their order, as many at once as parallel allows (at least 1)
 // and their Needs permit: an Alone case waits for every case before it to end and holds back every
-// case after it; FirstFleet cases run one after another in their order; OwnNamespace cases run
+// case after it; consecutive Together cases do the same as one step, run at once (up to parallel);
+// FirstFleet cases run one after another in their order; OwnNamespace cases run
 // beside any but Alone ones; UpgradeFleet cases form a chain of their own like FirstFleet's. A
 // Required case runs alone, as a barrier, and when it fails no later case runs. A free slot goes to
 // the earliest case, in the suite's order, that may start (grant). run is called from several
@@ -93,9 +101,23 @@ func Schedule(cases []Case, parallel int, run func(i int) bool) []Outcome {
 	// The last case started of each chain (FirstFleet, UpgradeFleet), -1 for none yet.
 	tail := map[Needs]int{FirstFleet: -1, UpgradeFleet: -1}
 	var wg sync.WaitGroup
-	for i, c := range cases {
+	for i := 0; i < len(cases); i++ {
+		c := cases[i]
 		if s.stopped() {
 			break
+		}
+		if c.Needs == Together && !c.Required {
+			// The run of consecutive Together cases, as one Alone step: they take the slots among
+			// themselves.
+			end := i + 1
+			for end < len(cases) && cases[end].Needs == Together && !cases[end].Required {
+				end++
+			}
+			s.op.Lock()
+			s.together(i, end, parallel, run)
+			s.op.Unlock()
+			i = end - 1
+			continue
 		}
 		if c.Needs == Alone || c.Required {
 			// Every case before it ends, and none after it starts, until it has ended. It takes no
@@ -195,6 +217,23 @@ func (s *scheduler) grant() {
 		s.free--
 		close(s.granted[first])
 	}
+}
+
+// together runs cases from to end (not included) at once, at most parallel at a time, in their
+// order, and returns when all have ended. Nothing else runs meanwhile (the caller holds op).
+func (s *scheduler) together(from, end, parallel int, run func(int) bool) {
+	slots := make(chan struct{}, parallel)
+	var wg sync.WaitGroup
+	for i := from; i < end; i++ {
+		slots <- struct{}{}
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			defer func() { <-slots }()
+			s.do(i, run)
+		}(i)
+	}
+	wg.Wait()
 }
 
 func (s *scheduler) do(i int, run func(int) bool) {

@@ -217,3 +217,54 @@ func TestScheduleGrantsSlotsInTheSuitesOrder(t *testing.T) {
 	g.Expect(r.spans[2].start).To(BeNumerically("<", r.spans[3].start), "fleet 2 (eligible when fleet 1 ended) before own later")
 	g.Expect(r.spans[2].start).To(BeNumerically("<", r.spans[4].start), "fleet 2 (eligible when fleet 1 ended) before own last")
 }
+
+// TestScheduleTogether: consecutive Together cases run at once, beside each other only: the cases
+// before them have ended when they start, and the ones after start once they all have ended.
+func TestScheduleTogether(t *testing.T) {
+	g := NewWithT(t)
+	cases := []Case{
+		{Name: "install", Needs: Alone, Required: true},
+		{Name: "own a", Needs: OwnNamespace},
+		{Name: "stuck 1", Needs: Together},
+		{Name: "stuck 2", Needs: Together},
+		{Name: "stuck 3", Needs: Together},
+		{Name: "own b", Needs: OwnNamespace},
+		{Name: "fleet", Needs: FirstFleet},
+	}
+	r := newRecorder(len(cases))
+	out := Schedule(cases, 3, func(i int) bool {
+		r.begin(i)
+		defer r.finish(i)
+		switch i { // the three Together cases each wait for the next to start: they must run at once
+		case 2:
+			r.meet(t, 3)
+		case 3:
+			r.meet(t, 4)
+		case 4:
+			r.meet(t, 2)
+		}
+		time.Sleep(5 * time.Millisecond)
+		return true
+	})
+	for i := range cases {
+		g.Expect(out[i].Passed).To(BeTrue(), cases[i].Name)
+	}
+	for _, i := range []int{2, 3, 4} {
+		g.Expect(out[i].Beside).To(Equal(2), "%s ran beside the other two Together cases only", cases[i].Name)
+		g.Expect(r.spans[1].end).To(BeNumerically("<", r.spans[i].start), "%s started before the case before it ended", cases[i].Name)
+		for _, j := range []int{5, 6} {
+			g.Expect(r.spans[j].start).To(BeNumerically(">", r.spans[i].end), "%s started before %s ended", cases[j].Name, cases[i].Name)
+		}
+	}
+	g.Expect(Together.String()).To(Equal("together"))
+}
+
+// TestScheduleTogetherWithinParallel: Together cases take no more slots than parallel allows.
+func TestScheduleTogetherWithinParallel(t *testing.T) {
+	g := NewWithT(t)
+	cases := []Case{{Name: "a", Needs: Together}, {Name: "b", Needs: Together}, {Name: "c", Needs: Together}, {Name: "d", Needs: Alone}}
+	r := newRecorder(len(cases))
+	Schedule(cases, 2, func(i int) bool { r.begin(i); time.Sleep(5 * time.Millisecond); r.finish(i); return true })
+	g.Expect(r.most).To(Equal(2))
+	g.Expect(r.spans[3].start).To(BeNumerically(">", r.spans[2].end))
+}

@@ -89,7 +89,7 @@ func writeRulesFile(t *testing.T, dir string, rule *unstructured.Unstructured) p
 
 // The alerts the runbooks of docs/observability.md describe.
 var wantAlerts = []string{
-	"TiledInstanceNotReady", "TiledUpgradeStuck", "TiledInstanceStalled", "TiledMigrationFailed", "TiledCatalogLost", "TiledBackupOverdue",
+	"TiledInstanceNotReady", "TiledUpgradeStuck", "TiledInstanceStalled", "TiledMigrationFailed", "TiledCatalogLost", "TiledChangePending", "TiledBackupOverdue",
 	"TiledHigh5xxRate", "TiledOperatorDown", "TiledOperatorReconcileErrors",
 }
 

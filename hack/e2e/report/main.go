@@ -67,7 +67,8 @@ func render(f *e2e.Figures, src string) string {
 	}
 	w(".\n\n")
 	w("A case's *needs* say what may run beside it (docs/e2e.md, \"Cases in parallel\"): *alone* (the\n")
-	w("operator itself), *first fleet* (one at a time) or *own namespace*. *Beside* is the most other cases\n")
+	w("operator itself), *together* (beside each other only, as one alone step), *first fleet* (one at a\n")
+	w("time), *upgrade fleet* (one at a time) or *own namespace*. *Beside* is the most other cases\n")
 	w("that ran at some moment during it: 0 means its timings were taken alone; a figure and its floor\n")
 	w("measured in one case were taken under the same conditions.\n\n")
 	w("| case | result | needs | start (s) | seconds | beside |\n|---|---|---|--:|--:|--:|\n")
