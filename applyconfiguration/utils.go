@@ -68,6 +68,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apisv1alpha1.IDRangeApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("IngressSpec"):
 		return &apisv1alpha1.IngressSpecApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("InPlaceRestoreStatus"):
+		return &apisv1alpha1.InPlaceRestoreStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("InstanceTemplate"):
 		return &apisv1alpha1.InstanceTemplateApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("LocalObjectReference"):

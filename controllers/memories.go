@@ -27,7 +27,8 @@ import (
 //	                (desired.Renders)                   replaced when its render's inputs change
 //	upgrades        instanceMemories         instance   the instance is gone (instanceMemories.forget);
 //	(and catalog                                        ignored for another UID, or once the cache
-//	losses)                                             has caught up (instanceMemories.shows)
+//	losses, restores                                    has caught up (instanceMemories.shows)
+//	in place)
 //	replaced        instanceMemories         instance   the instance is gone (instanceMemories.forget);
 //	                                                    ignored for another UID, or once the cache
 //	                                                    has caught up (instanceMemories.shows)
@@ -169,15 +170,19 @@ type writtenUpgrade struct {
 	// recorded, and its Event sent, once; tiledinstance_lostcatalog.go).
 	lost     *tiledv1alpha1.CatalogLost
 	database *tiledv1alpha1.DatabaseStatus
-	// backup is the status.backup written with the end of an upgrade's backup to the target (nil:
-	// none): its Job goes with the phase, and could not record it again.
+	// backup is the status.backup written with the end of an upgrade's backup to the target, or of
+	// a restore in place's backup (nil: none): its Job goes with the phase, and could not record it
+	// again.
 	backup *tiledv1alpha1.BackupStatus
+	// inPlace is the status.inPlaceRestore written (a request is acted on, and its Events sent,
+	// once; tiledinstance_inplace.go).
+	inPlace *tiledv1alpha1.InPlaceRestoreStatus
 }
 
 // written is what a status write over ti recorded, to remember until the cache shows it.
 func written(ti *tiledv1alpha1.TiledInstance, status *tiledv1alpha1.TiledInstanceStatus) writtenUpgrade {
 	w := writtenUpgrade{uid: ti.UID, resourceVersion: ti.ResourceVersion, upgrade: status.Upgrade, last: status.LastMigration,
-		lost: status.CatalogLost, database: status.Database}
+		lost: status.CatalogLost, database: status.Database, inPlace: status.InPlaceRestore}
 	if status.Backup != nil {
 		w.restore = status.Backup.Restore
 	}
@@ -191,6 +196,7 @@ func (w writtenUpgrade) apply(m *instanceMemories, ti *tiledv1alpha1.TiledInstan
 	if m.shows(ti, w.uid, w.resourceVersion) {
 		ti.Status.Upgrade, ti.Status.LastMigration = w.upgrade, w.last
 		ti.Status.CatalogLost, ti.Status.Database = w.lost, w.database
+		ti.Status.InPlaceRestore = w.inPlace
 		if w.backup != nil {
 			ti.Status.Backup = w.backup.DeepCopy()
 		}

@@ -60,7 +60,9 @@ const DefaultProbeGrace = 60 * time.Second
 // One reconcile is a list of stages, each in its own file: observe (tiledinstance_observe.go: the
 // instance and every read of the reconcile, from the cache), inputs (tiledinstance_desire.go: the
 // expanded spec, the Secret's data), restore (tiledinstance_backup.go: a new instance's bootstrap
-// from a backup), lost catalog (tiledinstance_lostcatalog.go, package catalog), upgrade (tiledinstance_upgrade.go: the next step of a Tiled
+// from a backup), lost catalog (tiledinstance_lostcatalog.go, package catalog), restore in place
+// (tiledinstance_inplace.go, package inplace: a serving instance's databases replaced by a backup on
+// request), upgrade (tiledinstance_upgrade.go: the next step of a Tiled
 // version change, package upgrade), desire (tiledinstance_desire.go: the render, package desired),
 // apply and prune (tiledinstance_apply.go: package childset, retention.go) and status
 // (tiledinstance_status.go, from the pure instanceStatus).
@@ -125,6 +127,15 @@ func (r *TiledInstanceReconciler) Reconcile(ctx context.Context, req ctrl.Reques
 			return r.failed(ctx, cur, err)
 		}
 	}
+	busy := ""
+	if restoring {
+		busy = "the restore of its database (spec.backup.restoreFrom, or a lost catalog)"
+	}
+	inPlace, err := r.restoreInPlace(ctx, cur, &in, busy)
+	if err != nil {
+		return r.failed(ctx, cur, err)
+	}
+	restoring = restoring || inPlace
 	in.restoring = restoring
 	if !restoring {
 		if in.upgrade, err = r.upgrade(ctx, cur, &in); err != nil {

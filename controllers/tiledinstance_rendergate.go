@@ -284,14 +284,16 @@ func pendingMessage(ti *tiledv1alpha1.TiledInstance, p *tiledv1alpha1.PendingRol
 }
 
 // approvalChanged passes the updates of a TiledInstance that change AnnotationApprovedTemplate (the
-// cluster's rollout approving a render change, tiledcluster_apply.go) or AnnotationAcceptCatalogLoss
-// (a person accepting the loss of its catalog, tiledinstance_lostcatalog.go).
+// cluster's rollout approving a render change, tiledcluster_apply.go), AnnotationAcceptCatalogLoss
+// (a person accepting the loss of its catalog, tiledinstance_lostcatalog.go), or AnnotationRestore
+// and AnnotationRestoreRequest (a restore in place requested, tiledinstance_inplace.go).
 var approvalChanged = predicate.Funcs{
 	CreateFunc:  func(event.CreateEvent) bool { return false },
 	DeleteFunc:  func(event.DeleteEvent) bool { return false },
 	GenericFunc: func(event.GenericEvent) bool { return false },
 	UpdateFunc: func(e event.UpdateEvent) bool {
-		for _, k := range []string{tiledv1alpha1.AnnotationApprovedTemplate, tiledv1alpha1.AnnotationAcceptCatalogLoss} {
+		for _, k := range []string{tiledv1alpha1.AnnotationApprovedTemplate, tiledv1alpha1.AnnotationAcceptCatalogLoss,
+			tiledv1alpha1.AnnotationRestore, tiledv1alpha1.AnnotationRestoreRequest} {
 			if e.ObjectOld.GetAnnotations()[k] != e.ObjectNew.GetAnnotations()[k] {
 				return true
 			}

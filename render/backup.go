@@ -173,13 +173,23 @@ func nameVersion(v string) string {
 	return string(b)
 }
 
+// preRestoreMark ends the name of the backup a restore in place takes of the databases it replaces.
+const preRestoreMark = "-pre-restore"
+
+// PreRestoreBackupName is the name of the backup a restore in place takes at t on spec.backup's
+// target before it replaces the databases: named by its time, as the scheduled backups are, so that
+// it is listed and sorted with them, then marked as the restore's: 20261207T093000Z-pre-restore.
+func PreRestoreBackupName(t time.Time) string {
+	return t.UTC().Format(BackupNameLayout) + preRestoreMark
+}
+
 // BackupTime is when the backup name on a target began (false: the name is not a target backup's).
 func BackupTime(name string) (time.Time, bool) {
 	if len(name) < len(BackupNameLayout) {
 		return time.Time{}, false
 	}
 	t, err := time.Parse(BackupNameLayout, name[:len(BackupNameLayout)])
-	if err != nil || (len(name) > len(BackupNameLayout) && !strings.HasPrefix(name[len(BackupNameLayout):], preUpgradeMark)) {
+	if rest := name[len(BackupNameLayout):]; err != nil || (rest != "" && rest != preRestoreMark && !strings.HasPrefix(rest, preUpgradeMark)) {
 		return time.Time{}, false
 	}
 	return t, true

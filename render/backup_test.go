@@ -327,6 +327,56 @@ func TestUpgradeJobTargetMismatch(t *testing.T) {
 	g.Expect(err).To(MatchError(ContainSubstring(`and spec.backup names ""`)))
 }
 
+// TestRestoreInPlaceJobs: a restore in place's steps are the upgrade's steps on the target, with
+// Jobs of their own per request; its backup prunes nothing (it must not prune the backup it is about
+// to restore), and its restore refuses a backup from a newer Tiled than the one that serves.
+func TestRestoreInPlaceJobs(t *testing.T) {
+	g := NewWithT(t)
+	ti := withBackup(singleUserManaged(), claimBackup)
+	envOf := func(in Inputs) map[string]string {
+		j, err := LifecycleJob(ti, in)
+		g.Expect(err).NotTo(HaveOccurred())
+		env := map[string]string{}
+		for _, e := range jobOf(g, j).Spec.Template.Spec.Containers[0].Env {
+			env[e.Name] = e.Value
+		}
+		return env
+	}
+	upgradeBackup := upgradeOnTarget(ti, Inputs{SecretData: secretData}, StepBackup)
+	keep := upgradeOnTarget(ti, Inputs{SecretData: secretData}, StepBackup)
+	s := *keep.Lifecycle.Step
+	s.Request, s.Keep = "r1", true
+	keep.Lifecycle = &Lifecycle{Step: &s, SuspendBackups: true, ToolsImage: goldenTools}
+	g.Expect(envOf(upgradeBackup)).To(HaveKey("RETAIN_COUNT"))
+	g.Expect(envOf(keep)).NotTo(HaveKey("RETAIN_COUNT"))
+	g.Expect(envOf(keep)).NotTo(HaveKey("RETAIN_DAYS"))
+	g.Expect(s.JobName(ti, keep)).NotTo(Equal(upgradeBackup.Lifecycle.Step.JobName(ti, upgradeBackup)), "a request's Job is its own")
+
+	upgradeRestore := upgradeOnTarget(ti, Inputs{SecretData: secretData}, StepRestore)
+	r := *upgradeRestore.Lifecycle.Step
+	r.Request, r.FromVersion = "r1", "0.2.20"
+	restore := Inputs{SecretData: secretData, Lifecycle: &Lifecycle{Stopped: true, Step: &r, ToolsImage: goldenTools}}
+	g.Expect(envOf(restore)).To(HaveKeyWithValue("TILED_VERSION", "0.2.20"))
+	g.Expect(envOf(restore)).NotTo(HaveKey("RESTORE_IF_EMPTY"), "the databases are replaced")
+	g.Expect(envOf(upgradeRestore)).NotTo(HaveKey("TILED_VERSION"), "the upgrade's restore is as it was")
+	r2 := r
+	r2.Request = "r2"
+	g.Expect(r.JobName(ti, restore)).NotTo(Equal(r2.JobName(ti, restore)), "the same backup restored again is another Job")
+}
+
+func TestPreRestoreBackupName(t *testing.T) {
+	g := NewWithT(t)
+	at := time.Date(2026, 12, 7, 4, 30, 0, 0, time.FixedZone("EST", -5*3600))
+	n := PreRestoreBackupName(at)
+	g.Expect(n).To(Equal("20261207T093000Z-pre-restore"))
+	g.Expect(n).To(MatchRegexp(restoreFromPattern), "spec.backup.restoreFrom names it")
+	when, ok := BackupTime(n)
+	g.Expect(ok).To(BeTrue())
+	g.Expect(when).To(Equal(at.UTC()))
+	_, ok = BackupTime("20261207T093000Z-pre-restorex")
+	g.Expect(ok).To(BeFalse())
+}
+
 func TestPreUpgradeBackupName(t *testing.T) {
 	g := NewWithT(t)
 	at := time.Date(2026, 12, 2, 22, 15, 0, 0, time.FixedZone("EST", -5*3600))

@@ -68,6 +68,13 @@ type Step struct {
 	// step on a target is rendered only while spec.backup names that target, and the target is in
 	// its Job's name: another target is another Job.
 	Target string `json:"target,omitempty"`
+	// Request is the id of the restore in place this step belongs to (annotation
+	// tiled.blueskyproject.io/restore-request): in its Job's name, so that each request runs Jobs of
+	// its own, even for a backup restored before.
+	Request string `json:"request,omitempty"`
+	// Keep makes a backup step on a target prune nothing (no retention): the backup a restore in
+	// place takes first must not prune the backup it is about to restore.
+	Keep bool `json:"keep,omitempty"`
 }
 
 // JobName is the name of the step's Job: the step and a short hash of what it runs, so that a new
@@ -76,6 +83,9 @@ func (s *Step) JobName(ti *v1alpha1.TiledInstance, in Inputs) string {
 	what := s.Image + "\x00" + s.Backup
 	if s.Target != "" {
 		what += "\x00" + s.Target // a step on the backup claim keeps the name it always had
+	}
+	if s.Request != "" {
+		what += "\x00request=" + s.Request // the upgrade's steps keep the names they always had
 	}
 	sum := sha256.Sum256([]byte(what))
 	return in.names(ti).Job(string(s.Kind), hex.EncodeToString(sum[:])[:6])
@@ -324,10 +334,16 @@ func databaseStepPod(ti *v1alpha1.TiledInstance, in Inputs, s *Step) (*corev1ac.
 		}
 		env := []*corev1ac.EnvVarApplyConfiguration{corev1ac.EnvVar().WithName("BACKUP").WithValue(s.Backup)}
 		mode := dbtoolRestore
-		if s.Kind == StepBackup {
+		switch {
+		case s.Kind == StepBackup:
 			mode = dbtoolBackup
 			env = append(env, corev1ac.EnvVar().WithName("TILED_VERSION").WithValue(s.FromVersion))
-			env = append(env, retentionEnv(ti)...)
+			if !s.Keep {
+				env = append(env, retentionEnv(ti)...)
+			}
+		case s.FromVersion != "":
+			// A restore in place refuses a backup from a newer Tiled than the one that will serve it.
+			env = append(env, corev1ac.EnvVar().WithName("TILED_VERSION").WithValue(s.FromVersion))
 		}
 		return targetPod(ti, in, mode, env)
 	}

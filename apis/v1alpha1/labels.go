@@ -39,6 +39,24 @@ const AnnotationApprovedTemplate = "tiled.blueskyproject.io/approved-template"
 // database, which Tiled initialises as a new catalog (docs/backups.md, "A lost catalog").
 const AnnotationAcceptCatalogLoss = "tiled.blueskyproject.io/accept-catalog-loss"
 
+// The annotations that request the restore of a serving TiledInstance's databases from one of its
+// backups, in place (docs/backups.md, "Restoring a serving beamline"). `kubectl tiled restore` sets
+// all three in one patch; by hand, `kubectl annotate` does as well. The operator acts on a request
+// once: status.inPlaceRestore records its id, and a request whose id is recorded there is done (or
+// under way). Removing the annotations afterwards changes nothing.
+const (
+	// AnnotationRestore names the whole backup to restore, as `kubectl tiled backups` lists it (a
+	// name on spec.backup's target; the plugin resolves "latest" to one before it writes).
+	AnnotationRestore = "tiled.blueskyproject.io/restore"
+	// AnnotationRestoreRequest is the request's id: a new id is a new request (to restore the same
+	// backup again). Without it, the backup's name is the id.
+	AnnotationRestoreRequest = "tiled.blueskyproject.io/restore-request"
+	// AnnotationRestoreRequestedBy names who asked: `kubectl tiled restore` writes the user the API
+	// server authenticated it as (a SelfSubjectReview). It is what the requester says; the API
+	// server's audit log holds the patch's own user.
+	AnnotationRestoreRequestedBy = "tiled.blueskyproject.io/restore-requested-by"
+)
+
 // Labels `kubectl tiled import-helm` puts on what it writes; the operator gives them no meaning.
 const (
 	// LabelProfile on a TiledProfile written by import-helm names it; the TiledCluster written

@@ -785,10 +785,12 @@ type BackupSpec struct {
 	// version newer than spec.tiled's, or one that is corrupt or missing, is refused with the
 	// condition Stalled (reason RestoreFailed) and nothing restored. Done once per instance
 	// (status.backup.restore). A backup an upgrade took before its migration is named
-	// <time>-pre-upgrade-<fromVersion>-to-<toVersion>.
+	// <time>-pre-upgrade-<fromVersion>-to-<toVersion>; one a restore in place took of the databases
+	// it replaced, <time>-pre-restore. To restore a backup into an instance that serves, use
+	// `kubectl tiled restore` instead (status.inPlaceRestore).
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
-	// +kubebuilder:validation:Pattern=`^(latest|[0-9]{8}T[0-9]{6}Z(-pre-upgrade-[A-Za-z0-9._]+-to-[A-Za-z0-9._]+)?)$`
+	// +kubebuilder:validation:Pattern=`^(latest|[0-9]{8}T[0-9]{6}Z(-pre-upgrade-[A-Za-z0-9._]+-to-[A-Za-z0-9._]+|-pre-restore)?)$`
 	RestoreFrom string `json:"restoreFrom,omitempty"`
 
 	// OnCatalogLost says what the operator does when the catalog of an instance that had one is

@@ -253,7 +253,9 @@ type TiledInstanceStatus struct {
 	// for a managed database; ExternalEdits while another writer manages fields of a child object;
 	// IngressEnabled=False while the ingress has a host but enabled is not set (no Ingress is created);
 	// RolloutPending=True while a change of the pod template the operator renders without a change
-	// of the spec waits for the cluster's rollout (status.pendingRollout).
+	// of the spec waits for the cluster's rollout (status.pendingRollout); Restored after a restore in
+	// place was requested (status.inPlaceRestore: Unknown while it runs, True once Tiled serves the
+	// restored databases, False when it was refused or failed).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -303,6 +305,13 @@ type TiledInstanceStatus struct {
 	// otherwise.
 	// +optional
 	CatalogLost *CatalogLost `json:"catalogLost,omitempty"`
+
+	// InPlaceRestore is the last restore of the instance's databases requested in place, while Tiled
+	// served (the annotation tiled.blueskyproject.io/restore, set by `kubectl tiled restore`): who
+	// asked, which backup, the backup taken of the databases it replaced, each phase and the
+	// outcome. It stays after the restore ends, until the next request replaces it.
+	// +optional
+	InPlaceRestore *InPlaceRestoreStatus `json:"inPlaceRestore,omitempty"`
 
 	// PendingRollout is a change of the Tiled pod template that the operator renders though the
 	// instance's spec did not change (typically a new operator release: a new default, label,
@@ -526,6 +535,89 @@ type RestoreRecord struct {
 	// Seconds is how long the restore Job ran.
 	// +optional
 	Seconds int64 `json:"seconds,omitempty"`
+}
+
+// InPlaceRestorePhase is a step of a restore in place, or its outcome.
+// +kubebuilder:validation:Enum=BackingUp;Stopping;Restoring;Starting;Succeeded;Failed;Refused
+type InPlaceRestorePhase string
+
+const (
+	// InPlaceRestoreBackingUp: a Job backs the databases up as they are (status.inPlaceRestore.
+	// preRestoreBackup), so that the restore can be undone; Tiled serves.
+	InPlaceRestoreBackingUp InPlaceRestorePhase = "BackingUp"
+	// InPlaceRestoreStopping: the Tiled pods are stopped (0 replicas), so that none serves, or
+	// writes, while the databases are replaced.
+	InPlaceRestoreStopping InPlaceRestorePhase = "Stopping"
+	// InPlaceRestoreRestoring: a Job checks the backup and restores each database from it in one
+	// transaction; Tiled is stopped.
+	InPlaceRestoreRestoring InPlaceRestorePhase = "Restoring"
+	// InPlaceRestoreStarting: Tiled starts on the restored databases.
+	InPlaceRestoreStarting InPlaceRestorePhase = "Starting"
+	// InPlaceRestoreSucceeded: the databases hold the backup and Tiled serves them.
+	InPlaceRestoreSucceeded InPlaceRestorePhase = "Succeeded"
+	// InPlaceRestoreFailed: the restore did not happen (the backup before it failed, or the backup
+	// was refused before any database was touched) and Tiled serves the databases as they were; or
+	// (stopped true) the restore failed part way and Tiled stays stopped until another restore is
+	// requested.
+	InPlaceRestoreFailed InPlaceRestorePhase = "Failed"
+	// InPlaceRestoreRefused: the request was refused before anything was done (an upgrade runs, no
+	// backup target, no such backup); message says why.
+	InPlaceRestoreRefused InPlaceRestorePhase = "Refused"
+)
+
+// InPlaceRestoreStatus is a restore in place: one request, its steps and its outcome.
+type InPlaceRestoreStatus struct {
+	// Request is the request's id (annotation tiled.blueskyproject.io/restore-request): the
+	// operator acts once per id.
+	Request string `json:"request"`
+	// Backup is the backup restored (annotation tiled.blueskyproject.io/restore).
+	Backup string `json:"backup"`
+	// RequestedBy is who asked (annotation tiled.blueskyproject.io/restore-requested-by; "" when
+	// the request did not say).
+	// +optional
+	RequestedBy string `json:"requestedBy,omitempty"`
+	// Target is where the backups are: spec.backup's target when the request was accepted.
+	// +optional
+	Target string `json:"target,omitempty"`
+	// Phase is the step under way, or the outcome.
+	Phase InPlaceRestorePhase `json:"phase"`
+	// PreRestoreBackup is the backup of the databases as they were before the restore, on the same
+	// target: restore it (`kubectl tiled restore INSTANCE --from NAME`) to undo this restore. It
+	// is never pruned by the restore itself; the scheduled backups' retention treats it as any
+	// other backup.
+	// +optional
+	PreRestoreBackup string `json:"preRestoreBackup,omitempty"`
+	// Stopped says Tiled is kept stopped: a restore that failed part way leaves the databases
+	// partly restored, and another restore (of this backup, of the pre-restore backup, or of any
+	// other) is the way on.
+	// +optional
+	Stopped bool `json:"stopped,omitempty"`
+	// CacheFlushed says the managed streaming cache was emptied while Tiled was stopped (its pod
+	// replaced: the cache keeps its data in memory and on an emptyDir), so that no stream replays
+	// updates written to the databases the restore replaced. An external cache is not flushed.
+	// +optional
+	CacheFlushed bool `json:"cacheFlushed,omitempty"`
+	// StartTime is when the request was accepted (or refused).
+	StartTime metav1.Time `json:"startTime"`
+	// PhaseTime is when the current phase began.
+	// +optional
+	PhaseTime *metav1.Time `json:"phaseTime,omitempty"`
+	// StopTime is when Tiled was stopped.
+	// +optional
+	StopTime *metav1.Time `json:"stopTime,omitempty"`
+	// CompletionTime is when the restore ended (Succeeded, Failed, Refused).
+	// +optional
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+	// RestoreSeconds is how long the restore Job ran, in seconds.
+	// +optional
+	RestoreSeconds int64 `json:"restoreSeconds,omitempty"`
+	// DowntimeSeconds is how long no Tiled pod served, in seconds: from the stop until Tiled was
+	// ready again.
+	// +optional
+	DowntimeSeconds int64 `json:"downtimeSeconds,omitempty"`
+	// Message says why a request was refused or failed, in words.
+	// +optional
+	Message string `json:"message,omitempty"`
 }
 
 // +kubebuilder:object:root=true

@@ -383,6 +383,56 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: min
       type:
         scalar: numeric
+- name: com.github.bluesky.tiled-operator.apis.v1alpha1.InPlaceRestorePhase
+  scalar: string
+- name: com.github.bluesky.tiled-operator.apis.v1alpha1.InPlaceRestoreStatus
+  map:
+    fields:
+    - name: backup
+      type:
+        scalar: string
+    - name: cacheFlushed
+      type:
+        scalar: boolean
+    - name: completionTime
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: downtimeSeconds
+      type:
+        scalar: numeric
+    - name: message
+      type:
+        scalar: string
+    - name: phase
+      type:
+        namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.InPlaceRestorePhase
+    - name: phaseTime
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: preRestoreBackup
+      type:
+        scalar: string
+    - name: request
+      type:
+        scalar: string
+    - name: requestedBy
+      type:
+        scalar: string
+    - name: restoreSeconds
+      type:
+        scalar: numeric
+    - name: startTime
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: stopTime
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: stopped
+      type:
+        scalar: boolean
+    - name: target
+      type:
+        scalar: string
 - name: com.github.bluesky.tiled-operator.apis.v1alpha1.IngressSpec
   map:
     fields:
@@ -1060,6 +1110,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: image
       type:
         scalar: string
+    - name: inPlaceRestore
+      type:
+        namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.InPlaceRestoreStatus
     - name: lastMigration
       type:
         namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.MigrationRecord

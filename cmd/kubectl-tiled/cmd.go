@@ -87,15 +87,16 @@ the values of the Tiled Helm chart into a profile and a cluster.
 
 expand, why and import-helm work offline; diff reads the cluster of the current kubeconfig (and
 stores nothing); backup takes a backup of a live instance's databases now (a Job from its backup
-CronJob) and backups lists the backups it has; status shows how a live cluster or instance is
+CronJob) and backups lists the backups it has; restore restores a serving instance's databases from
+one of them, in place (--dry-run shows what it would replace); status shows how a live cluster or instance is
 doing (conditions, rollout, instances, pods, Warning events). -n/--namespace means the same in every command:
-the namespace of the objects that name none, and of the instance backup and backups name
+the namespace of the objects that name none, and of the instance backup, backups and restore name
 (default: the kubeconfig context's, else "default").`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Args:          cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return usageErrorf(cmd, "a command is required: expand, why, diff, import-helm, backup, backups, status, completion or version")
+			return usageErrorf(cmd, "a command is required: expand, why, diff, import-helm, backup, backups, restore, status, completion or version")
 		},
 	}
 	root.SetOut(streams.Out)
@@ -105,7 +106,7 @@ the namespace of the objects that name none, and of the instance backup and back
 	root.CompletionOptions.DisableDefaultCmd = true
 	o.config.AddFlags(root.PersistentFlags())
 	root.AddCommand(newExpandCommand(o), newWhyCommand(o), newDiffCommand(o), newImportHelmCommand(o),
-		newBackupCommand(o), newBackupsCommand(o), newStatusCommand(o), newCompletionCommand(o), newVersionCommand(o))
+		newBackupCommand(o), newBackupsCommand(o), newRestoreCommand(o), newStatusCommand(o), newCompletionCommand(o), newVersionCommand(o))
 	return root
 }
 

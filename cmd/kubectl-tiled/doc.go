@@ -37,6 +37,14 @@
 //	    SIZE), under its target, schedule, last backup and restore; -o json or yaml prints
 //	    status.backup.
 //
+//	kubectl tiled restore nsls2-chx -n nsls2 --from NAME|latest [--dry-run] [--wait [--timeout 30m]]
+//	    Restores a serving instance's databases from one of its whole backups, in place: sets the
+//	    annotations tiled.blueskyproject.io/restore, restore-request (a new id) and
+//	    restore-requested-by (the user, from a SelfSubjectReview), which the operator acts on once
+//	    (status.inPlaceRestore); checks first what the operator refuses (an upgrade, no target, no
+//	    such backup). --dry-run prints what would be replaced and writes nothing; --wait prints the
+//	    outcome (a refused or failed restore, exit 1).
+//
 //	kubectl tiled status [CLUSTER | INSTANCE | tiledcluster/NAME | tiledinstance/NAME] -n nsls2
 //	    One screen of a live cluster's state: its Ready, Stalled and Reconciling conditions, the
 //	    rollout (updated of total, pending, held, maxUnavailable, paused), a table of its

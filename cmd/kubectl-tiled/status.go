@@ -131,6 +131,9 @@ type InstanceSummary struct {
 	Generation  int64                       `json:"generation"`
 	Observed    int64                       `json:"observedGeneration"`
 	Restore     *v1alpha1.RestoreRecord     `json:"restore,omitempty"`
+	// InPlaceRestore is the last restore in place (kubectl tiled restore): who, which backup, its
+	// phase or outcome.
+	InPlaceRestore *v1alpha1.InPlaceRestoreStatus `json:"inPlaceRestore,omitempty"`
 	// CatalogLost is the instance's status.catalogLost: its catalog is lost, Tiled stopped until
 	// the newest whole backup is restored or a person accepts the loss (docs/backups.md).
 	CatalogLost *v1alpha1.CatalogLost `json:"catalogLost,omitempty"`
@@ -557,8 +560,9 @@ func instanceSummary(ti *v1alpha1.TiledInstance, tc *v1alpha1.TiledCluster) Inst
 		ReadyReplicas: st.ReadyReplicas, Replicas: 1,
 		Image: st.Image, Version: st.Version, URL: st.URL,
 		LastMigration: st.LastMigration, Upgrade: st.Upgrade, PendingRollout: st.PendingRollout, Maintenance: st.Maintenance,
-		Conditions: conditionSummaries(st.Conditions),
-		Generation: ti.Generation, Observed: st.ObservedGeneration,
+		InPlaceRestore: st.InPlaceRestore,
+		Conditions:     conditionSummaries(st.Conditions),
+		Generation:     ti.Generation, Observed: st.ObservedGeneration,
 		backupTarget: render.HasBackupTarget(ti),
 	}
 	if is.Cluster == "" {

@@ -499,6 +499,24 @@ func (p *statusPrinter) printInstance(doc *StatusDocument) {
 	} else {
 		p.line("Last migration", plain("none"))
 	}
+	if r := in.InPlaceRestore; r != nil {
+		res := plain(string(r.Phase))
+		switch r.Phase {
+		case v1alpha1.InPlaceRestoreSucceeded:
+		case v1alpha1.InPlaceRestoreFailed, v1alpha1.InPlaceRestoreRefused:
+			res.color = colorRed
+		default:
+			res.color = colorYellow
+		}
+		text := fmt.Sprintf("backup %s, request %s by %s, started %s", r.Backup, r.Request, cmp.Or(r.RequestedBy, "an unnamed requester"), p.at(r.StartTime))
+		if r.PreRestoreBackup != "" {
+			text += ", the databases before it are " + r.PreRestoreBackup
+		}
+		p.line("Restore in place", res, plain(text))
+		if r.Message != "" {
+			p.line("", cell{firstLine(r.Message), colorRed})
+		}
+	}
 	if u := in.Upgrade; u != nil {
 		text := fmt.Sprintf("%s -> %s, started %s", dash(cmp.Or(u.FromVersion, u.FromImage)), dash(cmp.Or(u.ToVersion, u.ToImage)), p.at(u.StartTime))
 		if u.PhaseTime != nil {

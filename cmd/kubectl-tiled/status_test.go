@@ -291,6 +291,23 @@ var statusCases = []struct {
 	{name: "lost-catalog-instance", objs: lostFleet(), args: []string{"nsls2-csx"}},
 	{name: "lost-catalog-namespace", objs: lostFleet(), args: nil},
 	{name: "lost-catalog-instance-json", objs: lostFleet(), args: []string{"nsls2-csx", "-o", "json"}},
+	{name: "restored-in-place-instance", objs: restoredFleet(), args: []string{"nsls2-chx"}},
+	{name: "refused-in-place-instance", objs: restoredFleet(), args: []string{"nsls2-csx"}},
+}
+
+// restoredFleet is a cluster whose chx was restored in place and whose csx refused a restore.
+func restoredFleet() []client.Object {
+	tc := statusCluster("nsls2", "chx", "csx")
+	chx := statusInstance(tc, "chx")
+	done := at("2026-12-03T09:20:41Z")
+	chx.Status.InPlaceRestore = &v1alpha1.InPlaceRestoreStatus{Request: "20261203T092000Z-3fa1c2", Backup: "20261202T073000Z", RequestedBy: "alice@bnl.gov",
+		Target: "claim:tiled-backups/tiled-backups/nsls2/nsls2-chx", Phase: v1alpha1.InPlaceRestoreSucceeded, PreRestoreBackup: "20261203T092000Z-pre-restore",
+		StartTime: at("2026-12-03T09:20:00Z"), CompletionTime: &done, RestoreSeconds: 6, DowntimeSeconds: 14}
+	csx := statusInstance(tc, "csx")
+	csx.Status.InPlaceRestore = &v1alpha1.InPlaceRestoreStatus{Request: "r7", Backup: "20261202T073000Z", Phase: v1alpha1.InPlaceRestoreRefused,
+		StartTime: at("2026-12-03T09:25:00Z"), CompletionTime: ptr.To(at("2026-12-03T09:25:00Z")),
+		Message: "TiledInstance nsls2/nsls2-csx: annotation tiled.blueskyproject.io/restore=20261202T073000Z (request r7 by an unnamed requester) refused: an upgrade holds it; nothing was changed"}
+	return []client.Object{tc, chx, csx}
 }
 
 func TestStatusGolden(t *testing.T) {

@@ -271,7 +271,7 @@ func Restore(o RestoreObserved, recorded *v1alpha1.RestoreRecord) RestoreDecisio
 		return RestoreDecision{
 			Record: &v1alpha1.RestoreRecord{Backup: b.RestoreFrom, Result: ResultSkipped, CompletionTime: metav1.NewTime(o.Now.UTC().Truncate(time.Second))},
 			Event: &Note{"RestoreSkipped", fmt.Sprintf("%s already serves Tiled: spec.backup.restoreFrom=%s restores only a new instance, before Tiled first starts; "+
-				"to roll its catalog back, remove it, delete its database claim and add it again (docs/backups.md)", o.Instance, b.RestoreFrom)},
+				"to roll its catalog back while it serves, run `kubectl tiled restore %s --from %s` (docs/backups.md)", o.Instance, b.RestoreFrom, o.Spec.Name, b.RestoreFrom)},
 		}
 	}
 	d := RestoreDecision{Lifecycle: &render.Lifecycle{

@@ -134,6 +134,13 @@ type Figures struct {
 	ClaimLossServedEmpty       *int    `json:"claim_loss_served_empty,omitempty"`
 	CatalogLostDetectedSeconds float64 `json:"catalog_lost_detected_seconds,omitempty"`
 	CatalogLostRestoredSeconds float64 `json:"catalog_lost_restored_seconds,omitempty"`
+
+	// A restore in place (restoreinplace_test.go): `kubectl tiled restore --wait` of a serving
+	// beamline to an earlier backup, from the command to its end (the backup first, Tiled stopped,
+	// the restore, Tiled ready again), and how long Tiled was stopped
+	// (status.inPlaceRestore.downtimeSeconds).
+	RestoreInPlaceSeconds         float64 `json:"restore_in_place_seconds,omitempty"`
+	RestoreInPlaceDowntimeSeconds float64 `json:"restore_in_place_downtime_seconds,omitempty"`
 }
 
 // CPUUse is the CPU the suite used while it ran, in seconds: the machine's busy time (all its

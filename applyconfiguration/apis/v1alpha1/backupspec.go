@@ -51,7 +51,9 @@ type BackupSpecApplyConfiguration struct {
 	// version newer than spec.tiled's, or one that is corrupt or missing, is refused with the
 	// condition Stalled (reason RestoreFailed) and nothing restored. Done once per instance
 	// (status.backup.restore). A backup an upgrade took before its migration is named
-	// <time>-pre-upgrade-<fromVersion>-to-<toVersion>.
+	// <time>-pre-upgrade-<fromVersion>-to-<toVersion>; one a restore in place took of the databases
+	// it replaced, <time>-pre-restore. To restore a backup into an instance that serves, use
+	// `kubectl tiled restore` instead (status.inPlaceRestore).
 	RestoreFrom *string `json:"restoreFrom,omitempty"`
 	// OnCatalogLost says what the operator does when the catalog of an instance that had one is
 	// lost: the managed database's claim is not the one the catalog lived on (deleted, and made

@@ -23,7 +23,9 @@ type TiledInstanceStatusApplyConfiguration struct {
 	// for a managed database; ExternalEdits while another writer manages fields of a child object;
 	// IngressEnabled=False while the ingress has a host but enabled is not set (no Ingress is created);
 	// RolloutPending=True while a change of the pod template the operator renders without a change
-	// of the spec waits for the cluster's rollout (status.pendingRollout).
+	// of the spec waits for the cluster's rollout (status.pendingRollout); Restored after a restore in
+	// place was requested (status.inPlaceRestore: Unknown while it runs, True once Tiled serves the
+	// restored databases, False when it was refused or failed).
 	Conditions []v1.ConditionApplyConfiguration `json:"conditions,omitempty"`
 	// URL at which Tiled is served inside the cluster.
 	URL *string `json:"url,omitempty"`
@@ -52,6 +54,11 @@ type TiledInstanceStatusApplyConfiguration struct {
 	// restored (spec.backup.onCatalogLost RestoreLatest) or a person accepts the loss. Absent
 	// otherwise.
 	CatalogLost *CatalogLostApplyConfiguration `json:"catalogLost,omitempty"`
+	// InPlaceRestore is the last restore of the instance's databases requested in place, while Tiled
+	// served (the annotation tiled.blueskyproject.io/restore, set by `kubectl tiled restore`): who
+	// asked, which backup, the backup taken of the databases it replaced, each phase and the
+	// outcome. It stays after the restore ends, until the next request replaces it.
+	InPlaceRestore *InPlaceRestoreStatusApplyConfiguration `json:"inPlaceRestore,omitempty"`
 	// PendingRollout is a change of the Tiled pod template that the operator renders though the
 	// instance's spec did not change (typically a new operator release: a new default, label,
 	// annotation or probe), waiting for the instance's TiledCluster to roll it within
@@ -176,6 +183,14 @@ func (b *TiledInstanceStatusApplyConfiguration) WithBackup(value *BackupStatusAp
 // If called multiple times, the CatalogLost field is set to the value of the last call.
 func (b *TiledInstanceStatusApplyConfiguration) WithCatalogLost(value *CatalogLostApplyConfiguration) *TiledInstanceStatusApplyConfiguration {
 	b.CatalogLost = value
+	return b
+}
+
+// WithInPlaceRestore sets the InPlaceRestore field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the InPlaceRestore field is set to the value of the last call.
+func (b *TiledInstanceStatusApplyConfiguration) WithInPlaceRestore(value *InPlaceRestoreStatusApplyConfiguration) *TiledInstanceStatusApplyConfiguration {
+	b.InPlaceRestore = value
 	return b
 }
 

@@ -205,6 +205,11 @@ func render(f *e2e.Figures, src string) string {
 		w("| … the database claim deleted → `status.catalogLost` (`Stalled` `CatalogLost`) | %.1f s | |\n", f.CatalogLostDetectedSeconds)
 		w("| … `onCatalogLost: RestoreLatest` applied → the instance Ready, the record gone, the data read back | %.1f s | |\n", f.CatalogLostRestoredSeconds)
 	}
+	if f.RestoreInPlaceSeconds > 0 {
+		// Only from a run that had the restore-in-place case.
+		w("| restore in place: `kubectl tiled restore --wait` of a serving beamline to an earlier backup (a backup first, Tiled stopped, the restore, Tiled ready), the data read back as it was then | %.1f s | |\n", f.RestoreInPlaceSeconds)
+		w("| … Tiled stopped (`status.inPlaceRestore.downtimeSeconds`) | %.0f s | |\n", f.RestoreInPlaceDowntimeSeconds)
+	}
 	w("| operator pod peak memory (cgroup) | %.1f MiB | |\n", f.OperatorPeakMemoryMiB)
 	return b.String()
 }

@@ -291,13 +291,15 @@ func TestKubectlSeesTheKinds(t *testing.T) {
 	g.Expect(out).To(ContainSubstring("CEL expression returning the path per instance"))
 	// The pods' identity and placement, and the profiles' allowances, are explained like any field.
 	for field, want := range map[string]string{
-		"tiledinstance.spec.tiled.runAsUser":                  "It must not be 0",
-		"tiledcluster.spec.template.tiled.supplementalGroups": "further gids of the Tiled containers",
-		"tiledprofile.spec.tiled.affinity.podAntiAffinity":    "anti-affinity",
-		"tiledprofile.spec.tiled.topologySpreadConstraints":   "matchLabelKeys: [app.kubernetes.io/instance]",
-		"tiledprofile.spec.database.managed.imagePullSecrets": "registry of the PostgreSQL image",
-		"tiledprofile.spec.allowedNFS.pathPrefix":             "/nsls2/data allows /nsls2/data/chx/proposals",
-		"tiledprofile.spec.allowedUserIDs":                    "ranges of uids",
+		"tiledinstance.spec.tiled.runAsUser":                   "It must not be 0",
+		"tiledcluster.spec.template.tiled.supplementalGroups":  "further gids of the Tiled containers",
+		"tiledprofile.spec.tiled.affinity.podAntiAffinity":     "anti-affinity",
+		"tiledprofile.spec.tiled.topologySpreadConstraints":    "matchLabelKeys: [app.kubernetes.io/instance]",
+		"tiledprofile.spec.database.managed.imagePullSecrets":  "registry of the PostgreSQL image",
+		"tiledprofile.spec.allowedNFS.pathPrefix":              "/nsls2/data allows /nsls2/data/chx/proposals",
+		"tiledprofile.spec.allowedUserIDs":                     "ranges of uids",
+		"tiledinstance.status.inPlaceRestore":                  "set by `kubectl tiled restore`): who asked, which backup",
+		"tiledinstance.status.inPlaceRestore.preRestoreBackup": "restore it (`kubectl tiled restore INSTANCE --from NAME`) to undo this restore",
 	} {
 		out, stderr, err = env.Kubectl(ctx, "explain", field)
 		g.Expect(err).NotTo(HaveOccurred(), stderr)
