@@ -57,7 +57,7 @@ CLUSTER_DOMAIN=cluster.local
 CGROUP_ROOT=$NETNS      # kubelet's cgroupRoot: pods live in /sys/fs/cgroup/*/$CGROUP_ROOT/kubepods
 CNI_NETWORK=$NETNS      # CNI network name: prefix of our files in /var/lib/cni/results
 STORAGE_CLASS=local-hostpath
-PV_COUNT=64         # the suite binds one per claim and never reuses a released one (Retain)
+PV_COUNT=96         # the suite binds one per claim and never reuses a released one (Retain); 65 were bound in the run of 2026-12-07
 PAUSE_IMAGE=docker.io/local/pause:3.10
 COREDNS_IMAGE=docker.io/local/coredns:v1.15.0
 # METRICS_SERVER_VERSION: the one pin, shared with hack/images/build.sh, which builds the image.
