@@ -8,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -147,25 +146,7 @@ func (r *TiledInstanceReconciler) restoreInPlace(ctx context.Context, cur *insta
 	if err != nil {
 		return false, err
 	}
-	w := written(ti, status)
-	if folded {
-		w.backup = status.Backup
-	}
-	r.memories.upgrades.store(key, w)
-	// A stall this write records is the status stage's transition no more: said here, once,
-	// unless the decision's own Event says it.
-	if c, changed := transitioned(ti.Status.Conditions, status.Conditions, ConditionStalled); sent && changed && c.Status == metav1.ConditionTrue &&
-		(d.Event == nil || d.Event.Reason != c.Reason) {
-		r.Recorder.Eventf(ti, nil, corev1.EventTypeWarning, c.Reason, "Restore", "%s", eventNote(c.Message))
-	}
-	ti.Status = *status
-	if e := d.Event; e != nil && sent {
-		typ := corev1.EventTypeWarning
-		if e.Normal {
-			typ = corev1.EventTypeNormal
-		}
-		r.Recorder.Eventf(ti, nil, typ, e.Reason, "Restore", "%s", eventNote(e.Message))
-	}
+	r.lifecycleWritten(ti, status, folded, sent, d.Event, "Restore")
 	return d.Active && busy == "", nil
 }
 

@@ -127,26 +127,33 @@ func (r *TiledInstanceReconciler) upgrade(ctx context.Context, cur *instanceStat
 		// The migration's end is recorded (status.lastMigration) by this write, once.
 		r.Metrics.migrationEnded(ti, d.Record)
 	}
+	r.lifecycleWritten(ti, status, folded, sent, d.Event, "Upgrade")
+	return d, nil
+}
+
+// lifecycleWritten ends a status write of a lifecycle stage (action: Upgrade, Restore) over ti: what
+// it recorded is remembered until the cache shows it (with status.backup when the write folded a
+// backup's end into it), a stall it records anew is announced once unless the decision's own Event
+// (ev; nil: none) says it, ti takes the status written, and ev is sent — each only when the write
+// was sent, so that a transition is said once.
+func (r *TiledInstanceReconciler) lifecycleWritten(ti *tiledv1alpha1.TiledInstance, status *tiledv1alpha1.TiledInstanceStatus, folded, sent bool, ev *upgrade.Event, action string) {
 	w := written(ti, status)
 	if folded {
 		w.backup = status.Backup
 	}
-	r.memories.upgrades.store(key, w)
-	// A stall this write records is the status stage's transition no more: say it here, once, unless
-	// the decision's own Event says it.
+	r.memories.upgrades.store(types.NamespacedName{Namespace: ti.Namespace, Name: ti.Name}, w)
 	if c, changed := transitioned(ti.Status.Conditions, status.Conditions, ConditionStalled); sent && changed && c.Status == metav1.ConditionTrue &&
-		(d.Event == nil || d.Event.Reason != c.Reason) {
-		r.Recorder.Eventf(ti, nil, corev1.EventTypeWarning, c.Reason, "Upgrade", "%s", eventNote(c.Message))
+		(ev == nil || ev.Reason != c.Reason) {
+		r.Recorder.Eventf(ti, nil, corev1.EventTypeWarning, c.Reason, action, "%s", eventNote(c.Message))
 	}
 	ti.Status = *status
-	if e := d.Event; e != nil && sent {
+	if ev != nil && sent {
 		typ := corev1.EventTypeWarning
-		if e.Normal {
+		if ev.Normal {
 			typ = corev1.EventTypeNormal
 		}
-		r.Recorder.Eventf(ti, nil, typ, e.Reason, "Upgrade", "%s", eventNote(e.Message))
+		r.Recorder.Eventf(ti, nil, typ, ev.Reason, action, "%s", eventNote(ev.Message))
 	}
-	return d, nil
 }
 
 // keepBackupClaim keeps the backup claim rendered once an upgrade made it: it holds backups (and,

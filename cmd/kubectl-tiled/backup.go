@@ -210,6 +210,17 @@ func backupCronJob(ctx context.Context, c client.Client, ns, instance string) (*
 		ns, ti.Name, names.For(ns, ti.Name).BackupCronJob, ti.Name, ns)
 }
 
+// openInstance is a live client of the configured cluster and the TiledInstance instance names in
+// the configured namespace (liveInstance: its name, or its short name).
+func openInstance(ctx context.Context, config *genericclioptions.ConfigFlags, instance string) (client.WithWatch, *v1alpha1.TiledInstance, error) {
+	ns, c, err := liveClient(config)
+	if err != nil {
+		return nil, nil, err
+	}
+	ti, err := liveInstance(ctx, c, ns, instance)
+	return c, ti, err
+}
+
 // liveInstance gets the TiledInstance named name in ns or, when there is none, the one whose short
 // name (label tiled.blueskyproject.io/instance) it is.
 func liveInstance(ctx context.Context, c client.Client, ns, name string) (*v1alpha1.TiledInstance, error) {
@@ -503,11 +514,7 @@ func (o *backupsOptions) run(ctx context.Context, instance string) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	ns, c, err := liveClient(o.config)
-	if err != nil {
-		return err
-	}
-	ti, err := liveInstance(ctx, c, ns, instance)
+	_, ti, err := openInstance(ctx, o.config, instance)
 	if err != nil {
 		return err
 	}

@@ -125,11 +125,7 @@ func (o *restoreOptions) run(ctx context.Context, instance string) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	ns, c, err := liveClient(o.config)
-	if err != nil {
-		return err
-	}
-	ti, err := liveInstance(ctx, c, ns, instance)
+	c, ti, err := openInstance(ctx, o.config, instance)
 	if err != nil {
 		return err
 	}

@@ -110,11 +110,9 @@ type Observed struct {
 // Note is a condition's or an Event's reason and message.
 type Note struct{ Reason, Message string }
 
-// Event is an Event to send with the status that records it: Warning unless Normal.
-type Event struct {
-	Normal          bool
-	Reason, Message string
-}
+// Event is an Event to send with the status that records it: Warning unless Normal. It is the
+// upgrade's, so that both stages' status writes end the same way.
+type Event = upgrade.Event
 
 // Condition is the Restored condition.
 type Condition struct {
