@@ -73,11 +73,12 @@ func suite() []e2eCase {
 		// run together: beside the long cases they pushed the node's two cores past what case 11
 		// allows a replaced Tiled replica (its pod Ready 125 s after the deletion, 60 s allowed) and
 		// bad input its four minutes (rehearsal of 2026-12-07); one after another they took 238 s,
-		// mostly waiting (cases 16 to 18; 19, of the same weight as 18, joined them later). Upgrade
+		// mostly waiting (cases 16 to 18; 20 and 21, of the same weight, joined them later). Upgrade
 		// 1's window runs on through them.
 		c("16 stuck Tiled pod: a template whose containers cannot be created, the pod left alone until the fix, then replaced once (the StatefulSet controller or the operator), Ready again", Together, testStuckTiledPod),
 		c("17 stuck PostgreSQL pod: an image that cannot be pulled, the pod left alone until the fix, then deleted once by the operator (StuckPodReplaced, status.replacedPods); the same claim, the data read back", Together, testStuckPostgresPod),
 		c("18 lost catalog: a serving beamline's database claim and pod deleted -> Stalled CatalogLost naming the claim and the backup, Tiled at 0, backups suspended, never served empty; RestoreLatest restores, the data read back", Together, testLostCatalog),
+		c("21 stranded rollout: streaming turned on with a cache image the node cannot pull -> no Tiled pod replaced, every beamline accepts writes, the pull error named; the image fixed -> the fleet converges within its budget, the test deleting no pod", Together, testStrandedRollout),
 		c("20 restore in place: kubectl tiled restore of a serving beamline to an earlier backup (a dry run first, changing nothing), the data read back as it was then", Together, testRestoreInPlace),
 
 		// The long cases in namespaces of their own beside the first fleet's, and the end of the

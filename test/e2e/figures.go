@@ -141,6 +141,15 @@ type Figures struct {
 	// (status.inPlaceRestore.downtimeSeconds).
 	RestoreInPlaceSeconds         float64 `json:"restore_in_place_seconds,omitempty"`
 	RestoreInPlaceDowntimeSeconds float64 `json:"restore_in_place_downtime_seconds,omitempty"`
+
+	// A stranded rollout (stranded_test.go): a fleet serving without the streaming cache has it
+	// turned on with an image the node cannot pull, then fixed. The writes (written and read back by
+	// Tiled's client, to every beamline before, while the cache cannot start and after the fix) that
+	// failed (nil: the case did not run), the pods not Ready once the fleet converged, and the fixed
+	// profile applied -> every instance Ready with its cache and Tiled on the new template.
+	StrandedWritesFailed *int    `json:"stranded_writes_failed,omitempty"`
+	StuckPodsLeft        *int    `json:"stuck_pods_left,omitempty"`
+	FixConvergeSeconds   float64 `json:"fix_converge_seconds,omitempty"`
 }
 
 // CPUUse is the CPU the suite used while it ran, in seconds: the machine's busy time (all its

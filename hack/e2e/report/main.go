@@ -210,6 +210,14 @@ func render(f *e2e.Figures, src string) string {
 		w("| restore in place: `kubectl tiled restore --wait` of a serving beamline to an earlier backup (a backup first, Tiled stopped, the restore, Tiled ready), the data read back as it was then | %.1f s | |\n", f.RestoreInPlaceSeconds)
 		w("| … Tiled stopped (`status.inPlaceRestore.downtimeSeconds`) | %.0f s | |\n", f.RestoreInPlaceDowntimeSeconds)
 	}
+	if f.StrandedWritesFailed != nil {
+		// Only from a run that had the stranded-rollout case.
+		w("| stranded rollout: writes that failed (every beamline, before, while its new cache cannot pull its image, after the fix) | %d | 0 |\n", *f.StrandedWritesFailed)
+		if f.StuckPodsLeft != nil {
+			w("| … pods not Ready once the fleet converged (the test deleting none) | %d | 0 |\n", *f.StuckPodsLeft)
+		}
+		w("| … the cache image fixed in the profile → every instance Ready with its cache, Tiled rolled within the budget | %.1f s | |\n", f.FixConvergeSeconds)
+	}
 	w("| operator pod peak memory (cgroup) | %.1f MiB | |\n", f.OperatorPeakMemoryMiB)
 	return b.String()
 }
