@@ -158,6 +158,7 @@ func (r *TiledInstanceReconciler) observed(ctx context.Context, cur *instanceSta
 	if p := cur.gate.pending; p != nil {
 		obs.PendingRollout, obs.PendingMessage = p, pendingMessage(ti, p)
 	}
+	obs.CheckedImages, obs.ImageCheckReason, obs.ImageCheckMessage = cur.gate.images.checked, cur.gate.images.reason, cur.gate.images.message
 	obs.Tiled = cur.statefulSet(ctx, stsKey(ti.Namespace, n.Tiled))
 	if render.Autoscaled(spec) && (in.upgrade.Lifecycle == nil || !in.upgrade.Lifecycle.Stopped) {
 		// The autoscaler sets the replicas: the StatefulSet's are the ones to wait for.
