@@ -25,7 +25,9 @@ type TiledInstanceStatusApplyConfiguration struct {
 	// RolloutPending=True while a change of the pod template the operator renders without a change
 	// of the spec waits for the cluster's rollout (status.pendingRollout); Restored after a restore in
 	// place was requested (status.inPlaceRestore: Unknown while it runs, True once Tiled serves the
-	// restored databases, False when it was refused or failed).
+	// restored databases, False when it was refused or failed); ImageCheckPending=True while a new
+	// image of the managed PostgreSQL or streaming cache StatefulSet waits for its image check (the
+	// StatefulSet left as it is; status.checkedImages).
 	Conditions []v1.ConditionApplyConfiguration `json:"conditions,omitempty"`
 	// URL at which Tiled is served inside the cluster.
 	URL *string `json:"url,omitempty"`
