@@ -1,11 +1,13 @@
 package render
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"testing"
 
 	. "github.com/onsi/gomega"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 
 	v1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
@@ -58,4 +60,23 @@ func TestImageCheckJobName(t *testing.T) {
 	g.Expect(len(a)).To(BeNumerically("<=", names.MaxLabelValueLength))
 	_, err := ImageCheckJob(singleUserManaged(), n, ImageCheck{Component: ComponentServer, Image: "x"})
 	g.Expect(err).To(HaveOccurred())
+}
+
+// TestImageCheckJobRestricted: the check's pod meets the restricted Pod Security Standard, like the
+// StatefulSet's it precedes.
+func TestImageCheckJobRestricted(t *testing.T) {
+	g := NewWithT(t)
+	ti := singleUserManaged()
+	n := names.For(ti.Namespace, ti.Name)
+	for _, c := range []ImageCheck{{Component: ComponentDatabase, Image: "postgres:17"}, {Component: ComponentCache, Image: "valkey:8.1"}} {
+		ac, err := ImageCheckJob(ti, n, c)
+		g.Expect(err).NotTo(HaveOccurred())
+		b, err := json.Marshal(ac)
+		g.Expect(err).NotTo(HaveOccurred())
+		var j batchv1.Job
+		g.Expect(json.Unmarshal(b, &j)).To(Succeed())
+		g.Expect(restrictedViolations(g, &j.Spec.Template.ObjectMeta, &j.Spec.Template.Spec)).To(BeEmpty(), c.Component)
+		g.Expect(j.Spec.Template.Spec.Volumes).To(BeEmpty(), "it mounts nothing")
+		g.Expect(j.Spec.Template.Spec.Containers[0].Env).To(BeEmpty(), "it reads no Secret")
+	}
 }

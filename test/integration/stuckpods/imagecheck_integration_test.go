@@ -8,6 +8,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -245,6 +246,17 @@ func TestImageCheckHoldsTheDatabase(t *testing.T) {
 	g.Expect(imageOf(held, "postgres")).To(Equal(live))
 	g.Expect(cachePod(t, g, ns, n.Postgres+"-0").UID).To(Equal(dbPod.UID), "the database pod keeps serving")
 	g.Expect(jobExists(t, g, ns, typoJob)).To(BeTrue(), "a failing check is not retried nor deleted")
+	g.Eventually(func(g Gomega) {
+		var list eventsv1.EventList
+		g.Expect(env.Client.List(ctxT(t), &list, client.InNamespace(ns))).To(Succeed())
+		var notes []string
+		for _, e := range list.Items {
+			if e.Reason == controllers.ReasonImageCheckFailed {
+				notes = append(notes, e.Note)
+			}
+		}
+		g.Expect(notes).To(ConsistOf(And(ContainSubstring(typo), ContainSubstring(n.Postgres))), "one Warning Event")
+	}, 10*time.Second, 100*time.Millisecond).Should(Succeed())
 
 	// The typo removed: the check goes, the condition too; the StatefulSet never changed.
 	setDatabaseImage(t, g, ns, "")
