@@ -76,7 +76,7 @@ func suite() []e2eCase {
 		// mostly waiting (cases 16 to 18; 20, of the same weight, joined them later). Upgrade
 		// 1's window runs on through them.
 		c("16 stuck Tiled pod: a template whose containers cannot be created, the pod left alone until the fix, then replaced once (the StatefulSet controller or the operator), Ready again", Together, testStuckTiledPod),
-		c("17 stuck PostgreSQL pod: an image that cannot be pulled, the pod left alone until the fix, then deleted once by the operator (StuckPodReplaced, status.replacedPods); the same claim, the data read back", Together, testStuckPostgresPod),
+		c("17 stuck PostgreSQL pod: an image typo held by its image check (no pod replaced, the beamline serving, the typo removed with no pod deleted); then a pod that cannot start under its memory limit, left alone until the fix, then deleted once by the operator (StuckPodReplaced, status.replacedPods); the same claim, the data read back", Together, testStuckPostgresPod),
 		c("18 lost catalog: a serving beamline's database claim and pod deleted -> Stalled CatalogLost naming the claim and the backup, Tiled at 0, backups suspended, never served empty; RestoreLatest restores, the data read back", Together, testLostCatalog),
 		c("20 restore in place: kubectl tiled restore of a serving beamline to an earlier backup (a dry run first, changing nothing), the data read back as it was then", Together, testRestoreInPlace),
 
