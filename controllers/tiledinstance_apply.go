@@ -27,6 +27,11 @@ func (r *TiledInstanceReconciler) apply(ctx context.Context, cur *instanceState,
 	if err != nil {
 		return nil, err
 	}
+	// Dependencies before dependants: a change of Tiled's pod template waits for the managed
+	// database and streaming cache it runs against (tiledinstance_dependencies.go).
+	if gate, err = r.gateDependencies(ctx, cur, in, want, gate); err != nil {
+		return nil, err
+	}
 	cur.gate = gate
 	rec, err := childset.Apply(ctx, r.Applier, childSet{want: want, cur: cur}, childset.Options{
 		Group:         client.ObjectKeyFromObject(ti).String(),
@@ -48,8 +53,8 @@ func (r *TiledInstanceReconciler) apply(ctx context.Context, cur *instanceState,
 	}
 	cur.unsent = rec.Unsent
 	for _, s := range gate.skips {
-		// The StatefulSet waiting for the rollout (or the maintenance window) stays as it is: kept,
-		// not pruned.
+		// The StatefulSet waiting for the rollout (or the maintenance window, or a dependency) stays
+		// as it is: kept, not pruned.
 		rec.Applied[want.Prepared(s.idx).Key] = s.generation
 	}
 	if gate.event != "" {

@@ -46,6 +46,10 @@ type renderGate struct {
 	// event, when not "", is the RenderChanged Event's message of a standalone instance's change,
 	// applied at once.
 	event string
+	// dependencyWait, when not "", says that the Tiled StatefulSet's change waits for a managed
+	// dependency to be ready, and which (tiledinstance_dependencies.go): the RolloutPending
+	// condition's message, reason WaitingForDependency.
+	dependencyWait string
 }
 
 // gateSkip is a StatefulSet the apply leaves as it is: its index in the render, and its generation.

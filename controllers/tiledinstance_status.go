@@ -107,6 +107,9 @@ func (r *TiledInstanceReconciler) status(ctx context.Context, cur *instanceState
 	if p, was := status.PendingRollout, ti.Status.PendingRollout; p != nil && (was == nil || was.TemplateHash != p.TemplateHash || was.Window != p.Window) {
 		r.pendingEvent(ti, p)
 	}
+	if c, changed := transitioned(ti.Status.Conditions, status.Conditions, ConditionRolloutPending); changed && c.Reason == ReasonWaitingForDependency {
+		r.Recorder.Eventf(ti, nil, corev1.EventTypeNormal, ReasonWaitingForDependency, "Rollout", "%s", eventNote(c.Message))
+	}
 	if c, changed := transitioned(ti.Status.Conditions, status.Conditions, ConditionExternalEdits); changed {
 		r.Recorder.Eventf(ti, nil, corev1.EventTypeWarning, ReasonFieldsManaged, "Reconcile",
 			"%s; operator-owned fields are restored at the next change, other fields are left alone", c.Message)
@@ -158,6 +161,7 @@ func (r *TiledInstanceReconciler) observed(ctx context.Context, cur *instanceSta
 	if p := cur.gate.pending; p != nil {
 		obs.PendingRollout, obs.PendingMessage = p, pendingMessage(ti, p)
 	}
+	obs.DependencyWait = cur.gate.dependencyWait
 	obs.Tiled = cur.statefulSet(ctx, stsKey(ti.Namespace, n.Tiled))
 	if render.Autoscaled(spec) && (in.upgrade.Lifecycle == nil || !in.upgrade.Lifecycle.Stopped) {
 		// The autoscaler sets the replicas: the StatefulSet's are the ones to wait for.
