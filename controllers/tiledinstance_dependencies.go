@@ -183,9 +183,13 @@ func (r *TiledInstanceReconciler) gateDependencies(ctx context.Context, cur *ins
 	p := want.Prepared(idx)
 	t := tiledChange{name: n.Tiled, intent: p.Annotation()}
 	t.busy = procedureUnderWay(ti, in) || g.skipped(idx) || r.Applier.Holds(p)
-	live := cur.statefulSet(ctx, stsKey(ti.Namespace, n.Tiled))
-	if live != nil {
-		t.exists, t.liveIntent = true, applier.IntentOf(live)
+	var live *appsv1.StatefulSet
+	if !t.busy {
+		// Read only when it may change: in the steady state the applier holds the intent, and a
+		// reconcile costs no read here.
+		if live = cur.statefulSet(ctx, stsKey(ti.Namespace, n.Tiled)); live != nil {
+			t.exists, t.liveIntent = true, applier.IntentOf(live)
+		}
 	}
 	if !t.changes() {
 		return g, nil // nothing to hold: no dependency is read
