@@ -16,6 +16,7 @@ import (
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/controllers"
 	"github.com/bluesky/tiled-operator/controllers/applier"
+	"github.com/bluesky/tiled-operator/names"
 	"github.com/bluesky/tiled-operator/test/support/fixture"
 	"github.com/bluesky/tiled-operator/test/support/fleet"
 )
@@ -56,15 +57,9 @@ func statefulSet(t *testing.T, g Gomega, ns, name string) *appsv1.StatefulSet {
 	return s
 }
 
-// TestTiledWaitsForItsNewStreamingCache is issue 43's "dependencies before dependants" on the real
-// StatefulSet controller: a beamline serves without streaming; streaming is turned on (a managed
-// cache: a new StatefulSet, and a Tiled configuration that names it), and the cache's pod cannot
-// pull its image. The Tiled StatefulSet is left exactly as it is (its generation and intent), and
-// the instance says why (RolloutPending, WaitingForDependency, naming the cache's StatefulSet, the
-// image and ImagePullBackOff, and an Event). Once the cache's pod is Ready, the Tiled StatefulSet
-// gets its new template, and the condition goes.
-func TestTiledWaitsForItsNewStreamingCache(t *testing.T) {
-	g := NewWithT(t)
+// servingBeamline makes a one-beamline fleet on a managed database, without streaming, and waits
+// until it serves: its database and Tiled pods Ready (as the kubelet would say), the instance Ready.
+func servingBeamline(t *testing.T, g Gomega) (string, *tiledv1alpha1.TiledInstance, names.Objects) {
 	ns := fixture.Namespace(ctxT(t), t, env.Client, "dependencies")
 	fixture.StartOperator(t, env.Config, fixture.OperatorOptions{Manager: fixture.InProcess(ns), SyncTimeout: time.Minute})
 	p := &tiledv1alpha1.TiledProfile{
@@ -86,14 +81,25 @@ func TestTiledWaitsForItsNewStreamingCache(t *testing.T) {
 	ti := &tiledv1alpha1.TiledInstance{}
 	g.Expect(env.Client.Get(ctxT(t), client.ObjectKey{Namespace: ns, Name: "fleet-a"}, ti)).To(Succeed())
 	n := fleet.NamesOf(ti)
-
-	// The beamline serves without streaming: its database and Tiled pods Ready.
 	setPodStatus(t, g, podOn(t, g, ns, n.Postgres+"-0", updateRevision(t, g, ns, n.Postgres)), true, "")
 	setPodStatus(t, g, podOn(t, g, ns, n.Tiled+"-0", updateRevision(t, g, ns, n.Tiled)), true, "")
 	g.Eventually(func(g Gomega) {
 		g.Expect(env.Client.Get(ctxT(t), client.ObjectKeyFromObject(ti), ti)).To(Succeed())
 		g.Expect(meta.IsStatusConditionTrue(ti.Status.Conditions, controllers.ConditionReady)).To(BeTrue(), "%v", ti.Status.Conditions)
 	}, 2*time.Minute, 100*time.Millisecond).Should(Succeed())
+	return ns, ti, n
+}
+
+// TestTiledWaitsForItsNewStreamingCache is issue 43's "dependencies before dependants" on the real
+// StatefulSet controller: a beamline serves without streaming; streaming is turned on (a managed
+// cache: a new StatefulSet, and a Tiled configuration that names it), and the cache's pod cannot
+// pull its image. The Tiled StatefulSet is left exactly as it is (its generation and intent), and
+// the instance says why (RolloutPending, WaitingForDependency, naming the cache's StatefulSet, the
+// image and ImagePullBackOff, and an Event). Once the cache's pod is Ready, the Tiled StatefulSet
+// gets its new template, and the condition goes.
+func TestTiledWaitsForItsNewStreamingCache(t *testing.T) {
+	g := NewWithT(t)
+	ns, ti, n := servingBeamline(t, g)
 	before := statefulSet(t, g, ns, n.Tiled)
 	intent := before.Annotations[applier.AnnotationIntent]
 	g.Expect(intent).NotTo(BeEmpty())
@@ -141,6 +147,49 @@ func TestTiledWaitsForItsNewStreamingCache(t *testing.T) {
 		s := statefulSet(t, g, ns, n.Tiled)
 		g.Expect(s.Generation).To(BeNumerically(">", before.Generation))
 		g.Expect(s.Annotations[applier.AnnotationIntent]).NotTo(Equal(intent))
+		g.Expect(env.Client.Get(ctxT(t), client.ObjectKeyFromObject(ti), ti)).To(Succeed())
+		g.Expect(meta.FindStatusCondition(ti.Status.Conditions, controllers.ConditionRolloutPending)).To(BeNil())
+	}, time.Minute, 100*time.Millisecond).Should(Succeed())
+}
+
+// TestTiledWaitsForItsDatabaseRollout: a profile changes the PostgreSQL pod template and the Tiled
+// pod template together. The StatefulSet controller rolls the database's pod; until the new one is
+// Ready the Tiled StatefulSet keeps its template, and the instance names the database's
+// StatefulSet; once it is Ready, Tiled gets its new template.
+func TestTiledWaitsForItsDatabaseRollout(t *testing.T) {
+	g := NewWithT(t)
+	ns, ti, n := servingBeamline(t, g)
+	before := statefulSet(t, g, ns, n.Tiled)
+	intent := before.Annotations[applier.AnnotationIntent]
+	was := updateRevision(t, g, ns, n.Postgres)
+
+	g.Eventually(func() error {
+		p := &tiledv1alpha1.TiledProfile{}
+		if err := env.Client.Get(ctxT(t), client.ObjectKey{Namespace: ns, Name: "defaults"}, p); err != nil {
+			return err
+		}
+		p.Spec.Database.Managed.NodeSelector = map[string]string{"disk": "ssd"}
+		p.Spec.Tiled = &tiledv1alpha1.TiledServerSpec{PodAnnotations: map[string]string{"team": "b"}}
+		return env.Client.Update(ctxT(t), p)
+	}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
+	g.Eventually(func() string { return updateRevision(t, g, ns, n.Postgres) }, 2*time.Minute, 100*time.Millisecond).ShouldNot(Equal(was))
+	rolled := podOn(t, g, ns, n.Postgres+"-0", updateRevision(t, g, ns, n.Postgres))
+	g.Eventually(func(g Gomega) {
+		g.Expect(env.Client.Get(ctxT(t), client.ObjectKeyFromObject(ti), ti)).To(Succeed())
+		c := meta.FindStatusCondition(ti.Status.Conditions, controllers.ConditionRolloutPending)
+		g.Expect(c).NotTo(BeNil(), "%v", ti.Status.Conditions)
+		g.Expect(c.Reason).To(Equal(controllers.ReasonWaitingForDependency))
+		g.Expect(c.Message).To(And(ContainSubstring("StatefulSet "+n.Postgres+" (the managed PostgreSQL database)"),
+			ContainSubstring("spec.template.metadata.annotations[team]")))
+	}, time.Minute, 100*time.Millisecond).Should(Succeed())
+	s := statefulSet(t, g, ns, n.Tiled)
+	g.Expect(s.Annotations[applier.AnnotationIntent]).To(Equal(intent), "the Tiled StatefulSet waits for its database")
+	g.Expect(s.Spec.Template.Annotations).NotTo(HaveKey("team"))
+
+	setPodStatus(t, g, rolled, true, "")
+	g.Eventually(func(g Gomega) {
+		s := statefulSet(t, g, ns, n.Tiled)
+		g.Expect(s.Spec.Template.Annotations).To(HaveKeyWithValue("team", "b"))
 		g.Expect(env.Client.Get(ctxT(t), client.ObjectKeyFromObject(ti), ti)).To(Succeed())
 		g.Expect(meta.FindStatusCondition(ti.Status.Conditions, controllers.ConditionRolloutPending)).To(BeNil())
 	}, time.Minute, 100*time.Millisecond).Should(Succeed())
