@@ -53,9 +53,10 @@ import (
 //   - for an external database or an external streaming cache: the operator cannot see whether
 //     they are ready, and they are not its StatefulSets.
 //
-// It reads nothing past the cache unless a change is held: then the live Tiled StatefulSet is read
-// whole (templateDiff, one request) to tell a change of its pod template from scaling and to name
-// the paths that differ.
+// It reads nothing in the steady state (the applier holds the Tiled intent: not even the cache),
+// and past the cache only when the Tiled StatefulSet's intent changes while a dependency is not
+// ready: then the live Tiled StatefulSet is read whole (templateDiff, one request, in each reconcile
+// of the wait) to tell a change of its pod template from scaling and to name the paths that differ.
 
 // tiledChange is what the dependency gate reads of the Tiled StatefulSet in one reconcile.
 type tiledChange struct {
