@@ -38,7 +38,9 @@ const (
 	ConditionStreamingCacheReady = "StreamingCacheReady"
 	// ConditionRolloutPending is True, and present only then, while a change of the Tiled pod template
 	// that the operator renders without a change of the instance's spec (a new operator release)
-	// waits for the TiledCluster's rollout (status.pendingRollout names it).
+	// waits for the TiledCluster's rollout (status.pendingRollout names it), or while a change of it
+	// waits for a managed dependency to be ready (reason WaitingForDependency; no
+	// status.pendingRollout: the cluster has nothing to approve).
 	ConditionRolloutPending = "RolloutPending"
 )
 
@@ -92,6 +94,10 @@ const (
 	// ReasonWaitingForMaintenance: a disruptive change waits for the instance's maintenance calendar
 	// (spec.maintenance) to open (RolloutPending, and the Event naming the window).
 	ReasonWaitingForMaintenance = "WaitingForMaintenance"
+	// ReasonWaitingForDependency: a change of the Tiled pod template waits for a managed dependency
+	// it runs against (the PostgreSQL database, the streaming cache), new or changed, to be ready
+	// (RolloutPending, and an Event naming the dependency and what its pods say).
+	ReasonWaitingForDependency = "WaitingForDependency"
 	// ReasonMaintenanceInvalid: spec.maintenance cannot be read (a time zone the operator's machine
 	// does not know): the instance stalls rather than guess when it may change.
 	ReasonMaintenanceInvalid = "MaintenanceInvalid"

@@ -60,6 +60,9 @@ type observedInstance struct {
 	// spec, not applied, waiting for the cluster's rollout (nil: none); PendingMessage describes it.
 	PendingRollout *tiledv1alpha1.PendingRollout
 	PendingMessage string
+	// DependencyWait, when not "", says that a change of the Tiled pod template waits for a managed
+	// dependency to be ready (tiledinstance_dependencies.go): RolloutPending, WaitingForDependency.
+	DependencyWait string
 	// Maintenance is status.maintenance (nil: no spec.maintenance).
 	Maintenance *tiledv1alpha1.MaintenanceStatus
 	// StuckHeld names the pods stuck on an older revision of their StatefulSet that are not replaced
@@ -175,6 +178,8 @@ func instanceStatus(prev *tiledv1alpha1.TiledInstanceStatus, o observedInstance)
 			reason = ReasonWaitingForMaintenance
 		}
 		setCondition(&status.Conditions, gen, ConditionRolloutPending, metav1.ConditionTrue, reason, o.PendingMessage)
+	} else if o.DependencyWait != "" {
+		setCondition(&status.Conditions, gen, ConditionRolloutPending, metav1.ConditionTrue, ReasonWaitingForDependency, o.DependencyWait)
 	} else {
 		removeCondition(&status.Conditions, ConditionRolloutPending)
 	}

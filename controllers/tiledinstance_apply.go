@@ -30,6 +30,11 @@ func (r *TiledInstanceReconciler) apply(ctx context.Context, cur *instanceState,
 	if err := r.gateImages(ctx, cur, in, want, &gate); err != nil {
 		return nil, err
 	}
+	// Dependencies before dependants: a change of Tiled's pod template waits for the managed
+	// database and streaming cache it runs against (tiledinstance_dependencies.go).
+	if gate, err = r.gateDependencies(ctx, cur, in, want, gate); err != nil {
+		return nil, err
+	}
 	cur.gate = gate
 	rec, err := childset.Apply(ctx, r.Applier, childSet{want: want, cur: cur}, childset.Options{
 		Group:         client.ObjectKeyFromObject(ti).String(),
@@ -54,8 +59,8 @@ func (r *TiledInstanceReconciler) apply(ctx context.Context, cur *instanceState,
 		return nil, err
 	}
 	for _, s := range gate.skips {
-		// The StatefulSet waiting for the rollout (or the maintenance window) stays as it is: kept,
-		// not pruned.
+		// The StatefulSet waiting for the rollout (or the maintenance window, or a dependency) stays
+		// as it is: kept, not pruned.
 		rec.Applied[want.Prepared(s.idx).Key] = s.generation
 	}
 	if gate.event != "" {

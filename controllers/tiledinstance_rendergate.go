@@ -49,6 +49,10 @@ type renderGate struct {
 	// images is the image check's part: the StatefulSets it holds are among skips
 	// (tiledinstance_imagecheck.go).
 	images imageChecks
+	// dependencyWait, when not "", says that the Tiled StatefulSet's change waits for a managed
+	// dependency to be ready, and which (tiledinstance_dependencies.go): the RolloutPending
+	// condition's message, reason WaitingForDependency.
+	dependencyWait string
 }
 
 // gateSkip is a StatefulSet the apply leaves as it is: its index in the render, and its generation.

@@ -111,6 +111,9 @@ func (r *TiledInstanceReconciler) status(ctx context.Context, cur *instanceState
 		// A new database or cache image that fails its check (tiledinstance_imagecheck.go): once.
 		r.Recorder.Eventf(ti, nil, corev1.EventTypeWarning, ReasonImageCheckFailed, "ImageCheck", "%s", eventNote(c.Reason+": "+c.Message))
 	}
+	if c, changed := transitioned(ti.Status.Conditions, status.Conditions, ConditionRolloutPending); changed && c.Reason == ReasonWaitingForDependency {
+		r.Recorder.Eventf(ti, nil, corev1.EventTypeNormal, ReasonWaitingForDependency, "Rollout", "%s", eventNote(c.Message))
+	}
 	if c, changed := transitioned(ti.Status.Conditions, status.Conditions, ConditionExternalEdits); changed {
 		r.Recorder.Eventf(ti, nil, corev1.EventTypeWarning, ReasonFieldsManaged, "Reconcile",
 			"%s; operator-owned fields are restored at the next change, other fields are left alone", c.Message)
@@ -163,6 +166,7 @@ func (r *TiledInstanceReconciler) observed(ctx context.Context, cur *instanceSta
 		obs.PendingRollout, obs.PendingMessage = p, pendingMessage(ti, p)
 	}
 	obs.CheckedImages, obs.ImageCheckReason, obs.ImageCheckMessage = cur.gate.images.checked, cur.gate.images.reason, cur.gate.images.message
+	obs.DependencyWait = cur.gate.dependencyWait
 	obs.Tiled = cur.statefulSet(ctx, stsKey(ti.Namespace, n.Tiled))
 	if render.Autoscaled(spec) && (in.upgrade.Lifecycle == nil || !in.upgrade.Lifecycle.Stopped) {
 		// The autoscaler sets the replicas: the StatefulSet's are the ones to wait for.

@@ -100,11 +100,13 @@ func TestMaintenanceHoldsTemplateChange(t *testing.T) {
 	p.Spec.Tiled.PodAnnotations["team"] = "b"
 	p.Spec.Database.Managed.NodeSelector = map[string]string{"disk": "ssd"}
 	g.Expect(env.Client.Update(ctxT(t), p)).To(Succeed())
-	g.Eventually(func() string { return team("fleet-b") }, time.Minute, 250*time.Millisecond).Should(Equal("b"),
+	// b's database rolls first; its Tiled pod template waits for the database to be ready
+	// (dependencies before dependants, tiledinstance_dependencies.go).
+	g.Eventually(func() string { return disk("fleet-b") }, time.Minute, 250*time.Millisecond).Should(Equal("ssd"),
 		"an instance without spec.maintenance rolls at once, and a's waiting change does not take the budget")
-	g.Expect(disk("fleet-b")).To(Equal("ssd"))
-	markReady(t, g, ns, tiled("fleet-b"))
 	markReady(t, g, ns, postgres("fleet-b"))
+	g.Eventually(func() string { return team("fleet-b") }, time.Minute, 250*time.Millisecond).Should(Equal("b"))
+	markReady(t, g, ns, tiled("fleet-b"))
 	g.Eventually(func(g Gomega) {
 		ti := getInstance(t, g, ns, "fleet-a")
 		g.Expect(ti.Spec.Tiled.PodAnnotations).To(HaveKeyWithValue("team", "b"), "the cluster applied the spec")
@@ -149,11 +151,13 @@ func TestMaintenanceHoldsTemplateChange(t *testing.T) {
 		g.Expect(m.NextOpen.Time).To(BeTemporally("~", opens, 2*time.Second))
 	}, 30*time.Second, 250*time.Millisecond).Should(Succeed())
 	g.Expect(team("fleet-a")).To(Equal("a"))
-	g.Eventually(func() string { return team("fleet-a") }, 30*time.Second, 250*time.Millisecond).Should(Equal("b"))
-	g.Expect(time.Now()).To(BeTemporally(">=", opens.Truncate(time.Second)), "rolled before the exclusion ended")
+	// The database rolls first, then Tiled once the database is ready (dependencies before
+	// dependants).
 	g.Eventually(func() string { return disk("fleet-a") }, 30*time.Second, 250*time.Millisecond).Should(Equal("ssd"))
-	markReady(t, g, ns, tiled("fleet-a"))
+	g.Expect(time.Now()).To(BeTemporally(">=", opens.Truncate(time.Second)), "rolled before the exclusion ended")
 	markReady(t, g, ns, postgres("fleet-a"))
+	g.Eventually(func() string { return team("fleet-a") }, 30*time.Second, 250*time.Millisecond).Should(Equal("b"))
+	markReady(t, g, ns, tiled("fleet-a"))
 	g.Eventually(func(g Gomega) {
 		ti := getInstance(t, g, ns, "fleet-a")
 		g.Expect(ti.Status.PendingRollout).To(BeNil())

@@ -28,6 +28,9 @@ func TestMetricsSecretKept(t *testing.T) {
 	smallFleet(t, g, ns, tiledv1alpha1.ClusterInstance{Name: "a", Overrides: on})
 	waitForStampOut(t, g, op, ns, "fleet", 1)
 	n := fleet.NamesOf(getInstance(t, g, ns, "fleet-a"))
+	// The sidecar comes and goes with the Tiled pod template, which waits for the database and the
+	// cache to be ready.
+	markDependenciesReady(t, g, ns, "fleet-a")
 
 	// sidecar says whether the Tiled StatefulSet runs the metrics sidecar and the Service has its port.
 	sidecar := func(g Gomega) bool {

@@ -132,6 +132,13 @@ func TestStampOutTraffic(t *testing.T) {
 	t.Logf("idle for %s: %d requests", idleWindow(), idle.Total())
 	g.Expect(idle.Total()).To(BeZero(), "requests while idle:\n%s", idle)
 
+	// The databases and caches ready (the Tiled pod template's change waits for them: dependencies
+	// before dependants), as they are on a node.
+	for _, name := range names {
+		markDependenciesReady(t, g, ns, "nsls2-"+name)
+	}
+	waitQuiet(t, op)
+
 	// One profile field changes: writes only for the objects whose content changed.
 	rvBefore := resourceVersions(t, g, ns)
 	before = op.Traffic.Snapshot()

@@ -83,13 +83,6 @@ func jobExists(t *testing.T, g Gomega, ns, name string) bool {
 	return j.DeletionTimestamp == nil
 }
 
-// statefulSet reads the StatefulSet name.
-func statefulSet(t *testing.T, g Gomega, ns, name string) *appsv1.StatefulSet {
-	s := &appsv1.StatefulSet{}
-	g.Expect(env.Client.Get(ctxT(t), client.ObjectKey{Namespace: ns, Name: name}, s)).To(Succeed())
-	return s
-}
-
 // imageOf is the image of the container name of the StatefulSet's pod template.
 func imageOf(s *appsv1.StatefulSet, container string) string {
 	for _, c := range s.Spec.Template.Spec.Containers {
