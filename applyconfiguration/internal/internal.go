@@ -41,6 +41,30 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: server
       type:
         scalar: string
+- name: com.github.bluesky.tiled-operator.apis.v1alpha1.ApprovalRecord
+  map:
+    fields:
+    - name: approvedBy
+      type:
+        scalar: string
+    - name: change
+      type:
+        scalar: string
+    - name: changeHash
+      type:
+        scalar: string
+    - name: message
+      type:
+        scalar: string
+    - name: statefulSet
+      type:
+        scalar: string
+    - name: throughWindow
+      type:
+        scalar: boolean
+    - name: time
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
 - name: com.github.bluesky.tiled-operator.apis.v1alpha1.AuthSpec
   map:
     fields:
@@ -523,6 +547,9 @@ var schemaYAML = typed.YAMLObject(`types:
 - name: com.github.bluesky.tiled-operator.apis.v1alpha1.MaintenanceSpec
   map:
     fields:
+    - name: approval
+      type:
+        scalar: string
     - name: exclusions
       type:
         list:
@@ -772,7 +799,13 @@ var schemaYAML = typed.YAMLObject(`types:
           elementType:
             scalar: string
           elementRelationship: atomic
+    - name: approval
+      type:
+        scalar: string
     - name: change
+      type:
+        scalar: string
+    - name: changeHash
       type:
         scalar: string
     - name: differCount
@@ -784,6 +817,9 @@ var schemaYAML = typed.YAMLObject(`types:
           elementType:
             scalar: string
           elementRelationship: atomic
+    - name: from
+      type:
+        scalar: string
     - name: since
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
@@ -791,6 +827,9 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         scalar: string
     - name: templateHash
+      type:
+        scalar: string
+    - name: to
       type:
         scalar: string
     - name: window
@@ -1113,6 +1152,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: inPlaceRestore
       type:
         namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.InPlaceRestoreStatus
+    - name: lastApproval
+      type:
+        namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.ApprovalRecord
     - name: lastMigration
       type:
         namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.MigrationRecord
@@ -1128,6 +1170,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: readyReplicas
       type:
         scalar: numeric
+    - name: refusedApproval
+      type:
+        namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.ApprovalRecord
     - name: replacedPods
       type:
         list:
