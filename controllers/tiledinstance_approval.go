@@ -114,7 +114,9 @@ func upgradeApproval(ti *tiledv1alpha1.TiledInstance, from, to string) (approved
 // (status.lastApproval, returned to be sent as the Approved Event), and an approval label that
 // names no change (status.refusedApproval, returned when new, for the ApprovalRefused Event).
 func approvalStatus(ti *tiledv1alpha1.TiledInstance, status *tiledv1alpha1.TiledInstanceStatus, approved *tiledv1alpha1.ApprovalRecord, now metav1.Time) (accepted, refused *tiledv1alpha1.ApprovalRecord) {
-	if approved != nil && (status.LastApproval == nil || status.LastApproval.ChangeHash != approved.ChangeHash) {
+	if last := status.LastApproval; approved != nil && (last == nil || last.ChangeHash != approved.ChangeHash ||
+		last.ThroughWindow != approved.ThroughWindow || last.ApprovedBy != approved.ApprovedBy) {
+		// A new approval, or the same change approved again (through the window, or by another).
 		accepted = approved.DeepCopy()
 		accepted.Time = &now
 		status.LastApproval = accepted
