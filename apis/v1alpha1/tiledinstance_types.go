@@ -458,11 +458,11 @@ type PendingRollout struct {
 	// +kubebuilder:validation:Enum=Required;Approved
 	Approval string `json:"approval,omitempty"`
 
-	// From and To are, for an upgrade (change Upgrade, which migrates the databases), the image
-	// Tiled runs and the one it would run.
+	// From is, for an upgrade (change Upgrade, which migrates the databases), the image Tiled runs.
 	// +optional
 	// +kubebuilder:validation:MaxLength=512
 	From string `json:"from,omitempty"`
+	// To is, for an upgrade, the image Tiled would run.
 	// +optional
 	// +kubebuilder:validation:MaxLength=512
 	To string `json:"to,omitempty"`
@@ -494,11 +494,11 @@ type ApprovalRecord struct {
 	// +optional
 	ThroughWindow bool `json:"throughWindow,omitempty"`
 
-	// Change is the kind of the approved change (Render, Spec or Upgrade), and StatefulSet the
-	// StatefulSet it changes first.
+	// Change is the kind of the approved change (Render, Spec or Upgrade).
 	// +optional
 	// +kubebuilder:validation:MaxLength=16
 	Change string `json:"change,omitempty"`
+	// StatefulSet is the StatefulSet the approved change changes first.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	StatefulSet string `json:"statefulSet,omitempty"`

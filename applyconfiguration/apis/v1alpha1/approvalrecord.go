@@ -26,9 +26,9 @@ type ApprovalRecordApplyConfiguration struct {
 	Time *v1.Time `json:"time,omitempty"`
 	// ThroughWindow: the approval also lets the change through a closed maintenance window.
 	ThroughWindow *bool `json:"throughWindow,omitempty"`
-	// Change is the kind of the approved change (Render, Spec or Upgrade), and StatefulSet the
-	// StatefulSet it changes first.
-	Change      *string `json:"change,omitempty"`
+	// Change is the kind of the approved change (Render, Spec or Upgrade).
+	Change *string `json:"change,omitempty"`
+	// StatefulSet is the StatefulSet the approved change changes first.
 	StatefulSet *string `json:"statefulSet,omitempty"`
 	// Message, on a refused approval, says why.
 	Message *string `json:"message,omitempty"`

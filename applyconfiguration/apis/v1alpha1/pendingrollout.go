@@ -57,10 +57,10 @@ type PendingRolloutApplyConfiguration struct {
 	// waits for a person's approval of changeHash) or Approved (approved; it waits for the window
 	// or the cluster's rollout).
 	Approval *string `json:"approval,omitempty"`
-	// From and To are, for an upgrade (change Upgrade, which migrates the databases), the image
-	// Tiled runs and the one it would run.
+	// From is, for an upgrade (change Upgrade, which migrates the databases), the image Tiled runs.
 	From *string `json:"from,omitempty"`
-	To   *string `json:"to,omitempty"`
+	// To is, for an upgrade, the image Tiled would run.
+	To *string `json:"to,omitempty"`
 }
 
 // PendingRolloutApplyConfiguration constructs a declarative configuration of the PendingRollout type for use with
