@@ -115,7 +115,10 @@ func TestUpgradeHeldManual(t *testing.T) {
 	g.Expect(held).To(BeTrue(), "the approval was of the upgrade to 0.2, not 0.3")
 	held, _ = upgradeHeld(ti, closed, "tiled:0.1", "tiled:0.2")
 	g.Expect(held).To(BeTrue(), "approved, not through the window")
-	ti.Annotations = map[string]string{tiledv1alpha1.AnnotationApproveThroughWindow: "true"}
+	ti.Annotations = map[string]string{tiledv1alpha1.AnnotationApproveThroughWindow: "another"}
+	held, _ = upgradeHeld(ti, closed, "tiled:0.1", "tiled:0.2")
+	g.Expect(held).To(BeTrue(), "through the window for another change")
+	ti.Annotations = map[string]string{tiledv1alpha1.AnnotationApproveThroughWindow: "h"}
 	held, _ = upgradeHeld(ti, closed, "tiled:0.1", "tiled:0.2")
 	g.Expect(held).To(BeFalse(), "approved through the window")
 }

@@ -81,10 +81,12 @@ func changeHash(parts ...string) string {
 	return hex.EncodeToString(sum[:])[:20]
 }
 
-// manualApproval reads the instance's approval: the label's value, whether through the window, and
-// who approved.
+// manualApproval reads the instance's approval: the label's value, whether through the window (the
+// through-window annotation names the same hash: one left from an earlier approval does not carry
+// over to the next), and who approved.
 func manualApproval(ti *tiledv1alpha1.TiledInstance) (approve string, through bool, by string) {
-	return ti.Labels[tiledv1alpha1.LabelApprove], ti.Annotations[tiledv1alpha1.AnnotationApproveThroughWindow] == "true",
+	approve = ti.Labels[tiledv1alpha1.LabelApprove]
+	return approve, approve != "" && ti.Annotations[tiledv1alpha1.AnnotationApproveThroughWindow] == approve,
 		ti.Annotations[tiledv1alpha1.AnnotationApprovedBy]
 }
 

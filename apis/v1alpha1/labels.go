@@ -41,8 +41,9 @@ const (
 	// approval webhook's objectSelector sends it only the writes of instances that carry (or
 	// carried) one.
 	LabelApprove = "tiled.blueskyproject.io/approve"
-	// AnnotationApproveThroughWindow, "true", lets the approved change through a closed maintenance
-	// window as well.
+	// AnnotationApproveThroughWindow, set to the same hash as LabelApprove, lets the approved change
+	// through a closed maintenance window as well (bound to the hash, so that one left from an
+	// earlier approval does not carry over to the next).
 	AnnotationApproveThroughWindow = "tiled.blueskyproject.io/approve-through-window"
 	// AnnotationApprovedBy is the user the API server authenticated for the write that set
 	// LabelApprove (or AnnotationApproveThroughWindow): the approval webhook stamps it, and refuses

@@ -161,7 +161,7 @@ func approvable(ti *v1alpha1.TiledInstance, hash string) (*v1alpha1.PendingRollo
 func (o *approveOptions) approve(ctx context.Context, c client.Client, ti *v1alpha1.TiledInstance, p *v1alpha1.PendingRollout) error {
 	var through any // null: removed
 	if o.throughWindow {
-		through = "true"
+		through = p.ChangeHash // bound to this change
 	}
 	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
 		"labels":      map[string]any{v1alpha1.LabelApprove: p.ChangeHash},

@@ -40,7 +40,7 @@ func TestApproveInstance(t *testing.T) {
 	g.Expect(code).To(Equal(0))
 	g.Expect(out).To(ContainSubstring("it goes through now, through a closed maintenance window if need be"))
 	g.Expect(c.Get(context.Background(), client.ObjectKey{Namespace: backupNS, Name: "nsls2-chx"}, ti)).To(Succeed())
-	g.Expect(ti.Annotations).To(HaveKeyWithValue(v1alpha1.AnnotationApproveThroughWindow, "true"))
+	g.Expect(ti.Annotations).To(HaveKeyWithValue(v1alpha1.AnnotationApproveThroughWindow, "h1"))
 }
 
 func TestApproveRefusesStale(t *testing.T) {

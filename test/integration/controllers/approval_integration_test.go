@@ -71,7 +71,7 @@ func userClient(t *testing.T, g Gomega, user string) client.Client {
 func approvePatch(hash string, through bool, extra map[string]any) client.Patch {
 	ann := map[string]any{tiledv1alpha1.AnnotationApproveThroughWindow: nil}
 	if through {
-		ann[tiledv1alpha1.AnnotationApproveThroughWindow] = "true"
+		ann[tiledv1alpha1.AnnotationApproveThroughWindow] = hash
 	}
 	for k, v := range extra {
 		ann[k] = v
