@@ -280,3 +280,61 @@ func TestApprovalManual(t *testing.T) {
 	}, time.Minute, 250*time.Millisecond).Should(Succeed())
 	g.Expect(strings.Join(events(g, controllers.ReasonApprovalRefused), "\n")).NotTo(ContainSubstring(hash2), "the approved change was never refused")
 }
+
+// TestApprovalManualUpgrade: a standalone instance under spec.maintenance.approval Manual (no
+// windows: the calendar is open) gets the image of a newer Tiled. The upgrade does not start:
+// status.pendingRollout says an upgrade from → to waits for approval, with its hash. An approval of
+// another hash starts nothing; the approval of the pending hash starts it (phase Checking), and
+// status.lastApproval records it. (Run without the webhooks: nothing stamps the approver, and
+// the record says none.)
+func TestApprovalManualUpgrade(t *testing.T) {
+	g := NewWithT(t)
+	f := newUpgradeFixture(t, g, "approval-upgrade")
+	g.Eventually(func() error {
+		ti := f.instance(g)
+		ti.Spec.Tiled.Image = upgradeTo
+		ti.Spec.Maintenance = &tiledv1alpha1.MaintenanceSpec{Approval: tiledv1alpha1.ApprovalManual}
+		return env.Client.Update(ctxT(t), ti)
+	}, upgradeWithin, upgradePoll).Should(Succeed())
+	var hash string
+	g.Eventually(func(g Gomega) {
+		ti := f.instance(g)
+		g.Expect(ti.Status.ObservedGeneration).To(Equal(ti.Generation))
+		g.Expect(ti.Status.Upgrade).To(BeNil(), "an upgrade started without approval")
+		pr := ti.Status.PendingRollout
+		g.Expect(pr).NotTo(BeNil())
+		g.Expect(pr.Change).To(Equal("Upgrade"))
+		g.Expect(pr.From).To(Equal(upgradeFrom))
+		g.Expect(pr.To).To(Equal(upgradeTo))
+		g.Expect(pr.Approval).To(Equal(tiledv1alpha1.ApprovalRequired))
+		g.Expect(pr.Window).To(BeEmpty())
+		g.Expect(ti.Status.Maintenance.Open).To(BeTrue())
+		hash = pr.ChangeHash
+	}, upgradeWithin, upgradePoll).Should(Succeed())
+	g.Expect(hash).NotTo(BeEmpty())
+	label := func(v string) {
+		b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{tiledv1alpha1.LabelApprove: v}}})
+		g.Expect(env.Client.Patch(ctxT(t), &tiledv1alpha1.TiledInstance{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: f.name}},
+			client.RawPatch(types.MergePatchType, b))).To(Succeed())
+	}
+	label("ffffffffffffffffffff")
+	g.Eventually(func(g Gomega) {
+		g.Expect(f.instance(g).Status.RefusedApproval).NotTo(BeNil())
+	}, upgradeWithin, upgradePoll).Should(Succeed())
+	waitQuiet(t, f.op)
+	g.Expect(f.instance(g).Status.Upgrade).To(BeNil(), "a stale approval started the upgrade")
+	g.Expect(containerImage(f.tiledSTS(g), "tiled")).To(Equal(upgradeFrom))
+
+	label(hash)
+	ti := f.phase(tiledv1alpha1.UpgradeChecking)
+	g.Expect(ti.Status.Upgrade.ToImage).To(Equal(upgradeTo))
+	g.Eventually(func(g Gomega) {
+		ti := f.instance(g)
+		l := ti.Status.LastApproval
+		g.Expect(l).NotTo(BeNil())
+		g.Expect(l.ChangeHash).To(Equal(hash))
+		g.Expect(l.Change).To(Equal("Upgrade"))
+		g.Expect(l.ApprovedBy).To(BeEmpty(), "no webhook ran: nothing stamped the approver")
+		g.Expect(ti.Status.RefusedApproval).To(BeNil())
+	}, upgradeWithin, upgradePoll).Should(Succeed())
+}
