@@ -48,6 +48,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apisv1alpha1.CacheSentinelApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("CatalogLost"):
 		return &apisv1alpha1.CatalogLostApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("CheckedImage"):
+		return &apisv1alpha1.CheckedImageApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ClusterInstance"):
 		return &apisv1alpha1.ClusterInstanceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("DatabaseSpec"):

@@ -65,6 +65,10 @@ type observedInstance struct {
 	// StuckHeld names the pods stuck on an older revision of their StatefulSet that are not replaced
 	// because the instance is held ("" when none); said in the Stalled condition.
 	StuckHeld string
+	// CheckedImages is status.checkedImages (nil: as it was); ImageCheckReason and
+	// ImageCheckMessage are ImageCheckPending's ("" message: none waits; tiledinstance_imagecheck.go).
+	CheckedImages                       []tiledv1alpha1.CheckedImage
+	ImageCheckReason, ImageCheckMessage string
 }
 
 // instanceStatus computes an instance's status from its previous one (whose conditions keep their
@@ -176,6 +180,17 @@ func instanceStatus(prev *tiledv1alpha1.TiledInstanceStatus, o observedInstance)
 		setCondition(&status.Conditions, gen, ConditionRolloutPending, metav1.ConditionTrue, reason, o.PendingMessage)
 	} else {
 		removeCondition(&status.Conditions, ConditionRolloutPending)
+	}
+	if o.CheckedImages != nil {
+		status.CheckedImages = o.CheckedImages
+		if len(status.CheckedImages) == 0 {
+			status.CheckedImages = nil
+		}
+	}
+	if o.ImageCheckMessage != "" {
+		setCondition(&status.Conditions, gen, ConditionImageCheckPending, metav1.ConditionTrue, o.ImageCheckReason, o.ImageCheckMessage)
+	} else {
+		removeCondition(&status.Conditions, ConditionImageCheckPending)
 	}
 	if o.ExternalEdits != "" {
 		setCondition(&status.Conditions, gen, ConditionExternalEdits, metav1.ConditionTrue, ReasonFieldsManaged, o.ExternalEdits)

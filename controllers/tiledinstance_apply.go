@@ -27,6 +27,9 @@ func (r *TiledInstanceReconciler) apply(ctx context.Context, cur *instanceState,
 	if err != nil {
 		return nil, err
 	}
+	if err := r.gateImages(ctx, cur, in, want, &gate); err != nil {
+		return nil, err
+	}
 	cur.gate = gate
 	rec, err := childset.Apply(ctx, r.Applier, childSet{want: want, cur: cur}, childset.Options{
 		Group:         client.ObjectKeyFromObject(ti).String(),
@@ -47,6 +50,9 @@ func (r *TiledInstanceReconciler) apply(ctx context.Context, cur *instanceState,
 		return nil, renderStall(err)
 	}
 	cur.unsent = rec.Unsent
+	if err := r.applyImageChecks(ctx, cur, gate, rec); err != nil {
+		return nil, err
+	}
 	for _, s := range gate.skips {
 		// The StatefulSet waiting for the rollout (or the maintenance window) stays as it is: kept,
 		// not pruned.

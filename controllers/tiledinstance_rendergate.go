@@ -46,6 +46,9 @@ type renderGate struct {
 	// event, when not "", is the RenderChanged Event's message of a standalone instance's change,
 	// applied at once.
 	event string
+	// images is the image check's part: the StatefulSets it holds are among skips
+	// (tiledinstance_imagecheck.go).
+	images imageChecks
 }
 
 // gateSkip is a StatefulSet the apply leaves as it is: its index in the render, and its generation.

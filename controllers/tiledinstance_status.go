@@ -109,6 +109,10 @@ func (r *TiledInstanceReconciler) status(ctx context.Context, cur *instanceState
 		was.Approval != p.Approval) {
 		r.pendingEvent(ti, p)
 	}
+	if c, changed := transitioned(ti.Status.Conditions, status.Conditions, ConditionImageCheckPending); changed && c.Reason != ReasonImageCheckRunning {
+		// A new database or cache image that fails its check (tiledinstance_imagecheck.go): once.
+		r.Recorder.Eventf(ti, nil, corev1.EventTypeWarning, ReasonImageCheckFailed, "ImageCheck", "%s", eventNote(c.Reason+": "+c.Message))
+	}
 	r.approvalEvents(ti, accepted, refused)
 	if c, changed := transitioned(ti.Status.Conditions, status.Conditions, ConditionExternalEdits); changed {
 		r.Recorder.Eventf(ti, nil, corev1.EventTypeWarning, ReasonFieldsManaged, "Reconcile",
@@ -161,6 +165,7 @@ func (r *TiledInstanceReconciler) observed(ctx context.Context, cur *instanceSta
 	if p := cur.gate.pending; p != nil {
 		obs.PendingRollout, obs.PendingMessage = p, pendingMessage(ti, p)
 	}
+	obs.CheckedImages, obs.ImageCheckReason, obs.ImageCheckMessage = cur.gate.images.checked, cur.gate.images.reason, cur.gate.images.message
 	obs.Tiled = cur.statefulSet(ctx, stsKey(ti.Namespace, n.Tiled))
 	if render.Autoscaled(spec) && (in.upgrade.Lifecycle == nil || !in.upgrade.Lifecycle.Stopped) {
 		// The autoscaler sets the replicas: the StatefulSet's are the ones to wait for.

@@ -255,7 +255,9 @@ type TiledInstanceStatus struct {
 	// RolloutPending=True while a change of the pod template the operator renders without a change
 	// of the spec waits for the cluster's rollout (status.pendingRollout); Restored after a restore in
 	// place was requested (status.inPlaceRestore: Unknown while it runs, True once Tiled serves the
-	// restored databases, False when it was refused or failed).
+	// restored databases, False when it was refused or failed); ImageCheckPending=True while a new
+	// image of the managed PostgreSQL or streaming cache StatefulSet waits for its image check (the
+	// StatefulSet left as it is; status.checkedImages).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -357,6 +359,33 @@ type TiledInstanceStatus struct {
 	// +listMapKey=pod
 	// +kubebuilder:validation:MaxItems=64
 	ReplacedPods []ReplacedPod `json:"replacedPods,omitempty"`
+
+	// CheckedImages records, for the managed PostgreSQL and streaming cache StatefulSets, the last
+	// new image an image check Job proved pullable and startable before the StatefulSet's pod was
+	// replaced by one running it. While a new image has not passed its check, the StatefulSet is
+	// left as it is (its pod keeps serving) and the ImageCheckPending condition says why; once it
+	// passes, it is recorded here (so that it is not checked again, also across restarts of the
+	// operator) and the StatefulSet changes.
+	// +optional
+	// +listType=map
+	// +listMapKey=statefulSet
+	// +kubebuilder:validation:MaxItems=8
+	CheckedImages []CheckedImage `json:"checkedImages,omitempty"`
+}
+
+// CheckedImage is an image proven pullable and startable for one of the instance's StatefulSets.
+type CheckedImage struct {
+	// StatefulSet is the StatefulSet's name.
+	// +kubebuilder:validation:MaxLength=253
+	StatefulSet string `json:"statefulSet"`
+
+	// Image is the image its check Job ran to completion.
+	// +kubebuilder:validation:MaxLength=512
+	Image string `json:"image"`
+
+	// Time is when the operator found the check passed.
+	// +optional
+	Time *metav1.Time `json:"time,omitempty"`
 }
 
 // ReplacedPod is a pod the operator deleted because it was stuck on an older revision of its

@@ -273,6 +273,18 @@ var schemaYAML = typed.YAMLObject(`types:
   scalar: string
 - name: com.github.bluesky.tiled-operator.apis.v1alpha1.CatalogLostPolicy
   scalar: string
+- name: com.github.bluesky.tiled-operator.apis.v1alpha1.CheckedImage
+  map:
+    fields:
+    - name: image
+      type:
+        scalar: string
+    - name: statefulSet
+      type:
+        scalar: string
+    - name: time
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
 - name: com.github.bluesky.tiled-operator.apis.v1alpha1.ClusterInstance
   map:
     fields:
@@ -1135,6 +1147,14 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: catalogLost
       type:
         namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.CatalogLost
+    - name: checkedImages
+      type:
+        list:
+          elementType:
+            namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.CheckedImage
+          elementRelationship: associative
+          keys:
+          - statefulSet
     - name: conditions
       type:
         list:

@@ -128,6 +128,16 @@ func (o *backupOptions) run(ctx context.Context, instance string) error {
 	if err != nil {
 		return err
 	}
+	ti := &v1alpha1.TiledInstance{}
+	switch err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: instanceName}, ti); {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return err
+	default:
+		if err := backupRefusal(ti); err != nil {
+			return err
+		}
+	}
 	job := jobFromCronJob(cj, time.Now())
 	if err := c.Create(ctx, job); err != nil {
 		return fmt.Errorf("creating a backup Job from CronJob %s/%s: %w", ns, cj.Name, err)
@@ -157,7 +167,7 @@ func (o *backupOptions) run(ctx context.Context, instance string) error {
 		return nil
 	}
 	// The pod is gone (or left no manifest): the operator's record of the Job, if it has one yet.
-	ti := &v1alpha1.TiledInstance{}
+	ti = &v1alpha1.TiledInstance{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: instanceName}, ti); err == nil && ti.Status.Backup != nil {
 		if l := ti.Status.Backup.Last; l != nil && l.Job == done.Name && l.Result == "Succeeded" {
 			fmt.Fprintf(o.streams.Out, "backup %s: %s (%d bytes) in %ds\n", l.Name, humanBytes(l.Bytes), l.Bytes, l.Seconds)
@@ -166,6 +176,33 @@ func (o *backupOptions) run(ctx context.Context, instance string) error {
 	}
 	fmt.Fprintf(o.streams.Out, "job.batch/%s complete; its pod left no manifest (kubectl tiled backups %s -n %s lists the backups)\n",
 		done.Name, instanceName, ns)
+	return nil
+}
+
+// backupRefusal says why a backup of ti taken now would be wrong, nil when it may be taken: while
+// an upgrade or a restore in place changes its databases (the operator suspends the scheduled
+// backups then, and takes the backup the step needs itself: a dump beside it would race the
+// migration or the restore, and its pruning could delete the backup the step restores), and while
+// its catalog is lost (the database is empty or not the one it had: the dump would be of nothing,
+// and its pruning could delete the backups that would restore it). An upgrade that failed and was
+// undone (the old version serves again) and a restore that ended do not refuse.
+func backupRefusal(ti *v1alpha1.TiledInstance) error {
+	id := ti.Namespace + "/" + ti.Name
+	if u := ti.Status.Upgrade; u != nil && u.Phase != v1alpha1.UpgradeFailed {
+		return fmt.Errorf("TiledInstance %s is upgrading from %s to %s (status.upgrade.phase %s): its backups wait until the upgrade ends, and the upgrade takes its own backup before it migrates; take one after it (kubectl tiled status %s -n %s)",
+			id, cmp.Or(u.FromVersion, u.FromImage), cmp.Or(u.ToVersion, u.ToImage), u.Phase, ti.Name, ti.Namespace)
+	}
+	if r := ti.Status.InPlaceRestore; r != nil {
+		switch r.Phase {
+		case v1alpha1.InPlaceRestoreBackingUp, v1alpha1.InPlaceRestoreStopping, v1alpha1.InPlaceRestoreRestoring, v1alpha1.InPlaceRestoreStarting:
+			return fmt.Errorf("TiledInstance %s is being restored in place (status.inPlaceRestore.phase %s): its backups wait until the restore ends, and the restore takes its own backup first; take one after it (kubectl tiled status %s -n %s)",
+				id, r.Phase, ti.Name, ti.Namespace)
+		}
+	}
+	if l := ti.Status.CatalogLost; l != nil && l.Phase != v1alpha1.CatalogLostRestored {
+		return fmt.Errorf("TiledInstance %s has lost its catalog (status.catalogLost.phase %s): a backup now would dump the database that replaced it, and its pruning could delete the backups that restore it; restore first (kubectl tiled status %s -n %s names the backup)",
+			id, l.Phase, ti.Name, ti.Namespace)
+	}
 	return nil
 }
 

@@ -189,12 +189,43 @@ func TestBackupCreatesJob(t *testing.T) {
 	}
 }
 
+// A backup is taken beside an upgrade that failed and was undone (the old version serves again), and
+// after a restore in place or a lost catalog's restore ended.
+func TestBackupAfterALifecycleStep(t *testing.T) {
+	undone := instance("chx", claimTarget(""), nil)
+	undone.Status.Upgrade = &v1alpha1.UpgradeStatus{Phase: v1alpha1.UpgradeFailed, FromImage: "tiled:0.2.14", ToImage: "tiled:0.2.20"}
+	restored := instance("chx", claimTarget(""), nil)
+	restored.Status.InPlaceRestore = &v1alpha1.InPlaceRestoreStatus{Phase: v1alpha1.InPlaceRestoreSucceeded}
+	refused := instance("chx", claimTarget(""), nil)
+	refused.Status.InPlaceRestore = &v1alpha1.InPlaceRestoreStatus{Phase: v1alpha1.InPlaceRestoreRefused}
+	recovered := instance("chx", claimTarget(""), nil)
+	recovered.Status.CatalogLost = &v1alpha1.CatalogLost{Phase: v1alpha1.CatalogLostRestored}
+	for name, ti := range map[string]*v1alpha1.TiledInstance{"upgrade undone": undone, "restored in place": restored,
+		"restore refused": refused, "catalog restored": recovered} {
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			g.Expect(backupRefusal(ti)).To(Succeed())
+			useClient(t, fakeClient(t, nil, ti, backupCronJobOf(ti)))
+			code, out, errOut := runCmd("", "backup", "chx", "-n", backupNS)
+			g.Expect(errOut).To(BeEmpty())
+			g.Expect(code).To(Equal(0))
+			g.Expect(jobCreated.FindStringSubmatch(out)).NotTo(BeNil(), out)
+		})
+	}
+}
+
 func TestBackupErrors(t *testing.T) {
 	chx := instance("chx", claimTarget(""), nil)
 	foreign := backupCronJobOf(chx)
 	foreign.Labels = nil
 	twin := instance("chx", nil, nil)
 	twin.Name = "other-chx"
+	upgrading := instance("chx", claimTarget(""), nil)
+	upgrading.Status.Upgrade = &v1alpha1.UpgradeStatus{Phase: v1alpha1.UpgradeMigrating, FromImage: "tiled:0.2.14", ToImage: "tiled:0.2.20", FromVersion: "0.2.14", ToVersion: "0.2.20"}
+	restoring := instance("chx", claimTarget(""), nil)
+	restoring.Status.InPlaceRestore = &v1alpha1.InPlaceRestoreStatus{Phase: v1alpha1.InPlaceRestoreRestoring}
+	lost := instance("chx", claimTarget(""), nil)
+	lost.Status.CatalogLost = &v1alpha1.CatalogLost{Phase: v1alpha1.CatalogLostStalled}
 	for _, tc := range []struct {
 		name   string
 		objs   []client.Object
@@ -212,6 +243,12 @@ func TestBackupErrors(t *testing.T) {
 			stderr: "error: TiledInstance nsls2/nsls2-chx has a backup target but no backup CronJob (nsls2-chx-backup): the operator has not created it (yet); see kubectl describe tiledinstance nsls2-chx -n nsls2\n"},
 		{name: "not the operator's CronJob", objs: []client.Object{chx, foreign}, args: []string{"nsls2-chx"},
 			stderr: "error: CronJob nsls2/nsls2-chx-backup is not the operator's backup CronJob (it has no label app.kubernetes.io/managed-by=tiled-operator)\n"},
+		{name: "upgrading", objs: []client.Object{upgrading, backupCronJobOf(upgrading)}, args: []string{"chx"},
+			stderr: "error: TiledInstance nsls2/nsls2-chx is upgrading from 0.2.14 to 0.2.20 (status.upgrade.phase Migrating): its backups wait until the upgrade ends, and the upgrade takes its own backup before it migrates; take one after it (kubectl tiled status nsls2-chx -n nsls2)\n"},
+		{name: "restoring in place", objs: []client.Object{restoring, backupCronJobOf(restoring)}, args: []string{"chx"},
+			stderr: "error: TiledInstance nsls2/nsls2-chx is being restored in place (status.inPlaceRestore.phase Restoring): its backups wait until the restore ends, and the restore takes its own backup first; take one after it (kubectl tiled status nsls2-chx -n nsls2)\n"},
+		{name: "catalog lost", objs: []client.Object{lost, backupCronJobOf(lost)}, args: []string{"chx"},
+			stderr: "error: TiledInstance nsls2/nsls2-chx has lost its catalog (status.catalogLost.phase Stalled): a backup now would dump the database that replaced it, and its pruning could delete the backups that restore it; restore first (kubectl tiled status nsls2-chx -n nsls2 names the backup)\n"},
 		{name: "ambiguous short name", objs: []client.Object{chx, twin}, args: []string{"chx"},
 			stderr: `error: instance "chx" is ambiguous in namespace "nsls2": name one of nsls2-chx, other-chx` + "\n"},
 		{name: "no argument", args: []string{}, stderr: "error: expected INSTANCE, got 0 argument(s)", usage: true},

@@ -73,12 +73,11 @@ func suite() []e2eCase {
 		// run together: beside the long cases they pushed the node's two cores past what case 11
 		// allows a replaced Tiled replica (its pod Ready 125 s after the deletion, 60 s allowed) and
 		// bad input its four minutes (rehearsal of 2026-12-07); one after another they took 238 s,
-		// mostly waiting (cases 16 to 18; 20 and 21, of the same weight, joined them later). Upgrade
+		// mostly waiting (cases 16 to 18; 20, of the same weight, joined them later). Upgrade
 		// 1's window runs on through them.
 		c("16 stuck Tiled pod: a template whose containers cannot be created, the pod left alone until the fix, then replaced once (the StatefulSet controller or the operator), Ready again", Together, testStuckTiledPod),
-		c("17 stuck PostgreSQL pod: an image that cannot be pulled, the pod left alone until the fix, then deleted once by the operator (StuckPodReplaced, status.replacedPods); the same claim, the data read back", Together, testStuckPostgresPod),
+		c("17 stuck PostgreSQL pod: an image typo held by its image check (no pod replaced, the beamline serving, the typo removed with no pod deleted); then a pod that cannot start under its memory limit, left alone until the fix, then deleted once by the operator (StuckPodReplaced, status.replacedPods); the same claim, the data read back", Together, testStuckPostgresPod),
 		c("18 lost catalog: a serving beamline's database claim and pod deleted -> Stalled CatalogLost naming the claim and the backup, Tiled at 0, backups suspended, never served empty; RestoreLatest restores, the data read back", Together, testLostCatalog),
-		c("21 stranded rollout: streaming turned on with a cache image the node cannot pull -> no Tiled pod replaced, every beamline accepts writes, the pull error named; the image fixed -> the fleet converges within its budget, the test deleting no pod", Together, testStrandedRollout),
 		c("20 restore in place: kubectl tiled restore of a serving beamline to an earlier backup (a dry run first, changing nothing), the data read back as it was then", Together, testRestoreInPlace),
 
 		// The long cases in namespaces of their own beside the first fleet's, and the end of the
@@ -97,6 +96,7 @@ func suite() []e2eCase {
 		c("bad input: image pull, PostgreSQL never ready, config Tiled refuses -> named conditions", FirstFleet, testBadInput),
 		c("7 mutating webhook on the real path; a bad profile refused at admission", OwnNamespace, testMutatingWebhook),
 		c("19 Ready means serving: a stopped external cache and a catalog's tables gone make the beamline not Ready, named in the pod's events; Ready again once repaired", OwnNamespace, testReadyMeansServing),
+		c("21 stranded rollout: streaming turned on with a cache image the node cannot pull -> no Tiled pod replaced, every beamline accepts writes, the pull error named; the image fixed -> the fleet converges within its budget, the test deleting no pod", OwnNamespace, testStrandedRollout),
 		c("operator upgrades 1-3 (end): every object the operator owns at the same resourceVersion from upgrade 1 until 2 minutes after upgrade 3", UpgradeFleet, testOperatorUpgradeWindow),
 		c("operator upgrades: the data written under the previous release read back after three upgrades", UpgradeFleet, testOperatorUpgradeData),
 

@@ -121,12 +121,16 @@ type Figures struct {
 	// Tiled pod (a container that cannot be created: an environment variable from a Secret key that
 	// does not exist), and who deleted it (the audit log's user: the Tiled StatefulSet's Parallel pod
 	// management lets the StatefulSet controller replace it); the PostgreSQL pod (an image that
-	// cannot be pulled from loopback; OrderedReady: only the operator replaces it), and the
+	// cannot start under its memory limit; OrderedReady: only the operator replaces it), and the
 	// deletions of it the operator made (1).
 	StuckPodReplacedSeconds         float64 `json:"stuck_pod_replaced_seconds,omitempty"`
 	StuckPodDeletedBy               string  `json:"stuck_pod_deleted_by,omitempty"`
 	StuckPostgresPodReplacedSeconds float64 `json:"stuck_postgres_pod_replaced_seconds,omitempty"`
 	StuckPostgresPodOperatorDeletes int     `json:"stuck_postgres_pod_operator_deletes,omitempty"`
+	// The same case's image typo first (database.managed.image on a registry that refuses): the
+	// beamline's Tiled and PostgreSQL pods replaced between the typo and its removal (0: its image
+	// check held the StatefulSet; nil: the case did not run).
+	ImageTypoPodsReplaced *int `json:"image_typo_pods_replaced,omitempty"`
 
 	// A lost catalog (lostcatalog_test.go): the polls that found the lost catalog served (the
 	// instance Ready or a Tiled pod ready; nil: the case did not run), the claim's deletion ->

@@ -12,7 +12,9 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -21,6 +23,7 @@ import (
 	"github.com/bluesky/tiled-operator/controllers"
 	"github.com/bluesky/tiled-operator/controllers/podstatus"
 	"github.com/bluesky/tiled-operator/names"
+	"github.com/bluesky/tiled-operator/render"
 	"github.com/bluesky/tiled-operator/test/support/fleet"
 )
 
@@ -40,9 +43,13 @@ import (
 // Parallel, under which the StatefulSet controller deletes an unavailable pod of an old revision
 // itself (Kubernetes 1.37's stateful_set_control.go, with or without MaxUnavailableStatefulSet):
 // the case requires the pod replaced exactly once, by the StatefulSet controller or the operator,
-// and records which. The PostgreSQL StatefulSet (OrderedReady) is broken with an image that cannot
-// be pulled from loopback: there only the operator can replace the pod, and the case requires it
-// did, once.
+// and records which. The PostgreSQL StatefulSet (OrderedReady) cannot be broken with an image
+// either: a new database image is run by an image check Job first (controllers/
+// tiledinstance_imagecheck.go), and one that cannot be pulled (from loopback) leaves the StatefulSet
+// and its serving pod as they are, which the case checks first (no pod replaced, the beamline
+// serving, the typo removed with no pod deleted). It is then broken with a memory limit its
+// container cannot start under (no new image, so no check: the kubelet starts it, and it is
+// killed): there only the operator can replace the pod, and the case requires it did, once.
 
 const (
 	stuckTiledNS    = "e2e-stuck-tiled"
@@ -59,8 +66,13 @@ const (
 	// containers (CreateContainerConfigError), the Secret does not exist.
 	stuckEnv = "env: [{name: E2E_STUCK, valueFrom: {secretKeyRef: {name: e2e-stuck-missing, key: typo}}}]"
 	// stuckPostgresImage is a PostgreSQL image on a registry at a loopback address that refuses the
-	// connection: a real pull that fails, and nothing contacted outside the node.
+	// connection: a real pull that fails, and nothing contacted outside the node. Its image check
+	// fails, and the database is never handed it.
 	stuckPostgresImage = "127.0.0.1:1/local/postgres:typo"
+	// stuckPostgresResources are the database overrides' resources that break its pod after it
+	// starts: a memory limit PostgreSQL (and its entrypoint) cannot start under, killed by the
+	// kernel (OOMKilled, or the runtime's StartError), then CrashLoopBackOff.
+	stuckPostgresResources = "{limits: {memory: 8Mi}, requests: {memory: 8Mi}}"
 	// statefulSetController is the StatefulSet controller's user in the audit log (kube-controller-
 	// manager runs with --use-service-account-credentials, hack/node/cluster.sh).
 	statefulSetController = "system:serviceaccount:kube-system:statefulset-controller"
@@ -469,19 +481,23 @@ func testStuckPostgresPod(t *testing.T) {
 		ns:          stuckPostgresNS,
 		statefulSet: func(n names.Objects) string { return n.Postgres },
 		breakIt: func(s *upgradeClusterSpec) {
-			s.database = map[string]string{stuckBeamline: fmt.Sprintf("managed: {image: %q}", stuckPostgresImage)}
+			s.database = map[string]string{stuckBeamline: "managed: {resources: " + stuckPostgresResources + "}"}
 		},
-		named:        regexp.MustCompile(`ImagePullBackOff|ErrImagePull`),
-		reasons:      regexp.MustCompile(`^(ImagePullBackOff|ErrImagePull)$`),
+		named:        regexp.MustCompile(podstatus.ReasonCrashLoop + "|" + podstatus.ReasonContainerConfig),
+		reasons:      regexp.MustCompile(`^(CrashLoopBackOff|OOMKilled|StartError|Error|CreateContainerError)$`),
 		operatorOnly: true,
 	}
 	var written string
 	var kept keptData
+	var typoReplaced int
 	r := c.run(t, func(ti *v1alpha1.TiledInstance) {
 		// Data in every database (catalog, SQL storage) and on the data claim, before the break.
 		written = runClientsIn(t, c.ns, []clientRun{{pod: "stuck-write", instance: ti.Name, image: tiledImg(), mode: "write", seed: 7}})[ti.Name]
 		checkWritten(t, ti.Name, written)
 		kept = snapshotDataIn(t, c.ns, fleet.NamesOf(ti))
+		// An image typo first: its check holds it, and no pod is replaced.
+		typoReplaced = imageTypoHeld(t, c.ns, ti, written)
+		kept.sameClaims(t, "after the image typo was removed")
 	}, func(*v1alpha1.TiledInstance) {
 		kept.sameClaims(t, "while the database pod is stuck")
 	})
@@ -494,5 +510,114 @@ func testStuckPostgresPod(t *testing.T) {
 	}
 	figMu.Lock()
 	fig.StuckPostgresPodReplacedSeconds, fig.StuckPostgresPodOperatorDeletes = r.seconds, r.operatorDeletes
+	fig.ImageTypoPodsReplaced = &typoReplaced
 	figMu.Unlock()
+}
+
+// servingPods are the UIDs of the instance's Tiled and PostgreSQL pods, by name.
+func servingPods(t *testing.T, ns, instance string) map[string]types.UID {
+	t.Helper()
+	var list corev1.PodList
+	if err := cl.List(context.Background(), &list, client.InNamespace(ns), client.MatchingLabels{v1alpha1.LabelAppInstance: instance}); err != nil {
+		t.Fatalf("pods of %s: %v", instance, err)
+	}
+	out := map[string]types.UID{}
+	for _, p := range list.Items {
+		switch p.Labels[v1alpha1.LabelAppComponent] {
+		case render.ComponentServer, render.ComponentDatabase:
+			if p.DeletionTimestamp == nil {
+				out[p.Name] = p.UID
+			}
+		}
+	}
+	return out
+}
+
+// imageTypoHeld sets the beamline's database.managed.image to stuckPostgresImage (a loopback
+// registry that refuses the pull) on the serving beamline ti and checks that its image check
+// holds it: the instance names the PostgreSQL StatefulSet, the image and the check pod's reason
+// (ImageCheckPending), the StatefulSet keeps its generation and the database pod keeps serving (a
+// Tiled client reads the data written); then the typo is removed: the check goes, the condition
+// too, the instance Ready at the new generation, and no pod of the beamline was deleted by anyone
+// (audit log; the check Job's own pod, removed with it, aside). It returns how many of the
+// beamline's Tiled and PostgreSQL pods were replaced meanwhile (figure image_typo_pods_replaced, 0).
+func imageTypoHeld(t *testing.T, ns string, ti *v1alpha1.TiledInstance, written string) int {
+	t.Helper()
+	n := fleet.NamesOf(ti)
+	var sts appsv1.StatefulSet
+	if err := cl.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: n.Postgres}, &sts); err != nil {
+		t.Fatal(err)
+	}
+	gen := sts.Generation
+	pods := servingPods(t, ns, ti.Name)
+	if _, ok := pods[n.Postgres+"-0"]; !ok {
+		t.Fatalf("no PostgreSQL pod among %v", pods)
+	}
+	job := render.ImageCheckJobName(n, render.ImageCheck{Component: render.ComponentDatabase, Image: stuckPostgresImage})
+	typo := stuckClusterSpec(ns)
+	typo.database = map[string]string{stuckBeamline: fmt.Sprintf("managed: {image: %q}", stuckPostgresImage)}
+	typoAt := time.Now()
+	mustKubectl(t, []byte(typo.yaml()), "apply", "--server-side", "-f", "-")
+	eventually(t, stuckWait, time.Second, ti.Name+" says the database's new image waits for its check", func() (bool, string) {
+		cur := getInstanceIn(t, ns, ti.Name)
+		c := condition(cur, controllers.ConditionImageCheckPending)
+		if c == nil {
+			return false, "no " + controllers.ConditionImageCheckPending + " condition"
+		}
+		ok := c.Status == metav1.ConditionTrue && c.Reason == podstatus.ReasonImagePull &&
+			strings.Contains(c.Message, "StatefulSet "+n.Postgres) && strings.Contains(c.Message, stuckPostgresImage) && strings.Contains(c.Message, job)
+		return ok, c.Reason + ": " + c.Message
+	})
+	t.Logf("%s: %s", ti.Name, condition(getInstanceIn(t, ns, ti.Name), controllers.ConditionImageCheckPending).Message)
+	cur := getInstanceIn(t, ns, ti.Name)
+	if !isTrue(cur, "Ready") {
+		t.Errorf("the instance is not Ready while the image typo waits for its check: %+v", condition(cur, "Ready"))
+	}
+	if err := cl.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: n.Postgres}, &sts); err != nil {
+		t.Fatal(err)
+	}
+	if sts.Generation != gen {
+		t.Errorf("StatefulSet %s changed (generation %d, was %d) while its new image had not passed its check", n.Postgres, sts.Generation, gen)
+	}
+	read := runClientsIn(t, ns, []clientRun{{pod: "typo-read", instance: ti.Name, image: tiledImg(), mode: "read", seed: 7}})[ti.Name]
+	if read != written {
+		t.Errorf("data read while the image typo waits for its check:\n%s\nwritten before:\n%s", read, written)
+	}
+
+	// The typo removed: the check goes, the instance converges, no pod replaced.
+	mustKubectl(t, []byte(stuckClusterSpec(ns).yaml()), "apply", "--server-side", "-f", "-")
+	eventually(t, stuckWait, time.Second, ti.Name+" Ready with the typo removed, its check gone", func() (bool, string) {
+		cur := getInstanceIn(t, ns, ti.Name)
+		var j batchv1.Job
+		err := cl.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: job}, &j)
+		jobGone := apierrors.IsNotFound(err) || (err == nil && j.DeletionTimestamp != nil)
+		c := condition(cur, controllers.ConditionImageCheckPending)
+		return cur.Status.ObservedGeneration == cur.Generation && isTrue(cur, "Ready") && c == nil && jobGone,
+			fmt.Sprintf("observed generation %d of %d, Ready %+v, %s %+v, check Job gone %v", cur.Status.ObservedGeneration, cur.Generation, condition(cur, "Ready"), controllers.ConditionImageCheckPending, c, jobGone)
+	})
+	if err := cl.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: n.Postgres}, &sts); err != nil {
+		t.Fatal(err)
+	}
+	if sts.Generation != gen {
+		t.Errorf("StatefulSet %s changed (generation %d, was %d) by an image typo and its removal", n.Postgres, sts.Generation, gen)
+	}
+	replaced := 0
+	after := servingPods(t, ns, ti.Name)
+	for name, uid := range pods {
+		if after[name] != uid {
+			replaced++
+			t.Errorf("pod %s replaced by an image typo and its removal (uid %s, was %s)", name, after[name], uid)
+		}
+	}
+	var serving []auditEvent
+	for _, ev := range podDeletions(t, ns, typoAt, time.Now()) {
+		if !strings.HasPrefix(ev.ObjectRef.Name, job+"-") {
+			serving = append(serving, ev)
+		}
+	}
+	if _, all := deletionsBy(serving); len(all) > 0 {
+		t.Errorf("pods deleted while an image typo came and went: %v", all)
+	}
+	t.Logf("image typo %s held by its check and removed: %d pods of the beamline replaced", stuckPostgresImage, replaced)
+	return replaced
 }

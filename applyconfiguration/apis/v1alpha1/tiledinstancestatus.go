@@ -25,7 +25,9 @@ type TiledInstanceStatusApplyConfiguration struct {
 	// RolloutPending=True while a change of the pod template the operator renders without a change
 	// of the spec waits for the cluster's rollout (status.pendingRollout); Restored after a restore in
 	// place was requested (status.inPlaceRestore: Unknown while it runs, True once Tiled serves the
-	// restored databases, False when it was refused or failed).
+	// restored databases, False when it was refused or failed); ImageCheckPending=True while a new
+	// image of the managed PostgreSQL or streaming cache StatefulSet waits for its image check (the
+	// StatefulSet left as it is; status.checkedImages).
 	Conditions []v1.ConditionApplyConfiguration `json:"conditions,omitempty"`
 	// URL at which Tiled is served inside the cluster.
 	URL *string `json:"url,omitempty"`
@@ -91,6 +93,13 @@ type TiledInstanceStatusApplyConfiguration struct {
 	// entry goes once it is Ready on that revision. Each replacement is also an Event (reason
 	// StuckPodReplaced).
 	ReplacedPods []ReplacedPodApplyConfiguration `json:"replacedPods,omitempty"`
+	// CheckedImages records, for the managed PostgreSQL and streaming cache StatefulSets, the last
+	// new image an image check Job proved pullable and startable before the StatefulSet's pod was
+	// replaced by one running it. While a new image has not passed its check, the StatefulSet is
+	// left as it is (its pod keeps serving) and the ImageCheckPending condition says why; once it
+	// passes, it is recorded here (so that it is not checked again, also across restarts of the
+	// operator) and the StatefulSet changes.
+	CheckedImages []CheckedImageApplyConfiguration `json:"checkedImages,omitempty"`
 }
 
 // TiledInstanceStatusApplyConfiguration constructs a declarative configuration of the TiledInstanceStatus type for use with
@@ -241,6 +250,19 @@ func (b *TiledInstanceStatusApplyConfiguration) WithReplacedPods(values ...*Repl
 			panic("nil value passed to WithReplacedPods")
 		}
 		b.ReplacedPods = append(b.ReplacedPods, *values[i])
+	}
+	return b
+}
+
+// WithCheckedImages adds the given value to the CheckedImages field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the CheckedImages field.
+func (b *TiledInstanceStatusApplyConfiguration) WithCheckedImages(values ...*CheckedImageApplyConfiguration) *TiledInstanceStatusApplyConfiguration {
+	for i := range values {
+		if values[i] == nil {
+			panic("nil value passed to WithCheckedImages")
+		}
+		b.CheckedImages = append(b.CheckedImages, *values[i])
 	}
 	return b
 }

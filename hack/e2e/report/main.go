@@ -196,8 +196,12 @@ func render(f *e2e.Figures, src string) string {
 	}
 	if f.StuckPostgresPodReplacedSeconds > 0 {
 		// Only from a run that had the stuck PostgreSQL pod case.
-		w("| stuck PostgreSQL pod (an image that cannot be pulled): fixed spec applied → instance Ready, its data read back | %.1f s | |\n", f.StuckPostgresPodReplacedSeconds)
+		w("| stuck PostgreSQL pod (a container that cannot start under its memory limit): fixed spec applied → instance Ready, its data read back | %.1f s | |\n", f.StuckPostgresPodReplacedSeconds)
 		w("| … deletions of the stuck pod by the operator (audit log; one `StuckPodReplaced` Event) | %d | 1 |\n", f.StuckPostgresPodOperatorDeletes)
+	}
+	if f.ImageTypoPodsReplaced != nil {
+		// Only from a run that had the stuck PostgreSQL pod case, with the image check.
+		w("| PostgreSQL image typo (its image check cannot pull it): pods of the beamline replaced from the typo to its removal | %d | 0 |\n", *f.ImageTypoPodsReplaced)
 	}
 	if f.ClaimLossServedEmpty != nil {
 		// Only from a run that had the lost-catalog case.

@@ -18,6 +18,7 @@ import (
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/controllers"
 	"github.com/bluesky/tiled-operator/operator/traffic"
+	"github.com/bluesky/tiled-operator/render"
 	"github.com/bluesky/tiled-operator/test/support/fixture"
 	"github.com/bluesky/tiled-operator/test/support/fleet"
 	"github.com/bluesky/tiled-operator/test/support/testenv"
@@ -26,7 +27,7 @@ import (
 var env *testenv.Env
 
 func TestMain(m *testing.M) {
-	os.Exit(testenv.Run(m, testenv.Options{ControllerManager: true, Controllers: append([]string{"statefulset"}, testenv.DefaultControllers...)}, &env))
+	os.Exit(testenv.Run(m, testenv.Options{ControllerManager: true, Controllers: append([]string{"statefulset", "job"}, testenv.DefaultControllers...)}, &env))
 }
 
 func ctxT(t *testing.T) context.Context {
@@ -112,7 +113,12 @@ func setCacheImage(t *testing.T, g Gomega, ns, image string) {
 		if image != "" {
 			s.Managed = &tiledv1alpha1.ManagedCache{Image: image}
 		}
-		c.Spec.Instances[0].Overrides = &tiledv1alpha1.InstanceTemplate{Streaming: s}
+		o := c.Spec.Instances[0].Overrides
+		if o == nil {
+			o = &tiledv1alpha1.InstanceTemplate{}
+		}
+		o.Streaming = s // the other overrides (the database's image) stay
+		c.Spec.Instances[0].Overrides = o
 		return env.Client.Update(ctxT(t), c)
 	}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
 }
@@ -130,8 +136,11 @@ func stuckEvents(t *testing.T, g Gomega, ns string) []string {
 }
 
 // TestStuckCachePodReplacedAfterTheFix is issue 43's case with the real StatefulSet controller: the
-// streaming cache's image is set to one that cannot be pulled; the StatefulSet controller rolls the
-// Ready pod onto it, and the new pod stays in ImagePullBackOff. The image is set back: the
+// streaming cache's image is set to a new one, which passes its image check (the test completes the
+// check Job, as the kubelet and the Job controller would: tiledinstance_imagecheck.go) but whose
+// pod then cannot start (CreateContainerConfigError); the StatefulSet controller rolls the Ready
+// pod onto it, and the new pod stays failing. (An image that cannot be pulled at all fails its
+// check and never reaches the StatefulSet: TestImageCheckHoldsTheDatabase.) The image is set back: the
 // StatefulSet's template and update revision go back, but the StatefulSet controller never replaces
 // a pod that is not Ready — the operator deletes it, once, with an Event, and the StatefulSet
 // controller creates it again from the fixed template. The test deletes no pod; a pod that fails
@@ -169,27 +178,32 @@ func TestStuckCachePodReplacedAfterTheFix(t *testing.T) {
 	first := podOn(t, g, ns, pod, good)
 	setStatus(t, g, first, true, "")
 
-	// A typo in the image: the StatefulSet controller replaces the Ready pod (the operator does
-	// not), and the new one cannot pull its image.
-	setCacheImage(t, g, ns, "example.org/valkey:8.1-typo")
+	// A new image that passes its check: the StatefulSet controller replaces the Ready pod (the
+	// operator does not), and the new one cannot start.
+	const next = "example.org/valkey:8.1-broken"
+	orig := imageOf(statefulSet(t, g, ns, n.Cache), "cache")
+	setCacheImage(t, g, ns, next)
+	passCheck(t, g, ns, checkJobName(n, render.ComponentCache, next))
 	g.Eventually(func() string { return updateRevision(t, g, ns, n.Cache) }, 2*time.Minute, 100*time.Millisecond).ShouldNot(Equal(good))
 	bad := updateRevision(t, g, ns, n.Cache)
 	broken := podOn(t, g, ns, pod, bad)
 	g.Expect(broken.UID).NotTo(Equal(first.UID))
-	setStatus(t, g, broken, false, "ImagePullBackOff")
+	setStatus(t, g, broken, false, "CreateContainerConfigError")
 	time.Sleep(2 * time.Second)
 	g.Expect(cachePod(t, g, ns, pod).UID).To(Equal(broken.UID), "a pod failing on the update revision stays")
 	g.Expect(podDeletes()).To(BeZero(), "the StatefulSet controller rolled the Ready pod, not the operator")
 
-	// The typo removed: the template and the update revision are back, and the stuck pod is
-	// replaced from them by the operator.
+	// The image set back (its check passes again: only the last image checked is remembered): the
+	// template and the update revision are back, and the stuck pod is replaced from them by the
+	// operator.
 	setCacheImage(t, g, ns, "")
+	passCheck(t, g, ns, checkJobName(n, render.ComponentCache, orig))
 	g.Eventually(func() string { return updateRevision(t, g, ns, n.Cache) }, 2*time.Minute, 100*time.Millisecond).Should(Equal(good))
 	fixed := podOn(t, g, ns, pod, good)
 	g.Expect(fixed.UID).NotTo(Equal(broken.UID))
 	g.Expect(podDeletes()).To(BeEquivalentTo(1))
 	g.Eventually(func() []string { return stuckEvents(t, g, ns) }, 10*time.Second, 100*time.Millisecond).Should(ConsistOf(
-		And(ContainSubstring("deleted pod "+pod), ContainSubstring("revision "+bad), ContainSubstring("revision "+good), ContainSubstring("ImagePullBackOff"))))
+		And(ContainSubstring("deleted pod "+pod), ContainSubstring("revision "+bad), ContainSubstring("revision "+good), ContainSubstring("CreateContainerConfigError"))))
 	g.Eventually(func(g Gomega) {
 		g.Expect(env.Client.Get(ctxT(t), client.ObjectKeyFromObject(ti), ti)).To(Succeed())
 		g.Expect(ti.Status.ReplacedPods).To(ConsistOf(HaveField("Pod", pod)))
