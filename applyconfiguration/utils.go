@@ -24,6 +24,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 	// Group=tiled.blueskyproject.io, Version=v1alpha1
 	case v1alpha1.SchemeGroupVersion.WithKind("AllowedNFSExport"):
 		return &apisv1alpha1.AllowedNFSExportApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("ApprovalRecord"):
+		return &apisv1alpha1.ApprovalRecordApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("AuthSpec"):
 		return &apisv1alpha1.AuthSpecApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("AutoscalingSpec"):

@@ -101,6 +101,13 @@ const (
 	// ReasonMaintenanceInvalid: spec.maintenance cannot be read (a time zone the operator's machine
 	// does not know): the instance stalls rather than guess when it may change.
 	ReasonMaintenanceInvalid = "MaintenanceInvalid"
+	// ReasonWaitingForApproval: under spec.maintenance.approval Manual, a disruptive change waits for
+	// a person's approval (RolloutPending, and the Event naming its hash).
+	ReasonWaitingForApproval = "WaitingForApproval"
+	// ReasonApproved: the Event of a person's approval of a pending change, naming the approver.
+	ReasonApproved = "Approved"
+	// ReasonApprovalRefused: the Event of an approval that names no pending change (stale), ignored.
+	ReasonApprovalRefused = "ApprovalRefused"
 	// ReasonStuckPodReplaced: the Event of a pod deleted because it was stuck, failing and not Ready,
 	// on an older revision of its StatefulSet (status.replacedPods).
 	ReasonStuckPodReplaced = "StuckPodReplaced"

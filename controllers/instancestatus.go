@@ -174,7 +174,10 @@ func instanceStatus(prev *tiledv1alpha1.TiledInstanceStatus, o observedInstance)
 	status.Maintenance = o.Maintenance.DeepCopy()
 	if o.PendingRollout != nil {
 		reason := ReasonRenderChanged
-		if o.PendingRollout.Window != "" {
+		switch {
+		case o.PendingRollout.Approval == tiledv1alpha1.ApprovalRequired:
+			reason = ReasonWaitingForApproval
+		case o.PendingRollout.Window != "":
 			reason = ReasonWaitingForMaintenance
 		}
 		setCondition(&status.Conditions, gen, ConditionRolloutPending, metav1.ConditionTrue, reason, o.PendingMessage)

@@ -24,7 +24,7 @@ func TestMaintenanceAt(t *testing.T) {
 	g.Expect(w).To(BeNil(), "no spec.maintenance: nothing is gated")
 	g.Expect(w.status()).To(BeNil())
 	g.Expect(w.recheck(now)).To(BeZero())
-	g.Expect(upgradeHeld(&tiledv1alpha1.TiledInstance{}, w)).To(BeFalse())
+	g.Expect(upgradeHeld(&tiledv1alpha1.TiledInstance{}, w, "", "")).To(BeFalse())
 
 	// Tuesdays 08:00-12:00 in New York (13:00-17:00 UTC): closed on Monday morning.
 	tuesdays := &tiledv1alpha1.MaintenanceSpec{Windows: []tiledv1alpha1.MaintenanceWindow{{
@@ -38,7 +38,7 @@ func TestMaintenanceAt(t *testing.T) {
 	g.Expect(s.NextClose).To(BeNil())
 	g.Expect(w.recheck(now)).To(Equal(31*time.Hour + time.Second))
 	g.Expect(w.closedMessage()).To(Equal("outside every maintenance window; opens at 2026-12-08T13:00:00Z"))
-	g.Expect(upgradeHeld(&tiledv1alpha1.TiledInstance{}, w)).To(BeTrue(), "closed: an upgrade does not start")
+	g.Expect(upgradeHeld(&tiledv1alpha1.TiledInstance{}, w, "", "")).To(BeTrue(), "closed: an upgrade does not start")
 
 	// Inside the window: open until 17:00 UTC.
 	in := time.Date(2026, 12, 8, 14, 0, 0, 0, time.UTC)
@@ -54,12 +54,12 @@ func TestMaintenanceAt(t *testing.T) {
 	member := &tiledv1alpha1.TiledInstance{}
 	member.OwnerReferences = []metav1.OwnerReference{{Kind: "TiledCluster", Name: "fleet", Controller: ptrTrue()}}
 	member.Status.PendingRollout = &tiledv1alpha1.PendingRollout{Change: changeUpgrade, TemplateHash: "h1"}
-	g.Expect(upgradeHeld(member, w)).To(BeTrue(), "a member's upgrade that waited waits for its cluster")
+	g.Expect(upgradeHeld(member, w, "", "")).To(BeTrue(), "a member's upgrade that waited waits for its cluster")
 	member.Annotations = map[string]string{tiledv1alpha1.AnnotationApprovedTemplate: "h1"}
-	g.Expect(upgradeHeld(member, w)).To(BeFalse())
+	g.Expect(upgradeHeld(member, w, "", "")).To(BeFalse())
 	solo := &tiledv1alpha1.TiledInstance{}
 	solo.Status.PendingRollout = &tiledv1alpha1.PendingRollout{Change: changeUpgrade, TemplateHash: "h1"}
-	g.Expect(upgradeHeld(solo, w)).To(BeFalse())
+	g.Expect(upgradeHeld(solo, w, "", "")).To(BeFalse())
 
 	// A zone the operator's machine does not know stalls the instance, naming the field.
 	_, err = maintenanceAt(instance(&tiledv1alpha1.MaintenanceSpec{Windows: []tiledv1alpha1.MaintenanceWindow{{

@@ -47,7 +47,9 @@ func plan(cur *clusterState, want *desired.Instances) (clusterPlan, error) {
 			// along with it.
 			// A change that waits for the instance's maintenance window (pendingRollout.window) is
 			// not let through, nor counted against the budget, until the window opens.
-			o.RenderPending = o.UpToDate && member.Status.PendingRollout != nil && member.Status.PendingRollout.Window == ""
+			// Nor is one that waits for a person's approval (spec.maintenance.approval Manual).
+			pr := member.Status.PendingRollout
+			o.RenderPending = o.UpToDate && pr != nil && pr.Window == "" && pr.Approval != tiledv1alpha1.ApprovalRequired
 		}
 		// A hold protects an instance that exists; one that does not is created.
 		if hold[want.Instance(i)] && member != nil && o.RenderPending {

@@ -43,6 +43,8 @@ type instanceInputs struct {
 	// (tiledinstance_maintenance.go).
 	window      *maintenanceWindow
 	heldUpgrade string
+	// upgradeFrom and upgradeTo are the images of the upgrade that waits (heldUpgrade).
+	upgradeFrom, upgradeTo string
 	// claimRecheck: the catalog is lost and its claim is gone; the apply makes it again, and a
 	// claim's creation is not watched: look again shortly, to name it and restore into it.
 	claimRecheck bool

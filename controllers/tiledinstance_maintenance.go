@@ -28,6 +28,8 @@ const (
 // when the spec has none: nothing is gated, and nothing of this file runs).
 type maintenanceWindow struct {
 	calendar.State
+	// manual: spec.maintenance.approval is Manual (tiledinstance_approval.go).
+	manual bool
 }
 
 // status is status.maintenance.
@@ -91,27 +93,43 @@ func maintenanceAt(spec *tiledv1alpha1.TiledInstance, now time.Time) (*maintenan
 	if err != nil {
 		return nil, &stall{reason: ReasonMaintenanceInvalid, message: "spec.maintenance." + err.Error()}
 	}
-	return &maintenanceWindow{State: c.At(now)}, nil
+	return &maintenanceWindow{State: c.At(now), manual: m.Approval == tiledv1alpha1.ApprovalManual}, nil
 }
 
 // upgradeHeld says the start of a Tiled upgrade waits: the maintenance window is closed, or it
 // opened after the upgrade waited and the instance's TiledCluster has not let it through yet (it
 // approves the pending change's hash within its rollout budget, as it does a render change). An
 // upgrade under way is never held (the caller asks only when none is).
-func upgradeHeld(ti *tiledv1alpha1.TiledInstance, w *maintenanceWindow) bool {
+//
+// Under spec.maintenance.approval Manual it also waits until a person approves it (upgradeApproval),
+// and an approval through the window lets it start in a closed one; approved is that approval's
+// record, when it starts now.
+func upgradeHeld(ti *tiledv1alpha1.TiledInstance, w *maintenanceWindow, from, to string) (held bool, approved *tiledv1alpha1.ApprovalRecord) {
 	if w == nil {
-		return false
+		return false, nil
 	}
-	if !w.Open {
-		return true
+	open := w.Open
+	if w.manual {
+		ok, through, rec := upgradeApproval(ti, from, to)
+		if !ok {
+			return true, nil
+		}
+		open = open || through
+		approved = rec
+	}
+	if !open {
+		return true, nil
 	}
 	prev := ti.Status.PendingRollout
 	if prev == nil || prev.Change != changeUpgrade {
-		return false
+		return false, approved
 	}
 	ref := metav1.GetControllerOf(ti)
 	member := ref != nil && ref.Kind == "TiledCluster"
-	return member && ti.Annotations[tiledv1alpha1.AnnotationApprovedTemplate] != prev.TemplateHash
+	if member && ti.Annotations[tiledv1alpha1.AnnotationApprovedTemplate] != prev.TemplateHash {
+		return true, nil
+	}
+	return false, approved
 }
 
 // gateMaintenance is the render gate (gateRender) of an instance whose maintenance window holds a
@@ -125,7 +143,7 @@ func upgradeHeld(ti *tiledv1alpha1.TiledInstance, w *maintenanceWindow) bool {
 func (r *TiledInstanceReconciler) gateMaintenance(ctx context.Context, cur *instanceState, in instanceInputs, want *desired.Children) (renderGate, bool, error) {
 	var g renderGate
 	w := in.window
-	if w == nil || (w.Open && in.heldUpgrade == "") {
+	if w == nil || (w.Open && in.heldUpgrade == "" && !w.manual) {
 		return g, false, nil
 	}
 	ti := cur.ti
@@ -142,10 +160,11 @@ func (r *TiledInstanceReconciler) gateMaintenance(ctx context.Context, cur *inst
 	}
 	prev := r.previousPending(ti)
 	var pending *tiledv1alpha1.PendingRollout
-	var others []string
+	var others, parts []string
+	upgradeSkip := -1
 	for j, name := range sets {
 		upgrade := j == 0 && in.heldUpgrade != ""
-		if !upgrade && w.Open {
+		if !upgrade && w.Open && !w.manual {
 			continue // open: only the upgrade that waited still waits, for its cluster
 		}
 		key := stsKey(ti.Namespace, name)
@@ -177,7 +196,11 @@ func (r *TiledInstanceReconciler) gateMaintenance(ctx context.Context, cur *inst
 		if len(differs) == 0 && !upgrade {
 			continue // the pod template stays as it is (scaling): nothing restarts
 		}
+		if upgrade {
+			upgradeSkip = len(g.skips)
+		}
 		g.skips = append(g.skips, gateSkip{idx: idx, generation: live.Generation})
+		parts = append(parts, name+"="+hash)
 		if pending != nil {
 			for _, d := range differs {
 				others = append(others, "StatefulSet "+name+" "+d)
@@ -199,12 +222,31 @@ func (r *TiledInstanceReconciler) gateMaintenance(ctx context.Context, cur *inst
 	if pending == nil {
 		return g, len(g.skips) > 0, nil
 	}
+	if in.heldUpgrade != "" {
+		pending.From, pending.To = in.upgradeFrom, in.upgradeTo
+		parts = append(parts, "upgrade "+in.heldUpgrade)
+	}
+	pending.ChangeHash = changeHash(parts...)
+	approve, through, _ := manualApproval(ti)
+	v := decideApproval(approvalInput{Manual: w.manual, Open: w.Open, Hash: pending.ChangeHash, Approve: approve, Through: through})
+	pending.Approval = v.Approval
+	if v.Approved {
+		cur.approved = approvalOf(ti, pending)
+	}
+	if !v.Hold && w.manual {
+		// Approved, and the window is open or the approval passes it: as in an open window, only
+		// the upgrade that waited still waits, for its cluster.
+		if upgradeSkip < 0 {
+			return renderGate{}, false, nil
+		}
+		g.skips, others = g.skips[upgradeSkip:upgradeSkip+1], nil
+	}
 	all := append(slices.Clip(pending.Differs), others...)
 	pending.Differs, pending.DifferCount = all[:min(len(all), maxPendingPaths)], int32(len(all))
 	if pending.Change == changeUpgrade && len(pending.Differs) == 0 {
 		pending.Differs, pending.DifferCount = []string{"spec.template.spec.containers[tiled].image"}, 1
 	}
-	if !w.Open {
+	if v.Window {
 		pending.Window = w.closedMessage()
 	}
 	if samePending(prev, pending.StatefulSet, pending.TemplateHash) {

@@ -39,6 +39,9 @@ type instanceState struct {
 	// gate is what the apply did with a change the render makes without a change of the spec
 	// (tiledinstance_rendergate.go).
 	gate renderGate
+	// approved is the approval of a pending change this reconcile let through or found approved
+	// (spec.maintenance.approval Manual, tiledinstance_approval.go); nil: none.
+	approved *tiledv1alpha1.ApprovalRecord
 }
 
 // observe reads the instance from the cache: nil when it is gone (what was remembered of it is

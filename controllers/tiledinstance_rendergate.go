@@ -278,7 +278,10 @@ func pendingMessage(ti *tiledv1alpha1.TiledInstance, p *tiledv1alpha1.PendingRol
 		paths += fmt.Sprintf(" and %d more", more)
 	}
 	if p.Window != "" {
-		return windowMessage(p, paths)
+		return windowMessage(p, paths) + approvalPhrase(p)
+	}
+	if p.Approval == tiledv1alpha1.ApprovalRequired {
+		return fmt.Sprintf("StatefulSet %s: %s: %s; the change waits for a person's approval", p.StatefulSet, changeWhat(p.Change), paths) + approvalPhrase(p)
 	}
 	if p.Change != "" && p.Change != changeRender {
 		return fmt.Sprintf("StatefulSet %s: %s: %s; the maintenance window is open, and the change waits for %s's rollout to let it through "+
@@ -300,10 +303,14 @@ var approvalChanged = predicate.Funcs{
 	GenericFunc: func(event.GenericEvent) bool { return false },
 	UpdateFunc: func(e event.UpdateEvent) bool {
 		for _, k := range []string{tiledv1alpha1.AnnotationApprovedTemplate, tiledv1alpha1.AnnotationAcceptCatalogLoss,
-			tiledv1alpha1.AnnotationRestore, tiledv1alpha1.AnnotationRestoreRequest} {
+			tiledv1alpha1.AnnotationRestore, tiledv1alpha1.AnnotationRestoreRequest, tiledv1alpha1.AnnotationApproveThroughWindow,
+			tiledv1alpha1.AnnotationApprovedBy} {
 			if e.ObjectOld.GetAnnotations()[k] != e.ObjectNew.GetAnnotations()[k] {
 				return true
 			}
+		}
+		if e.ObjectOld.GetLabels()[tiledv1alpha1.LabelApprove] != e.ObjectNew.GetLabels()[tiledv1alpha1.LabelApprove] {
+			return true // a person's approval of a pending change (tiledinstance_approval.go)
 		}
 		return false
 	},
@@ -319,7 +326,10 @@ func (r *TiledInstanceReconciler) renderChangedEvent(ti *tiledv1alpha1.TiledInst
 // WaitingForMaintenance for one the maintenance calendar holds.
 func (r *TiledInstanceReconciler) pendingEvent(ti *tiledv1alpha1.TiledInstance, p *tiledv1alpha1.PendingRollout) {
 	reason := ReasonRenderChanged
-	if p.Window != "" {
+	switch {
+	case p.Approval == tiledv1alpha1.ApprovalRequired:
+		reason = ReasonWaitingForApproval
+	case p.Window != "":
 		reason = ReasonWaitingForMaintenance
 	}
 	r.Recorder.Eventf(ti, nil, corev1.EventTypeNormal, reason, "Rollout", "%s", eventNote(pendingMessage(ti, p)))

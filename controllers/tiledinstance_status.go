@@ -43,6 +43,7 @@ func (r *TiledInstanceReconciler) status(ctx context.Context, cur *instanceState
 	obs.StuckHeld = stuck.held
 	status := instanceStatus(&ti.Status, obs)
 	status.ReplacedPods = stuck.records
+	accepted, refused := approvalStatus(ti, status, cur.approved, metav1.Now().Rfc3339Copy())
 	if status.CatalogLost == nil && in.claim != nil {
 		// Once the catalog exists, the claim it lives on (a lost catalog records the claim anew
 		// when it is restored or its loss accepted).
@@ -104,7 +105,8 @@ func (r *TiledInstanceReconciler) status(ctx context.Context, cur *instanceState
 		}
 		r.Recorder.Eventf(ti, nil, typ, e.reason, "Backup", "%s", eventNote(e.message))
 	}
-	if p, was := status.PendingRollout, ti.Status.PendingRollout; p != nil && (was == nil || was.TemplateHash != p.TemplateHash || was.Window != p.Window) {
+	if p, was := status.PendingRollout, ti.Status.PendingRollout; p != nil && (was == nil || was.TemplateHash != p.TemplateHash || was.Window != p.Window ||
+		was.Approval != p.Approval) {
 		r.pendingEvent(ti, p)
 	}
 	if c, changed := transitioned(ti.Status.Conditions, status.Conditions, ConditionImageCheckPending); changed && c.Reason != ReasonImageCheckRunning {
@@ -114,6 +116,7 @@ func (r *TiledInstanceReconciler) status(ctx context.Context, cur *instanceState
 	if c, changed := transitioned(ti.Status.Conditions, status.Conditions, ConditionRolloutPending); changed && c.Reason == ReasonWaitingForDependency {
 		r.Recorder.Eventf(ti, nil, corev1.EventTypeNormal, ReasonWaitingForDependency, "Rollout", "%s", eventNote(c.Message))
 	}
+	r.approvalEvents(ti, accepted, refused)
 	if c, changed := transitioned(ti.Status.Conditions, status.Conditions, ConditionExternalEdits); changed {
 		r.Recorder.Eventf(ti, nil, corev1.EventTypeWarning, ReasonFieldsManaged, "Reconcile",
 			"%s; operator-owned fields are restored at the next change, other fields are left alone", c.Message)

@@ -66,11 +66,16 @@ func (r *TiledInstanceReconciler) upgrade(ctx context.Context, cur *instanceStat
 	if o.ServingImage == "" && o.Upgrade == nil {
 		return upgrade.Decision{}, nil // a new instance: nothing to upgrade
 	}
-	if o.Upgrade == nil && o.ServingImage != o.SpecImage && upgradeHeld(ti, in.window) {
-		// The upgrade waits for the maintenance window (the render gate keeps the Tiled StatefulSet
-		// as it is, serving the image it serves).
-		in.heldUpgrade = o.ServingImage + " to " + o.SpecImage
-		return upgrade.Decision{}, keepBackupClaim(ctx, cur, n, &in.render)
+	if o.Upgrade == nil && o.ServingImage != o.SpecImage {
+		held, approved := upgradeHeld(ti, in.window, o.ServingImage, o.SpecImage)
+		if held {
+			// The upgrade waits for the maintenance window, or an approval (the render gate keeps
+			// the Tiled StatefulSet as it is, serving the image it serves).
+			in.heldUpgrade = o.ServingImage + " to " + o.SpecImage
+			in.upgradeFrom, in.upgradeTo = o.ServingImage, o.SpecImage
+			return upgrade.Decision{}, keepBackupClaim(ctx, cur, n, &in.render)
+		}
+		cur.approved = approved // an approved upgrade starts
 	}
 	if o.Upgrade != nil {
 		// What a step waits for: the Tiled pods gone (Stopping), the step's Job. An instance with

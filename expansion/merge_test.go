@@ -283,3 +283,19 @@ func TestMaintenanceLayers(t *testing.T) {
 	g.Expect(o.Provenance).To(HaveKeyWithValue(HavePrefix("spec.maintenance.exclusions[name=run-1]"), "profile/calendar@1"))
 	g.Expect(o.Provenance).To(HaveKeyWithValue(HavePrefix("spec.maintenance.exclusions[name=user-week]"), "instance/x/overrides"))
 }
+
+// spec.maintenance.approval is a scalar like any other: set in a profile, overridden by a beamline,
+// with provenance (docs/maintenance.md, "Approvals").
+func TestMaintenanceApprovalLayers(t *testing.T) {
+	g := NewWithT(t)
+	profile := P(t, "calendar", 0, `maintenance:
+  approval: Manual
+  exclusions: [{name: run-1, start: "2027-01-12T08:00:00-05:00", end: "2027-04-30T08:00:00-04:00"}]`)
+	o := one(t, C("", I("x", nil)), profile)
+	g.Expect(o.Spec.Maintenance.Approval).To(Equal("Manual"))
+	g.Expect(o.Provenance).To(HaveKeyWithValue("spec.maintenance.approval", "profile/calendar@1"))
+	o = one(t, C("", I("x", T(t, `maintenance: {approval: Automatic}`))), profile)
+	g.Expect(o.Spec.Maintenance.Approval).To(Equal("Automatic"))
+	g.Expect(o.Spec.Maintenance.Exclusions).To(HaveLen(1), "the profile's exclusions stay")
+	g.Expect(o.Provenance).To(HaveKeyWithValue("spec.maintenance.approval", "instance/x/overrides"))
+}

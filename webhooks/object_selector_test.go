@@ -43,6 +43,12 @@ func TestInstanceWebhooksLeaveOutManagedInstances(t *testing.T) {
 			}
 		}
 	}
+	// The approval webhook selects the instances that carry an approval instead, managed ones
+	// included (approval.go).
+	approval := selected["MutatingWebhookConfiguration/mtiledinstanceapproval.tiled.blueskyproject.io"]
+	g.Expect(approval).To(Equal(&metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+		Key: v1alpha1.LabelApprove, Operator: metav1.LabelSelectorOpExists}}}), "the approval webhook")
+	delete(selected, "MutatingWebhookConfiguration/mtiledinstanceapproval.tiled.blueskyproject.io")
 	g.Expect(selected).To(HaveLen(2), "the mutating and the validating TiledInstance webhooks")
 	for name, s := range selected {
 		g.Expect(s).To(Equal(want), name)

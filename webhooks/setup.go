@@ -170,6 +170,7 @@ func Setup(mgr ctrl.Manager, o Options) (*Webhooks, error) {
 	srv.Register(ValidateProfilePath, scope(w.ProfileValidator))
 	srv.Register(ValidateProfileDeletePath, scope(w.ProfileValidator))
 	srv.Register(ValidateClusterPath, scope(w.ClusterValidator))
+	srv.Register(MutateApprovalPath, scope(ApprovalStamper{}))
 	if o.mode() != CertSelf {
 		w.Ready = srv.StartedChecker()
 		if err := mgr.AddReadyzCheck("webhooks", w.Ready); err != nil {

@@ -33,6 +33,24 @@ const AnnotationAllowConflicts = "tiled.blueskyproject.io/allow-conflicts"
 // applies that StatefulSet once it sees it. Present only while such a change rolls.
 const AnnotationApprovedTemplate = "tiled.blueskyproject.io/approved-template"
 
+// The approval of a pending change under spec.maintenance.approval Manual (docs/maintenance.md,
+// "Approvals"). `kubectl tiled approve` sets them in one patch.
+const (
+	// LabelApprove on a TiledInstance approves the pending change whose
+	// status.pendingRollout.changeHash is its value. A label, not an annotation, so that the
+	// approval webhook's objectSelector sends it only the writes of instances that carry (or
+	// carried) one.
+	LabelApprove = "tiled.blueskyproject.io/approve"
+	// AnnotationApproveThroughWindow, set to the same hash as LabelApprove, lets the approved change
+	// through a closed maintenance window as well (bound to the hash, so that one left from an
+	// earlier approval does not carry over to the next).
+	AnnotationApproveThroughWindow = "tiled.blueskyproject.io/approve-through-window"
+	// AnnotationApprovedBy is the user the API server authenticated for the write that set
+	// LabelApprove (or AnnotationApproveThroughWindow): the approval webhook stamps it, and refuses
+	// a write that sets it to another user.
+	AnnotationApprovedBy = "tiled.blueskyproject.io/approved-by"
+)
+
 // AnnotationAcceptCatalogLoss on a TiledInstance whose catalog was lost (status.catalogLost) accepts
 // the loss: its value is the UID of the database claim now bound (status.catalogLost.newClaimUID),
 // so that it accepts that loss and no later one. The instance then starts Tiled on the empty

@@ -976,7 +976,23 @@ type MaintenanceSpec struct {
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=64
 	Exclusions []MaintenanceExclusion `json:"exclusions,omitempty"`
+
+	// Approval says who lets a disruptive change through: Automatic (absent: the calendar alone
+	// decides) or Manual, under which each change that the calendar gates (a change of the Tiled or
+	// PostgreSQL pod template, the start of a Tiled upgrade) also waits, whether the window is open
+	// or not, until a person approves that exact change (status.pendingRollout.changeHash) with
+	// `kubectl tiled approve`. The approver and the time are recorded in status.lastApproval and an
+	// Approved Event. docs/maintenance.md.
+	// +optional
+	// +kubebuilder:validation:Enum=Automatic;Manual
+	Approval string `json:"approval,omitempty"`
 }
+
+// The values of spec.maintenance.approval.
+const (
+	ApprovalAutomatic = "Automatic"
+	ApprovalManual    = "Manual"
+)
 
 // MaintenanceWindow is a recurring allow window: it opens at every time its schedule names and
 // stays open for its duration.

@@ -335,6 +335,16 @@ type TiledInstanceStatus struct {
 	// +optional
 	Maintenance *MaintenanceStatus `json:"maintenance,omitempty"`
 
+	// LastApproval is the last pending change a person approved (spec.maintenance.approval Manual,
+	// `kubectl tiled approve`): which change, who, when, and whether through a closed window.
+	// +optional
+	LastApproval *ApprovalRecord `json:"lastApproval,omitempty"`
+
+	// RefusedApproval is an approval the instance carries (the label tiled.blueskyproject.io/approve)
+	// that names no pending change: ignored, and reported here until it is removed or replaced.
+	// +optional
+	RefusedApproval *ApprovalRecord `json:"refusedApproval,omitempty"`
+
 	// ReplacedPods records the pods of the instance's StatefulSets (Tiled, PostgreSQL, streaming
 	// cache) the operator deleted because they were stuck: failing (an image that cannot be pulled,
 	// a crash loop, a container that cannot be created) and not Ready on an older revision of their
@@ -462,6 +472,70 @@ type PendingRollout struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
 	Window string `json:"window,omitempty"`
+
+	// ChangeHash identifies the whole pending change (every StatefulSet it changes, and an upgrade's
+	// from and to): what `kubectl tiled approve` approves under spec.maintenance.approval Manual. A
+	// change that is not exactly this one has another hash.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	ChangeHash string `json:"changeHash,omitempty"`
+
+	// Approval, under spec.maintenance.approval Manual, says where the change stands: Required (it
+	// waits for a person's approval of changeHash) or Approved (approved; it waits for the window
+	// or the cluster's rollout).
+	// +optional
+	// +kubebuilder:validation:Enum=Required;Approved
+	Approval string `json:"approval,omitempty"`
+
+	// From is, for an upgrade (change Upgrade, which migrates the databases), the image Tiled runs.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	From string `json:"from,omitempty"`
+	// To is, for an upgrade, the image Tiled would run.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	To string `json:"to,omitempty"`
+}
+
+// The values of status.pendingRollout.approval.
+const (
+	ApprovalRequired = "Required"
+	ApprovalApproved = "Approved"
+)
+
+// ApprovalRecord is a person's approval of a pending change (spec.maintenance.approval Manual).
+type ApprovalRecord struct {
+	// ChangeHash is the approved change's status.pendingRollout.changeHash.
+	// +kubebuilder:validation:MaxLength=63
+	ChangeHash string `json:"changeHash"`
+
+	// ApprovedBy is the user the API server authenticated for the request that set the approval
+	// (the admission webhook stamps it; absent when no webhook did).
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	ApprovedBy string `json:"approvedBy,omitempty"`
+
+	// Time is when the operator took the approval into account (or refused it).
+	// +optional
+	Time *metav1.Time `json:"time,omitempty"`
+
+	// ThroughWindow: the approval also lets the change through a closed maintenance window.
+	// +optional
+	ThroughWindow bool `json:"throughWindow,omitempty"`
+
+	// Change is the kind of the approved change (Render, Spec or Upgrade).
+	// +optional
+	// +kubebuilder:validation:MaxLength=16
+	Change string `json:"change,omitempty"`
+	// StatefulSet is the StatefulSet the approved change changes first.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	StatefulSet string `json:"statefulSet,omitempty"`
+
+	// Message, on a refused approval, says why.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
 }
 
 // MaintenanceStatus is the state of an instance's maintenance calendar.

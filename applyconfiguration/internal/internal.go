@@ -41,6 +41,30 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: server
       type:
         scalar: string
+- name: com.github.bluesky.tiled-operator.apis.v1alpha1.ApprovalRecord
+  map:
+    fields:
+    - name: approvedBy
+      type:
+        scalar: string
+    - name: change
+      type:
+        scalar: string
+    - name: changeHash
+      type:
+        scalar: string
+    - name: message
+      type:
+        scalar: string
+    - name: statefulSet
+      type:
+        scalar: string
+    - name: throughWindow
+      type:
+        scalar: boolean
+    - name: time
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
 - name: com.github.bluesky.tiled-operator.apis.v1alpha1.AuthSpec
   map:
     fields:
@@ -535,6 +559,9 @@ var schemaYAML = typed.YAMLObject(`types:
 - name: com.github.bluesky.tiled-operator.apis.v1alpha1.MaintenanceSpec
   map:
     fields:
+    - name: approval
+      type:
+        scalar: string
     - name: exclusions
       type:
         list:
@@ -784,7 +811,13 @@ var schemaYAML = typed.YAMLObject(`types:
           elementType:
             scalar: string
           elementRelationship: atomic
+    - name: approval
+      type:
+        scalar: string
     - name: change
+      type:
+        scalar: string
+    - name: changeHash
       type:
         scalar: string
     - name: differCount
@@ -796,6 +829,9 @@ var schemaYAML = typed.YAMLObject(`types:
           elementType:
             scalar: string
           elementRelationship: atomic
+    - name: from
+      type:
+        scalar: string
     - name: since
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
@@ -803,6 +839,9 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         scalar: string
     - name: templateHash
+      type:
+        scalar: string
+    - name: to
       type:
         scalar: string
     - name: window
@@ -1133,6 +1172,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: inPlaceRestore
       type:
         namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.InPlaceRestoreStatus
+    - name: lastApproval
+      type:
+        namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.ApprovalRecord
     - name: lastMigration
       type:
         namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.MigrationRecord
@@ -1148,6 +1190,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: readyReplicas
       type:
         scalar: numeric
+    - name: refusedApproval
+      type:
+        namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.ApprovalRecord
     - name: replacedPods
       type:
         list:

@@ -88,7 +88,8 @@ the values of the Tiled Helm chart into a profile and a cluster.
 expand, why and import-helm work offline; diff reads the cluster of the current kubeconfig (and
 stores nothing); backup takes a backup of a live instance's databases now (a Job from its backup
 CronJob) and backups lists the backups it has; restore restores a serving instance's databases from
-one of them, in place (--dry-run shows what it would replace); status shows how a live cluster or instance is
+one of them, in place (--dry-run shows what it would replace); approve approves a change that waits for a
+person (spec.maintenance.approval Manual); status shows how a live cluster or instance is
 doing (conditions, rollout, instances, pods, Warning events). -n/--namespace means the same in every command:
 the namespace of the objects that name none, and of the instance backup, backups and restore name
 (default: the kubeconfig context's, else "default").`,
@@ -96,7 +97,7 @@ the namespace of the objects that name none, and of the instance backup, backups
 		SilenceErrors: true,
 		Args:          cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return usageErrorf(cmd, "a command is required: expand, why, diff, import-helm, backup, backups, restore, status, completion or version")
+			return usageErrorf(cmd, "a command is required: expand, why, diff, import-helm, backup, backups, restore, approve, status, completion or version")
 		},
 	}
 	root.SetOut(streams.Out)
@@ -106,7 +107,7 @@ the namespace of the objects that name none, and of the instance backup, backups
 	root.CompletionOptions.DisableDefaultCmd = true
 	o.config.AddFlags(root.PersistentFlags())
 	root.AddCommand(newExpandCommand(o), newWhyCommand(o), newDiffCommand(o), newImportHelmCommand(o),
-		newBackupCommand(o), newBackupsCommand(o), newRestoreCommand(o), newStatusCommand(o), newCompletionCommand(o), newVersionCommand(o))
+		newBackupCommand(o), newBackupsCommand(o), newRestoreCommand(o), newApproveCommand(o), newStatusCommand(o), newCompletionCommand(o), newVersionCommand(o))
 	return root
 }
 

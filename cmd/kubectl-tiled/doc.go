@@ -45,6 +45,14 @@
 //	    such backup). --dry-run prints what would be replaced and writes nothing; --wait prints the
 //	    outcome (a refused or failed restore, exit 1).
 //
+//	kubectl tiled approve nsls2-chx|CLUSTER -n nsls2 [--all-pending] [--through-window] [--hash HASH]
+//	    Approves the change that waits for a person (spec.maintenance.approval Manual): reads
+//	    status.pendingRollout, refuses when nothing waits for approval or --hash names another
+//	    change (stale), and sets the label tiled.blueskyproject.io/approve to its changeHash (and
+//	    tiled.blueskyproject.io/approve-through-window with --through-window). The approval webhook
+//	    stamps tiled.blueskyproject.io/approved-by with the authenticated user. A CLUSTER approves
+//	    each of its instances' pending changes, only with --all-pending.
+//
 //	kubectl tiled status [CLUSTER | INSTANCE | tiledcluster/NAME | tiledinstance/NAME] -n nsls2
 //	    One screen of a live cluster's state: its Ready, Stalled and Reconciling conditions, the
 //	    rollout (updated of total, pending, held, maxUnavailable, paused), a table of its

@@ -127,10 +127,14 @@ type InstanceSummary struct {
 	// Maintenance is the instance's status.maintenance: whether its maintenance calendar
 	// (spec.maintenance) lets disruptive changes start now, why, and when that changes.
 	Maintenance *v1alpha1.MaintenanceStatus `json:"maintenance,omitempty"`
-	Conditions  []ConditionSummary          `json:"conditions,omitempty"`
-	Generation  int64                       `json:"generation"`
-	Observed    int64                       `json:"observedGeneration"`
-	Restore     *v1alpha1.RestoreRecord     `json:"restore,omitempty"`
+	// LastApproval and RefusedApproval are the instance's status.lastApproval and
+	// status.refusedApproval (spec.maintenance.approval Manual).
+	LastApproval    *v1alpha1.ApprovalRecord `json:"lastApproval,omitempty"`
+	RefusedApproval *v1alpha1.ApprovalRecord `json:"refusedApproval,omitempty"`
+	Conditions      []ConditionSummary       `json:"conditions,omitempty"`
+	Generation      int64                    `json:"generation"`
+	Observed        int64                    `json:"observedGeneration"`
+	Restore         *v1alpha1.RestoreRecord  `json:"restore,omitempty"`
 	// InPlaceRestore is the last restore in place (kubectl tiled restore): who, which backup, its
 	// phase or outcome.
 	InPlaceRestore *v1alpha1.InPlaceRestoreStatus `json:"inPlaceRestore,omitempty"`
@@ -560,6 +564,7 @@ func instanceSummary(ti *v1alpha1.TiledInstance, tc *v1alpha1.TiledCluster) Inst
 		ReadyReplicas: st.ReadyReplicas, Replicas: 1,
 		Image: st.Image, Version: st.Version, URL: st.URL,
 		LastMigration: st.LastMigration, Upgrade: st.Upgrade, PendingRollout: st.PendingRollout, Maintenance: st.Maintenance,
+		LastApproval: st.LastApproval, RefusedApproval: st.RefusedApproval,
 		InPlaceRestore: st.InPlaceRestore,
 		Conditions:     conditionSummaries(st.Conditions),
 		Generation:     ti.Generation, Observed: st.ObservedGeneration,

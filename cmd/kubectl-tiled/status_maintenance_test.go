@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -47,4 +48,26 @@ func TestMaintenanceText(t *testing.T) {
 			g.Expect(p.maintenanceText(&tc.m)).To(Equal(tc.want))
 		})
 	}
+}
+
+// TestStatusApprovalLines: an instance whose change waits for approval says so, with the command
+// and the hash; the last approval names the approver.
+func TestStatusApprovalLines(t *testing.T) {
+	g := NewWithT(t)
+	now := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
+	var b strings.Builder
+	p := &statusPrinter{w: &b, now: now}
+	at := metav1.NewTime(now.Add(-time.Hour))
+	p.printInstance(&StatusDocument{Namespace: "nsls2", Instance: &InstanceSummary{Name: "nsls2-chx", Cluster: "nsls2",
+		PendingRollout: &v1alpha1.PendingRollout{StatefulSet: "tiled-nsls2-chx", Change: "Upgrade", From: "tiled:0.2.19", To: "tiled:0.2.20",
+			Differs: []string{"spec.template.spec.containers[tiled].image"}, DifferCount: 1, ChangeHash: "0a1b2c", Approval: v1alpha1.ApprovalRequired},
+		Maintenance:  &v1alpha1.MaintenanceStatus{Open: true, Reason: "InWindow", Message: "in window"},
+		LastApproval: &v1alpha1.ApprovalRecord{ChangeHash: "ffee", ApprovedBy: "alice", Time: &at, ThroughWindow: true},
+	}})
+	out := b.String()
+	g.Expect(out).To(ContainSubstring("waiting for approval: Upgrade change of StatefulSet tiled-nsls2-chx"))
+	g.Expect(out).To(ContainSubstring("upgrade: from tiled:0.2.19 to tiled:0.2.20 (with its migration)"))
+	g.Expect(out).To(ContainSubstring("approval needed: kubectl tiled approve nsls2-chx --hash 0a1b2c"))
+	g.Expect(out).To(MatchRegexp(`Maintenance: +open: in window; approval needed`))
+	g.Expect(out).To(MatchRegexp(`Last approval: +change ffee by alice at .*, through the window`))
 }

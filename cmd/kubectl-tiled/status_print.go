@@ -544,7 +544,10 @@ func (p *statusPrinter) printInstance(doc *StatusDocument) {
 			text += ":"
 		}
 		waits := "waiting for the cluster's rollout:"
-		if r.Window != "" {
+		switch {
+		case r.Approval == v1alpha1.ApprovalRequired:
+			waits = "waiting for approval:"
+		case r.Window != "":
 			waits = "waiting for the maintenance calendar:"
 		}
 		p.line("Pending rollout", cell{waits, colorYellow}, plain(text))
@@ -557,8 +560,17 @@ func (p *statusPrinter) printInstance(doc *StatusDocument) {
 		for _, a := range pendingAdds(r) {
 			p.line("", a)
 		}
+		if r.Change == "Upgrade" && r.From != "" {
+			p.line("", plain("upgrade: from "+r.From+" to "+r.To+" (with its migration)"))
+		}
 		if r.Window != "" {
 			p.line("", plain("waits: "+r.Window))
+		}
+		switch r.Approval {
+		case v1alpha1.ApprovalRequired:
+			p.line("", cell{"approval needed: kubectl tiled approve " + in.Name + " --hash " + r.ChangeHash, colorYellow})
+		case v1alpha1.ApprovalApproved:
+			p.line("", plain("approved: change "+r.ChangeHash))
 		}
 	} else {
 		p.line("Pending rollout", plain("none"))
@@ -567,7 +579,28 @@ func (p *statusPrinter) printInstance(doc *StatusDocument) {
 		p.line("Held", cell{"yes: the cluster holds back a change of this instance (spec.instances[].hold)", colorYellow})
 	}
 	if m := in.Maintenance; m != nil {
-		p.line("Maintenance", maintenanceCell(m), plain(p.maintenanceText(m)))
+		text := p.maintenanceText(m)
+		if r := in.PendingRollout; r != nil && r.Approval == v1alpha1.ApprovalRequired {
+			text += "; approval needed"
+		}
+		p.line("Maintenance", maintenanceCell(m), plain(text))
+	}
+	if a := in.LastApproval; a != nil {
+		by := a.ApprovedBy
+		if by == "" {
+			by = "(not stamped)"
+		}
+		text := "change " + a.ChangeHash + " by " + by
+		if a.Time != nil {
+			text += " at " + p.at(*a.Time)
+		}
+		if a.ThroughWindow {
+			text += ", through the window"
+		}
+		p.line("Last approval", plain(text))
+	}
+	if a := in.RefusedApproval; a != nil {
+		p.line("Refused approval", cell{a.Message, colorRed})
 	}
 
 	p.heading("Conditions")

@@ -74,7 +74,7 @@ var (
 	descInstanceRolloutPending = newDesc("tiled_operator_instance_rollout_pending",
 		"1 while a change the operator renders without a change of the spec waits for the cluster's rollout (status.pendingRollout), else 0.", instanceLabels)
 	descInstanceChangePending = newDesc("tiled_operator_instance_change_pending_since_timestamp_seconds",
-		"Unix time the operator first found the instance's waiting change (status.pendingRollout.since), by what kind of change it is (change: Render, Spec, Upgrade; status.pendingRollout.change) and what it waits for (waiting_for: maintenance while status.pendingRollout.window says the calendar is closed, else rollout); absent when no change waits.",
+		"Unix time the operator first found the instance's waiting change (status.pendingRollout.since), by what kind of change it is (change: Render, Spec, Upgrade; status.pendingRollout.change) and what it waits for (waiting_for: approval while status.pendingRollout.approval is Required, maintenance while status.pendingRollout.window says the calendar is closed, else rollout); absent when no change waits.",
 		append(instanceLabels, "change", "waiting_for"))
 	descInstanceHeld = newDesc("tiled_operator_instance_held",
 		"1 while the instance's TiledCluster holds it: spec.instances[].hold is set for it, or the cluster is paused; else 0 (always 0 for a standalone instance).", instanceLabels)
@@ -472,10 +472,14 @@ func pendingChange(p *tiledv1alpha1.PendingRollout) string {
 	return p.Change
 }
 
-// pendingWaitsFor is what the waiting change p waits for: maintenance while the maintenance calendar
-// is closed to it (status.pendingRollout.window), else rollout (the cluster's rollout budget, its
-// holds or pause).
+// pendingWaitsFor is what the waiting change p waits for: approval while a person has to approve it
+// (status.pendingRollout.approval Required), maintenance while the maintenance calendar is closed to
+// it (status.pendingRollout.window), else rollout (the cluster's rollout budget, its holds or
+// pause).
 func pendingWaitsFor(p *tiledv1alpha1.PendingRollout) string {
+	if p.Approval == tiledv1alpha1.ApprovalRequired {
+		return "approval"
+	}
 	if p.Window != "" {
 		return "maintenance"
 	}

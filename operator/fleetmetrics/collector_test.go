@@ -186,7 +186,10 @@ func TestCollector(t *testing.T) {
 					ti.Status.PendingRollout = &tiledv1alpha1.PendingRollout{StatefulSet: "nsls2-amx", TemplateHash: "abc",
 						Since: &metav1.Time{Time: time.Unix(1765000000, 0)}}
 				}),
-				member("nsls2", "bmm", nil),
+				member("nsls2", "bmm", func(ti *tiledv1alpha1.TiledInstance) {
+					ti.Status.PendingRollout = &tiledv1alpha1.PendingRollout{StatefulSet: "nsls2-bmm", TemplateHash: "b", Change: "Spec", ChangeHash: "0a1b",
+						Approval: tiledv1alpha1.ApprovalRequired, Window: "inside exclusion run-1", Since: &metav1.Time{Time: time.Unix(1765200000, 0)}}
+				}),
 				member("nsls2", "csx", func(ti *tiledv1alpha1.TiledInstance) {
 					ti.Status.PendingRollout = &tiledv1alpha1.PendingRollout{StatefulSet: "nsls2-csx", TemplateHash: "def", Change: "Upgrade",
 						Window: "outside every maintenance window; opens at 2026-12-08T13:00:00Z", Since: &metav1.Time{Time: time.Unix(1765100000, 0)}}
@@ -195,11 +198,12 @@ func TestCollector(t *testing.T) {
 			metrics: map[string][]string{
 				"tiled_operator_instance_rollout_pending": {
 					`{instance="nsls2-amx",namespace="nsls2",tiled_cluster="nsls2"} 1`,
-					`{instance="nsls2-bmm",namespace="nsls2",tiled_cluster="nsls2"} 0`,
+					`{instance="nsls2-bmm",namespace="nsls2",tiled_cluster="nsls2"} 1`,
 					`{instance="nsls2-csx",namespace="nsls2",tiled_cluster="nsls2"} 1`,
 				},
 				"tiled_operator_instance_change_pending_since_timestamp_seconds": {
 					`{change="Render",instance="nsls2-amx",namespace="nsls2",tiled_cluster="nsls2",waiting_for="rollout"} 1.765e+09`,
+					`{change="Spec",instance="nsls2-bmm",namespace="nsls2",tiled_cluster="nsls2",waiting_for="approval"} 1.7652e+09`,
 					`{change="Upgrade",instance="nsls2-csx",namespace="nsls2",tiled_cluster="nsls2",waiting_for="maintenance"} 1.7651e+09`,
 				},
 				"tiled_operator_cluster_rollout_in_progress": {`{namespace="nsls2",tiled_cluster="nsls2"} 1`},

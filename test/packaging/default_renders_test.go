@@ -216,7 +216,7 @@ func TestDefaultReferencesResolve(t *testing.T) {
 	if len(services) != 2 {
 		t.Errorf("config/default renders %d Services, want the metrics and the webhook Service", len(services))
 	}
-	paths := map[string]bool{webhooks.MutateInstancePath: true, webhooks.ValidateInstancePath: true, webhooks.ValidateProfilePath: true,
+	paths := map[string]bool{webhooks.MutateInstancePath: true, webhooks.MutateApprovalPath: true, webhooks.ValidateInstancePath: true, webhooks.ValidateProfilePath: true,
 		webhooks.ValidateProfileDeletePath: true, webhooks.ValidateClusterPath: true}
 	var refs []admissionregistrationv1.WebhookClientConfig
 	m := named[admissionregistrationv1.MutatingWebhookConfiguration](t, objs, "MutatingWebhookConfiguration", webhooks.MutatingConfigurationName)

@@ -54,7 +54,7 @@ func TestDefaultInstallServesWebhooks(t *testing.T) {
 	bundles := func(g Gomega) [][]byte {
 		out, err := caBundles(ctx)
 		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(out).To(HaveLen(5), "1 mutating and 4 validating webhooks")
+		g.Expect(out).To(HaveLen(6), "2 mutating (the instance defaulter, the approval stamper) and 4 validating webhooks")
 		return out
 	}
 	for _, b := range bundles(g) {

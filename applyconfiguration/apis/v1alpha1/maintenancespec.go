@@ -22,6 +22,13 @@ type MaintenanceSpecApplyConfiguration struct {
 	// starts, whatever the windows say. They merge by name across layers: a profile's exclusions and
 	// a beamline's own add up, and a beamline redefines one of the profile's by naming it.
 	Exclusions []MaintenanceExclusionApplyConfiguration `json:"exclusions,omitempty"`
+	// Approval says who lets a disruptive change through: Automatic (absent: the calendar alone
+	// decides) or Manual, under which each change that the calendar gates (a change of the Tiled or
+	// PostgreSQL pod template, the start of a Tiled upgrade) also waits, whether the window is open
+	// or not, until a person approves that exact change (status.pendingRollout.changeHash) with
+	// `kubectl tiled approve`. The approver and the time are recorded in status.lastApproval and an
+	// Approved Event. docs/maintenance.md.
+	Approval *string `json:"approval,omitempty"`
 }
 
 // MaintenanceSpecApplyConfiguration constructs a declarative configuration of the MaintenanceSpec type for use with
@@ -53,5 +60,13 @@ func (b *MaintenanceSpecApplyConfiguration) WithExclusions(values ...*Maintenanc
 		}
 		b.Exclusions = append(b.Exclusions, *values[i])
 	}
+	return b
+}
+
+// WithApproval sets the Approval field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Approval field is set to the value of the last call.
+func (b *MaintenanceSpecApplyConfiguration) WithApproval(value string) *MaintenanceSpecApplyConfiguration {
+	b.Approval = &value
 	return b
 }

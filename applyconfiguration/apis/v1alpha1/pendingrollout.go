@@ -49,6 +49,18 @@ type PendingRolloutApplyConfiguration struct {
 	// Window, when set, says that the change waits for the maintenance calendar (spec.maintenance)
 	// and why, e.g. "outside every maintenance window; opens at 2026-12-08T13:00:00Z".
 	Window *string `json:"window,omitempty"`
+	// ChangeHash identifies the whole pending change (every StatefulSet it changes, and an upgrade's
+	// from and to): what `kubectl tiled approve` approves under spec.maintenance.approval Manual. A
+	// change that is not exactly this one has another hash.
+	ChangeHash *string `json:"changeHash,omitempty"`
+	// Approval, under spec.maintenance.approval Manual, says where the change stands: Required (it
+	// waits for a person's approval of changeHash) or Approved (approved; it waits for the window
+	// or the cluster's rollout).
+	Approval *string `json:"approval,omitempty"`
+	// From is, for an upgrade (change Upgrade, which migrates the databases), the image Tiled runs.
+	From *string `json:"from,omitempty"`
+	// To is, for an upgrade, the image Tiled would run.
+	To *string `json:"to,omitempty"`
 }
 
 // PendingRolloutApplyConfiguration constructs a declarative configuration of the PendingRollout type for use with
@@ -132,5 +144,37 @@ func (b *PendingRolloutApplyConfiguration) WithChange(value string) *PendingRoll
 // If called multiple times, the Window field is set to the value of the last call.
 func (b *PendingRolloutApplyConfiguration) WithWindow(value string) *PendingRolloutApplyConfiguration {
 	b.Window = &value
+	return b
+}
+
+// WithChangeHash sets the ChangeHash field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ChangeHash field is set to the value of the last call.
+func (b *PendingRolloutApplyConfiguration) WithChangeHash(value string) *PendingRolloutApplyConfiguration {
+	b.ChangeHash = &value
+	return b
+}
+
+// WithApproval sets the Approval field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Approval field is set to the value of the last call.
+func (b *PendingRolloutApplyConfiguration) WithApproval(value string) *PendingRolloutApplyConfiguration {
+	b.Approval = &value
+	return b
+}
+
+// WithFrom sets the From field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the From field is set to the value of the last call.
+func (b *PendingRolloutApplyConfiguration) WithFrom(value string) *PendingRolloutApplyConfiguration {
+	b.From = &value
+	return b
+}
+
+// WithTo sets the To field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the To field is set to the value of the last call.
+func (b *PendingRolloutApplyConfiguration) WithTo(value string) *PendingRolloutApplyConfiguration {
+	b.To = &value
 	return b
 }

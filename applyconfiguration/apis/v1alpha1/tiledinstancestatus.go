@@ -77,6 +77,12 @@ type TiledInstanceStatusApplyConfiguration struct {
 	// Maintenance is what spec.maintenance says now: whether disruptive changes may start, why,
 	// and when the calendar next opens or closes. Absent when spec.maintenance is.
 	Maintenance *MaintenanceStatusApplyConfiguration `json:"maintenance,omitempty"`
+	// LastApproval is the last pending change a person approved (spec.maintenance.approval Manual,
+	// `kubectl tiled approve`): which change, who, when, and whether through a closed window.
+	LastApproval *ApprovalRecordApplyConfiguration `json:"lastApproval,omitempty"`
+	// RefusedApproval is an approval the instance carries (the label tiled.blueskyproject.io/approve)
+	// that names no pending change: ignored, and reported here until it is removed or replaced.
+	RefusedApproval *ApprovalRecordApplyConfiguration `json:"refusedApproval,omitempty"`
 	// ReplacedPods records the pods of the instance's StatefulSets (Tiled, PostgreSQL, streaming
 	// cache) the operator deleted because they were stuck: failing (an image that cannot be pulled,
 	// a crash loop, a container that cannot be created) and not Ready on an older revision of their
@@ -216,6 +222,22 @@ func (b *TiledInstanceStatusApplyConfiguration) WithPendingRollout(value *Pendin
 // If called multiple times, the Maintenance field is set to the value of the last call.
 func (b *TiledInstanceStatusApplyConfiguration) WithMaintenance(value *MaintenanceStatusApplyConfiguration) *TiledInstanceStatusApplyConfiguration {
 	b.Maintenance = value
+	return b
+}
+
+// WithLastApproval sets the LastApproval field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the LastApproval field is set to the value of the last call.
+func (b *TiledInstanceStatusApplyConfiguration) WithLastApproval(value *ApprovalRecordApplyConfiguration) *TiledInstanceStatusApplyConfiguration {
+	b.LastApproval = value
+	return b
+}
+
+// WithRefusedApproval sets the RefusedApproval field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the RefusedApproval field is set to the value of the last call.
+func (b *TiledInstanceStatusApplyConfiguration) WithRefusedApproval(value *ApprovalRecordApplyConfiguration) *TiledInstanceStatusApplyConfiguration {
+	b.RefusedApproval = value
 	return b
 }
 
