@@ -35,6 +35,9 @@ import (
 //	pending         instanceMemories         instance   the instance is gone (instanceMemories.forget);
 //	                                                    ignored for another UID, or once the cache
 //	                                                    has caught up (instanceMemories.shows)
+//	approvals       instanceMemories         instance   the instance is gone (instanceMemories.forget);
+//	                                                    ignored for another UID, or once the cache
+//	                                                    has caught up (instanceMemories.shows)
 //	statusWrite     instanceMemories         instance   the instance is gone (instanceMemories.forget);
 //	                                                    replaced by the next status write
 //	verdicts        profileMemories          profile    the profile is gone (profileMemories.forget);
@@ -90,6 +93,13 @@ type instanceMemories struct {
 	// (and found empty) by a reconcile that starts before the cache shows the status that records
 	// it (tiledinstance_rendergate.go).
 	pending keyed[writtenOver[*tiledv1alpha1.PendingRollout]]
+	// approvals is the status.lastApproval and status.refusedApproval this controller last
+	// recorded and the version of the instance it recorded them over: until the cache shows the
+	// status write that records them, the status is computed from them, so that a reconcile on a
+	// cache that shows an earlier write (e.g. the upgrade's phase, written just before in the
+	// reconcile that accepted the approval) does not drop the record, nor record it again with a
+	// second Approved Event (tiledinstance_approval.go).
+	approvals keyed[writtenOver[approvalRecords]]
 	// statusWrite is the instance's last status write: the resourceVersion it went over (the
 	// cache's) and the one it made. A reconcile can start on a cache that shows an earlier write
 	// but not the last: newer than the version a memory was written over, older than the write
@@ -218,7 +228,7 @@ type instanceSecrets struct {
 }
 
 // forget drops what the controller and the applier remember of an instance that is gone: its
-// Secret's data, its render, the upgrade status and replaced pods it wrote, and the records of its status and its children's applies (group
+// Secret's data, its render, the upgrade status, replaced pods and approvals it wrote, and the records of its status and its children's applies (group
 // "namespace/name").
 func (m *instanceMemories) forget(a *applier.Applier, instance types.NamespacedName) {
 	m.secrets.forget(instance)
@@ -226,6 +236,7 @@ func (m *instanceMemories) forget(a *applier.Applier, instance types.NamespacedN
 	m.upgrades.forget(instance)
 	m.replaced.forget(instance)
 	m.pending.forget(instance)
+	m.approvals.forget(instance)
 	m.statusWrite.forget(instance)
 	a.ForgetGroup(instance.String())
 }

@@ -76,3 +76,39 @@ func TestWroteStatusRemembersTheWritesVersions(t *testing.T) {
 	g.Expect(ok).To(BeTrue())
 	g.Expect(w).To(Equal(statusWrite{uid: "u", over: "10", made: "14"}))
 }
+
+// TestApprovalRecordKeptUntilTheCacheShowsIt is the approved upgrade's race: the reconcile that
+// accepted an approval wrote the upgrade's phase (making 12), then the status with
+// status.lastApproval over it (making 14). A reconcile on a cache that shows 12 no longer sees the
+// approval pending (the upgrade runs) and would write the status without the record; with the
+// memory it keeps it, and records no second approval (no second Approved Event). Once the cache
+// shows 14, the cache's record is read.
+func TestApprovalRecordKeptUntilTheCacheShowsIt(t *testing.T) {
+	g := NewWithT(t)
+	r := &TiledInstanceReconciler{}
+	key := types.NamespacedName{Namespace: "ns", Name: "a"}
+	accepting := &tiledv1alpha1.TiledInstance{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a", UID: "u", ResourceVersion: "12"}}
+	approved := &tiledv1alpha1.ApprovalRecord{ChangeHash: "0123456789abcdef0123", Change: "Upgrade", ApprovedBy: "alice"}
+	status := accepting.Status.DeepCopy()
+	accepted, refused := approvalStatus(accepting, status, approved, metav1.Now())
+	g.Expect(accepted).NotTo(BeNil())
+	g.Expect(refused).To(BeNil())
+	r.rememberApprovals(accepting, status, accepted, refused)
+	r.memories.statusWrite.store(key, statusWrite{uid: "u", over: "12", made: "14"})
+
+	// The next reconcile, on a cache that shows 12: the upgrade runs, nothing is approved now.
+	stale := &tiledv1alpha1.TiledInstance{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a", UID: "u", ResourceVersion: "12"}}
+	next := stale.Status.DeepCopy()
+	r.rememberedApprovals(stale, next)
+	again, _ := approvalStatus(stale, next, nil, metav1.Now())
+	g.Expect(again).To(BeNil(), "no second Approved Event")
+	g.Expect(next.LastApproval).NotTo(BeNil(), "the record is not dropped by a status computed from the stale cache")
+	g.Expect(next.LastApproval.ApprovedBy).To(Equal("alice"))
+
+	// The cache shows the write: its own record is read (here another, to tell them apart).
+	caught := &tiledv1alpha1.TiledInstance{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a", UID: "u", ResourceVersion: "14"}}
+	caught.Status.LastApproval = &tiledv1alpha1.ApprovalRecord{ChangeHash: "0123456789abcdef0123", ApprovedBy: "from-the-cache"}
+	shown := caught.Status.DeepCopy()
+	r.rememberedApprovals(caught, shown)
+	g.Expect(shown.LastApproval.ApprovedBy).To(Equal("from-the-cache"))
+}

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 )
@@ -110,6 +111,31 @@ func upgradeApproval(ti *tiledv1alpha1.TiledInstance, from, to string) (approved
 		return false, false, nil
 	}
 	return true, through, approvalOf(ti, prev)
+}
+
+// approvalRecords are an instance's status.lastApproval and status.refusedApproval, as remembered
+// (instanceMemories.approvals).
+type approvalRecords struct {
+	last, refused *tiledv1alpha1.ApprovalRecord
+}
+
+// rememberedApprovals puts into status the approval records this controller last recorded for ti,
+// when the cache does not show the status write that recorded them yet.
+func (r *TiledInstanceReconciler) rememberedApprovals(ti *tiledv1alpha1.TiledInstance, status *tiledv1alpha1.TiledInstanceStatus) {
+	if w, ok := r.memories.approvals.load(types.NamespacedName{Namespace: ti.Namespace, Name: ti.Name}); ok {
+		rec := w.of(&r.memories, ti, approvalRecords{last: status.LastApproval, refused: status.RefusedApproval})
+		status.LastApproval, status.RefusedApproval = rec.last, rec.refused
+	}
+}
+
+// rememberApprovals remembers the approval records of status, about to be written over ti, when
+// this reconcile recorded one anew.
+func (r *TiledInstanceReconciler) rememberApprovals(ti *tiledv1alpha1.TiledInstance, status *tiledv1alpha1.TiledInstanceStatus, accepted, refused *tiledv1alpha1.ApprovalRecord) {
+	if accepted == nil && refused == nil {
+		return
+	}
+	r.memories.approvals.store(types.NamespacedName{Namespace: ti.Namespace, Name: ti.Name},
+		over(ti, approvalRecords{last: status.LastApproval, refused: status.RefusedApproval}))
 }
 
 // approvalStatus records in status what this reconcile found of approvals: a new approval

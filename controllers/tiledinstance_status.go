@@ -43,7 +43,9 @@ func (r *TiledInstanceReconciler) status(ctx context.Context, cur *instanceState
 	obs.StuckHeld = stuck.held
 	status := instanceStatus(&ti.Status, obs)
 	status.ReplacedPods = stuck.records
+	r.rememberedApprovals(ti, status)
 	accepted, refused := approvalStatus(ti, status, cur.approved, metav1.Now().Rfc3339Copy())
+	r.rememberApprovals(ti, status, accepted, refused)
 	if status.CatalogLost == nil && in.claim != nil {
 		// Once the catalog exists, the claim it lives on (a lost catalog records the claim anew
 		// when it is restored or its loss accepted).

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -26,10 +27,11 @@ import (
 // release that brings the cache to a site whose network cannot reach its registry would. Before
 // dependencies came first, the Tiled pods were replaced at once with a configuration pointing at a
 // cache that never started, and every write failed while the pods stayed Ready. Now no Tiled pod is
-// replaced while the cache is not Ready: every beamline keeps accepting writes and its instance names
-// the cache's pull error. The image fixed in the profile, the fleet converges within its rollout
-// budget, the test deleting no pod: the cache pods stuck on the unpullable revision are replaced by
-// the operator or the StatefulSet controller, then Tiled rolls one beamline at a time.
+// replaced while the cache is not Ready: every beamline keeps accepting writes, and the instance the
+// cluster's rollout reached first names the cache's pull error (not Ready: the budget of one is
+// spent, so the change reaches no other beamline). The image fixed in the profile, the fleet
+// converges within its rollout budget, the test deleting no pod: the cache pod stuck on the
+// unpullable revision is replaced by the operator, then Tiled rolls, one beamline at a time.
 
 const (
 	strandedNS      = "e2e-stranded"
@@ -197,15 +199,38 @@ func testStrandedRollout(t *testing.T) {
 	defer w.stop(t)
 	start := time.Now()
 	mustKubectl(t, []byte(strandedProfileYAML(strandedCacheImage)), "apply", "--server-side", "-f", "-")
+	// The cluster's rollout takes the change to one beamline at a time (maxUnavailable 1): the
+	// first instance it reaches names its cache's pull failure and is not Ready (its streaming does
+	// not work), which spends the budget, so the change goes no further until that is fixed. Every
+	// other instance is either reached too and names the failure the same way, or not reached: no
+	// cache yet.
+	var reached []string
+	eventually(t, stuckWait, time.Second, "an instance names its cache pod's pull failure", func() (bool, string) {
+		reached = nil
+		var all []string
+		for _, b := range strandedBeamlines {
+			ti := getInstanceIn(t, ns, upgInstance(strandedCluster, b))
+			ok, msg := strandedNamed(ti)
+			if ok {
+				reached = append(reached, ti.Name)
+				t.Logf("%s: %s", ti.Name, msg)
+			}
+			all = append(all, ti.Name+": "+msg)
+		}
+		return len(reached) > 0, strings.Join(all, " | ")
+	})
 	for _, b := range strandedBeamlines {
-		name := upgInstance(strandedCluster, b)
-		var named string
-		eventually(t, stuckWait, time.Second, name+" names its cache pod's pull failure", func() (bool, string) {
-			ok, msg := strandedNamed(getInstanceIn(t, ns, name))
-			named = msg
-			return ok, msg
-		})
-		t.Logf("%s: %s", name, named)
+		ti := getInstanceIn(t, ns, upgInstance(strandedCluster, b))
+		if slices.Contains(reached, ti.Name) {
+			continue
+		}
+		var cache appsv1.StatefulSet
+		err := cl.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: fleet.NamesOf(ti).Cache}, &cache)
+		if err == nil || condition(ti, "StreamingCacheReady") != nil {
+			t.Errorf("%s has its cache (or its condition) but does not name the pull failure: %v", ti.Name, ti.Status.Conditions)
+		} else {
+			t.Logf("%s: not reached by the cluster's rollout while %v is not Ready (no cache yet)", ti.Name, reached)
+		}
 	}
 	// The kubelet retries the pull (ErrImagePull, ImagePullBackOff in turn) and each status update
 	// reaches the operator: watched for stuckHold, no Tiled StatefulSet may change meanwhile.

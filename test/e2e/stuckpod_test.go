@@ -611,7 +611,8 @@ func imageTypoHeld(t *testing.T, ns string, ti *v1alpha1.TiledInstance, written 
 	}
 	var serving []auditEvent
 	for _, ev := range podDeletions(t, ns, typoAt, time.Now()) {
-		if !strings.HasPrefix(ev.ObjectRef.Name, job+"-") {
+		// The beamline's pods only: not the check Job's own pod, nor the test's client pod.
+		if strings.HasPrefix(ev.ObjectRef.Name, ti.Name+"-") && !strings.HasPrefix(ev.ObjectRef.Name, job+"-") {
 			serving = append(serving, ev)
 		}
 	}
