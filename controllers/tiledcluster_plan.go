@@ -41,7 +41,11 @@ func plan(cur *clusterState, want *desired.Instances) (clusterPlan, error) {
 		if member != nil {
 			p.members[i] = member
 			o.UpToDate = member.Annotations[desired.AnnotationExpansionHash] == want.Hash(i)
-			o.Ready = instanceReady(member)
+			// A new database or cache image whose check runs is a change under way: once it passes,
+			// the StatefulSet's pod is replaced. It takes the budget, as an upgrade's check does, so
+			// that the next instance's change waits for it; a check that fails (the image cannot be
+			// pulled or run) holds that change on its own, the instance serving, and takes nothing.
+			o.Ready = instanceReady(member) && !imageCheckRunning(member)
 			// A change of the pod template the operator renders without a change of the spec (a new
 			// operator release) rolls as a change of the spec does; with one of the spec, it goes
 			// along with it.

@@ -10,6 +10,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	batchv1ac "k8s.io/client-go/applyconfigurations/batch/v1"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
@@ -333,4 +334,13 @@ func (r *TiledInstanceReconciler) applyImageChecks(ctx context.Context, cur *ins
 		}
 	}
 	return nil
+}
+
+// imageCheckRunning says whether an instance's image check runs and has not failed: its
+// ImageCheckPending condition is True with reason ImageCheckRunning (the check pod's own reasons,
+// such as ImagePullBackOff, and ImageCheckFailed say it fails). The cluster's rollout counts such an
+// instance against its budget (tiledcluster_plan.go).
+func imageCheckRunning(ti *tiledv1alpha1.TiledInstance) bool {
+	c := meta.FindStatusCondition(ti.Status.Conditions, ConditionImageCheckPending)
+	return c != nil && c.Status == metav1.ConditionTrue && c.Reason == ReasonImageCheckRunning
 }
