@@ -1059,11 +1059,12 @@ type NotificationsSpec struct {
 type NotificationWebhook struct {
 	// URL is where notifications are POSTed: an http:// or https:// URL (a Slack or Teams incoming
 	// webhook, or any receiver of JSON). Status and Events name it as scheme://host only, since its
-	// path or query may carry a token.
-	// +kubebuilder:validation:MinLength=1
+	// path or query may carry a token. Required once the layers are merged (a beamline may override
+	// minSeverity alone).
+	// +optional
 	// +kubebuilder:validation:MaxLength=2048
 	// +kubebuilder:validation:XValidation:rule="self.matches('^https?://[^/?#@ ]+([/?#].*)?$')",message="must be an http:// or https:// URL with a host"
-	URL string `json:"url"`
+	URL string `json:"url,omitempty"`
 
 	// SecretRef names a Secret of the instance's namespace and the key in it that holds the key the
 	// body is signed with (HMAC-SHA256, header X-Tiled-Signature: sha256=<hex>). Absent, the body is
@@ -1080,10 +1081,10 @@ type NotificationWebhook struct {
 
 // NotificationSecretRef names a key of a Secret in the instance's namespace.
 type NotificationSecretRef struct {
-	// Name is the Secret's name.
-	// +kubebuilder:validation:MinLength=1
+	// Name is the Secret's name (required once the layers are merged).
+	// +optional
 	// +kubebuilder:validation:MaxLength=253
-	Name string `json:"name"`
+	Name string `json:"name,omitempty"`
 
 	// Key is the key of the Secret's data that holds the HMAC key; absent, "key".
 	// +optional

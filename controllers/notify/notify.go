@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
+	"github.com/bluesky/tiled-operator/calendar"
 )
 
 // The kinds of notification (the payload's "kind").
@@ -101,12 +102,11 @@ func Derive(st *tiledv1alpha1.TiledInstanceStatus, since time.Time) []Notificati
 		out = append(out, Notification{Key: "approval/" + p.ChangeHash, Kind: KindPendingApproval, Severity: Warning, Details: d,
 			Text: fmt.Sprintf("change %s (%s, StatefulSet %s) waits for approval: kubectl tiled approve --hash %s", p.ChangeHash, p.Change, p.StatefulSet, p.ChangeHash)})
 	}
-	if m, p := st.Maintenance, st.PendingRollout; m != nil && m.Open && p != nil {
-		// The window's identity: when it closes (status says when an open calendar next closes).
-		window := "open"
-		if m.NextClose != nil {
-			window = m.NextClose.UTC().Format(time.RFC3339)
-		}
+	if m, p := st.Maintenance, st.PendingRollout; m != nil && m.Open && m.Reason == calendar.ReasonInWindow && m.NextClose != nil && p != nil {
+		// A window of the calendar is open (not a calendar without windows, always open) and a
+		// change waits (for its cluster's budget, or an approval). The window's identity: when it
+		// closes (status says when an open calendar next closes).
+		window := m.NextClose.UTC().Format(time.RFC3339)
 		id := p.ChangeHash
 		if id == "" {
 			id = p.TemplateHash

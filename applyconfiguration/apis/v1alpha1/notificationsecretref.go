@@ -13,7 +13,7 @@ package v1alpha1
 //
 // NotificationSecretRef names a key of a Secret in the instance's namespace.
 type NotificationSecretRefApplyConfiguration struct {
-	// Name is the Secret's name.
+	// Name is the Secret's name (required once the layers are merged).
 	Name *string `json:"name,omitempty"`
 	// Key is the key of the Secret's data that holds the HMAC key; absent, "key".
 	Key *string `json:"key,omitempty"`

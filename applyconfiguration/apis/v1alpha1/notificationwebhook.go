@@ -15,7 +15,8 @@ package v1alpha1
 type NotificationWebhookApplyConfiguration struct {
 	// URL is where notifications are POSTed: an http:// or https:// URL (a Slack or Teams incoming
 	// webhook, or any receiver of JSON). Status and Events name it as scheme://host only, since its
-	// path or query may carry a token.
+	// path or query may carry a token. Required once the layers are merged (a beamline may override
+	// minSeverity alone).
 	URL *string `json:"url,omitempty"`
 	// SecretRef names a Secret of the instance's namespace and the key in it that holds the key the
 	// body is signed with (HMAC-SHA256, header X-Tiled-Signature: sha256=<hex>). Absent, the body is
