@@ -155,11 +155,12 @@ func phaseTime(u *tiledv1alpha1.UpgradeStatus) time.Time {
 	return u.StartTime.Time
 }
 
-// Undelivered are the notifications of all at least min severe whose key delivered does not hold.
-func Undelivered(all []Notification, delivered []tiledv1alpha1.DeliveredNotification, min Severity) []Notification {
+// Undelivered are the notifications of all whose severity is at least least and whose key
+// delivered does not hold.
+func Undelivered(all []Notification, delivered []tiledv1alpha1.DeliveredNotification, least Severity) []Notification {
 	var out []Notification
 	for _, n := range all {
-		if n.Severity < min || slices.ContainsFunc(delivered, func(d tiledv1alpha1.DeliveredNotification) bool { return d.Key == n.Key }) {
+		if n.Severity < least || slices.ContainsFunc(delivered, func(d tiledv1alpha1.DeliveredNotification) bool { return d.Key == n.Key }) {
 			continue
 		}
 		out = append(out, n)
