@@ -132,7 +132,7 @@ func (r *TiledInstanceReconciler) notificationKey(ctx context.Context, namespace
 		if apierrors.IsNotFound(err) {
 			return nil, fmt.Errorf("the Secret %s (spec.notifications.webhook.secretRef) does not exist", ref.Name)
 		}
-		return nil, fmt.Errorf("reading the Secret %s (spec.notifications.webhook.secretRef): %v", ref.Name, err)
+		return nil, fmt.Errorf("reading the Secret %s (spec.notifications.webhook.secretRef): %w", ref.Name, err)
 	}
 	if len(secret.Data[k]) == 0 {
 		return nil, fmt.Errorf("the Secret %s has no key %q (spec.notifications.webhook.secretRef.key)", ref.Name, k)
