@@ -58,6 +58,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apisv1alpha1.DatabaseStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("DataVolume"):
 		return &apisv1alpha1.DataVolumeApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("DeliveredNotification"):
+		return &apisv1alpha1.DeliveredNotificationApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("EnvVar"):
 		return &apisv1alpha1.EnvVarApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ExposeSpec"):
@@ -100,6 +102,14 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apisv1alpha1.NetworkPolicySpecApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("NFSVolumeSource"):
 		return &apisv1alpha1.NFSVolumeSourceApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("NotificationSecretRef"):
+		return &apisv1alpha1.NotificationSecretRefApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("NotificationsSpec"):
+		return &apisv1alpha1.NotificationsSpecApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("NotificationStatus"):
+		return &apisv1alpha1.NotificationStatusApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("NotificationWebhook"):
+		return &apisv1alpha1.NotificationWebhookApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("OIDCAuth"):
 		return &apisv1alpha1.OIDCAuthApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("OIDCProvider"):

@@ -122,7 +122,7 @@ func TestEveryMemoryIsForgotten(t *testing.T) {
 			g.Expect(ok).To(BeTrue())
 			g.Expect(a.Len()).To(Equal(2), "the kept cluster's records stay")
 		}},
-		{path: "an instance gone: its Secret's data, its render, its upgrade status, its replaced pods, its pending render change, its approvals, its last status write, its children's and status's records", run: func(g Gomega) {
+		{path: "an instance gone: its Secret's data, its render, its upgrade status, its replaced pods, its pending render change, its approvals, its notifications, its last status write, its children's and status's records", run: func(g Gomega) {
 			a := applier.New(accepting{}, tiledv1alpha1.FieldOwner, nil)
 			r := &TiledInstanceReconciler{Client: none(g), Applier: a}
 			for i, name := range []string{"gone", "kept"} {
@@ -134,6 +134,7 @@ func TestEveryMemoryIsForgotten(t *testing.T) {
 				r.memories.replaced.store(key, writtenOver[[]tiledv1alpha1.ReplacedPod]{uid: ti.UID, resourceVersion: "1"})
 				r.memories.pending.store(key, writtenOver[*tiledv1alpha1.PendingRollout]{uid: ti.UID, resourceVersion: "1"})
 				r.memories.approvals.store(key, writtenOver[approvalRecords]{uid: ti.UID, resourceVersion: "1"})
+				r.memories.notifications.store(key, writtenOver[*tiledv1alpha1.NotificationStatus]{uid: ti.UID, resourceVersion: "1"})
 				r.memories.statusWrite.store(key, statusWrite{uid: ti.UID, over: "1", made: "2"})
 				_, err := r.memories.rendered.Render(ti, ti, render.Inputs{})
 				g.Expect(err).NotTo(HaveOccurred())
@@ -149,6 +150,7 @@ func TestEveryMemoryIsForgotten(t *testing.T) {
 			g.Expect(r.memories.replaced.len()).To(Equal(1))
 			g.Expect(r.memories.pending.len()).To(Equal(1))
 			g.Expect(r.memories.approvals.len()).To(Equal(1))
+			g.Expect(r.memories.notifications.len()).To(Equal(1))
 			g.Expect(r.memories.statusWrite.len()).To(Equal(1))
 			g.Expect(r.memories.rendered.Len()).To(Equal(1))
 			g.Expect(a.Len()).To(Equal(2), "the kept instance's records stay")

@@ -38,6 +38,9 @@ import (
 //	approvals       instanceMemories         instance   the instance is gone (instanceMemories.forget);
 //	                                                    ignored for another UID, or once the cache
 //	                                                    has caught up (instanceMemories.shows)
+//	notifications   instanceMemories         instance   the instance is gone (instanceMemories.forget);
+//	                                                    ignored for another UID, or once the cache
+//	                                                    has caught up (instanceMemories.shows)
 //	statusWrite     instanceMemories         instance   the instance is gone (instanceMemories.forget);
 //	                                                    replaced by the next status write
 //	verdicts        profileMemories          profile    the profile is gone (profileMemories.forget);
@@ -100,6 +103,11 @@ type instanceMemories struct {
 	// reconcile that accepted the approval) does not drop the record, nor record it again with a
 	// second Approved Event (tiledinstance_approval.go).
 	approvals keyed[writtenOver[approvalRecords]]
+	// notifications is the status.notifications this controller last recorded (the notifications
+	// it delivered, its failures) and the version of the instance it recorded it over: until the
+	// cache shows the status write that records it, a reconcile reads it, so that a notification
+	// is not sent twice because the cache lags (tiledinstance_notify.go).
+	notifications keyed[writtenOver[*tiledv1alpha1.NotificationStatus]]
 	// statusWrite is the instance's last status write: the resourceVersion it went over (the
 	// cache's) and the one it made. A reconcile can start on a cache that shows an earlier write
 	// but not the last: newer than the version a memory was written over, older than the write
@@ -237,6 +245,7 @@ func (m *instanceMemories) forget(a *applier.Applier, instance types.NamespacedN
 	m.replaced.forget(instance)
 	m.pending.forget(instance)
 	m.approvals.forget(instance)
+	m.notifications.forget(instance)
 	m.statusWrite.forget(instance)
 	a.ForgetGroup(instance.String())
 }

@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"io"
+	"net/http"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -90,6 +91,9 @@ type TiledInstanceReconciler struct {
 	// again while all is well, so that a Secret deleted or emptied later is reported; 0 means 30s. It
 	// costs one GET per such instance per period (instances on a managed database cost nothing idle).
 	ExternalSecretRecheck time.Duration
+	// NotifyClient sends notifications to spec.notifications.webhook (tiledinstance_notify.go);
+	// nil means an http.Client with notify.Timeout. The HMAC key's Secret is read with APIReader.
+	NotifyClient *http.Client
 	// Random is the source of generated secrets; nil means crypto/rand.
 	Random io.Reader
 	// Resync, when not nil, delivers instances to reconcile again (Operator.ResyncAll).

@@ -86,6 +86,10 @@ func (r *TiledInstanceReconciler) status(ctx context.Context, cur *instanceState
 		// in case it was deleted before it ever did.
 		result.RequeueAfter = unseen
 	}
+	if retry := r.notifications(ctx, ti, &in.spec.Spec, status); retry > 0 && (result.RequeueAfter == 0 || retry < result.RequeueAfter) {
+		// A notification's delivery failed: retried then (notify.Backoff).
+		result.RequeueAfter = retry
+	}
 	sent, err := r.writeStatus(ctx, ti, status)
 	if err != nil || !sent {
 		return result, err
@@ -253,12 +257,19 @@ func (r *TiledInstanceReconciler) failed(ctx context.Context, cur *instanceState
 	if !errors.As(err, &s) {
 		return ctrl.Result{}, err
 	}
-	return ctrl.Result{RequeueAfter: s.retry}, r.stalled(ctx, cur.ti, s)
+	retry, err := r.stalled(ctx, cur.ti, s)
+	if s.retry > 0 && (retry == 0 || s.retry < retry) {
+		retry = s.retry
+	}
+	return ctrl.Result{RequeueAfter: retry}, err
 }
 
 // stalled reports a failure that needs a person: Stalled=True, Ready=False, no Reconciling. The
 // objects already applied stay as they are.
-func (r *TiledInstanceReconciler) stalled(ctx context.Context, ti *tiledv1alpha1.TiledInstance, s *stall) error {
+//
+// A stalled instance's notifications (a failed upgrade stalls it) are delivered as status() does,
+// from its stored spec; it returns when to retry one (0: none).
+func (r *TiledInstanceReconciler) stalled(ctx context.Context, ti *tiledv1alpha1.TiledInstance, s *stall) (time.Duration, error) {
 	status := ti.Status.DeepCopy()
 	status.ObservedGeneration = ti.Generation
 	if s.database != nil {
@@ -270,11 +281,17 @@ func (r *TiledInstanceReconciler) stalled(ctx context.Context, ti *tiledv1alpha1
 		status.Database = db
 	}
 	setStalled(&status.Conditions, ti.Generation, s.reason, s.message)
+	var retry time.Duration
+	if ti.Spec.Notifications != nil {
+		// The stored spec (a terse standalone instance's may lack what its profiles say: its
+		// record is then left as it is).
+		retry = r.notifications(ctx, ti, &ti.Spec, status)
+	}
 	sent, err := r.writeStatus(ctx, ti, status)
 	if c, changed := transitioned(ti.Status.Conditions, status.Conditions, ConditionStalled); changed && sent {
 		r.Recorder.Eventf(ti, nil, corev1.EventTypeWarning, s.reason, "Reconcile", "%s", c.Message)
 	}
-	return err
+	return retry, err
 }
 
 // writeStatus applies the status when it differs from the one in the cache (and from the last one

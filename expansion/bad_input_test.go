@@ -207,6 +207,28 @@ func TestBadInput(t *testing.T) {
 			},
 		},
 		{
+			name:     "a notification webhook that is not http(s)",
+			cluster:  C("notifications: {webhook: {url: 'ftp://hooks.example.org/x?token=SECRET'}}", I("x", nil)),
+			profiles: []v1alpha1.TiledProfile{ok},
+			check: func(g Gomega, err error) {
+				var ie *InvalidFieldError
+				g.Expect(errors.As(err, &ie)).To(BeTrue(), "%v", err)
+				g.Expect(ie.Field).To(Equal("spec.notifications.webhook.url"))
+				g.Expect(ie.Reason).To(ContainSubstring("http:// or https://"))
+				g.Expect(err.Error()).NotTo(ContainSubstring("SECRET"), "a webhook URL may carry a token")
+			},
+		},
+		{
+			name:     "a notification webhook without a URL once merged",
+			cluster:  C("notifications: {webhook: {minSeverity: Error}}", I("x", nil)),
+			profiles: []v1alpha1.TiledProfile{ok},
+			check: func(g Gomega, err error) {
+				var ie *InvalidFieldError
+				g.Expect(errors.As(err, &ie)).To(BeTrue(), "%v", err)
+				g.Expect(ie.Field).To(Equal("spec.notifications.webhook.url"))
+			},
+		},
+		{
 			name:     "a maintenance exclusion that ends before it starts",
 			cluster:  C("", I("x", T(t, "maintenance: {exclusions: [{name: run-1, start: '2026-12-10T00:00:00Z', end: '2026-12-09T00:00:00Z'}]}"))),
 			profiles: []v1alpha1.TiledProfile{ok},

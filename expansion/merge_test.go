@@ -299,3 +299,22 @@ func TestMaintenanceApprovalLayers(t *testing.T) {
 	g.Expect(o.Spec.Maintenance.Exclusions).To(HaveLen(1), "the profile's exclusions stay")
 	g.Expect(o.Provenance).To(HaveKeyWithValue("spec.maintenance.approval", "instance/x/overrides"))
 }
+
+// spec.notifications flows from a profile to its instances with provenance; a beamline overrides
+// one field (minSeverity) and keeps the profile's URL and Secret (docs/maintenance.md,
+// "Notifications").
+func TestNotificationsLayers(t *testing.T) {
+	g := NewWithT(t)
+	profile := P(t, "ops", 0, `notifications:
+  webhook: {url: "https://hooks.example.org/tiled", secretRef: {name: tiled-hooks, key: hmac}, minSeverity: Warning}`)
+	o := one(t, C("", I("x", nil)), profile)
+	w := o.Spec.Notifications.Webhook
+	g.Expect(w.URL).To(Equal("https://hooks.example.org/tiled"))
+	g.Expect(w.SecretRef.Name).To(Equal("tiled-hooks"))
+	g.Expect(o.Provenance).To(HaveKeyWithValue("spec.notifications.webhook.url", "profile/ops@1"))
+	o = one(t, C("", I("x", T(t, `notifications: {webhook: {minSeverity: Error}}`))), profile)
+	w = o.Spec.Notifications.Webhook
+	g.Expect(w.MinSeverity).To(Equal("Error"))
+	g.Expect(w.URL).To(Equal("https://hooks.example.org/tiled"), "the profile's URL stays")
+	g.Expect(o.Provenance).To(HaveKeyWithValue("spec.notifications.webhook.minSeverity", "instance/x/overrides"))
+}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/url"
 	"path"
 	"slices"
 	"strconv"
@@ -109,6 +110,9 @@ func validateTemplate(root *field.Path, t *v1alpha1.InstanceTemplate, complete b
 	}
 	if t.Maintenance != nil {
 		v.maintenance(root.Child("maintenance"), t.Maintenance)
+	}
+	if t.Notifications != nil && t.Notifications.Webhook != nil {
+		v.notifications(root.Child("notifications", "webhook"), t.Notifications.Webhook, complete)
 	}
 	if t.Streaming != nil {
 		v.streaming(root.Child("streaming"), t)
@@ -964,6 +968,22 @@ func (v *validator) maintenance(p *field.Path, m *v1alpha1.MaintenanceSpec) {
 		if !e.End.After(e.Start.Time) {
 			v.add(field.Invalid(ep.Child("end"), e.End.UTC().Format(time.RFC3339), "must be after start ("+e.Start.UTC().Format(time.RFC3339)+")"))
 		}
+	}
+}
+
+// notifications refuses a webhook URL that is not http(s) with a host and, once the layers are
+// merged (complete), a webhook without a URL or a secretRef without a name.
+func (v *validator) notifications(p *field.Path, w *v1alpha1.NotificationWebhook, complete bool) {
+	if w.URL != "" {
+		if u, err := url.Parse(w.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
+			// The value is not echoed: a webhook URL may carry a token.
+			v.add(field.Invalid(p.Child("url"), "<redacted>", "must be an http:// or https:// URL with a host (and no user)"))
+		}
+	} else if complete {
+		v.add(field.Required(p.Child("url"), "the webhook's http:// or https:// URL"))
+	}
+	if complete && w.SecretRef != nil && w.SecretRef.Name == "" {
+		v.add(field.Required(p.Child("secretRef", "name"), "the Secret that holds the HMAC key"))
 	}
 }
 

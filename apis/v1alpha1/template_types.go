@@ -74,6 +74,15 @@ type InstanceTemplate struct {
 	// +optional
 	Maintenance *MaintenanceSpec `json:"maintenance,omitempty"`
 
+	// Notifications sends the instance's state changes that need a person's attention — a change
+	// waiting for approval, a maintenance window opened with work queued, an upgrade started,
+	// finished or failed, a backup failed — to a generic webhook (Slack- and Teams-compatible
+	// payload), once per state change, in addition to the Kubernetes Events that are always sent.
+	// Absent, nothing is sent. Set it in a profile; a beamline overrides it. docs/maintenance.md
+	// "Notifications".
+	// +optional
+	Notifications *NotificationsSpec `json:"notifications,omitempty"`
+
 	// Config is a free-form fragment of Tiled's own configuration file, merged over the configuration
 	// the operator renders (maps merge, other values replace). Tiled rejects unknown keys, so only keys
 	// of Tiled's config schema belong here, e.g. `{response_bytesize_limit: 500000000}`.
@@ -1037,3 +1046,55 @@ type MaintenanceExclusion struct {
 	// End is when it ends (RFC 3339); the calendar may open again at End.
 	End metav1.Time `json:"end"`
 }
+
+// NotificationsSpec is where an instance's notifications go.
+type NotificationsSpec struct {
+	// Webhook receives each notification as an HTTP POST of a JSON document (docs/maintenance.md
+	// "Notifications"). Absent, nothing is sent.
+	// +optional
+	Webhook *NotificationWebhook `json:"webhook,omitempty"`
+}
+
+// NotificationWebhook is a generic webhook receiver.
+type NotificationWebhook struct {
+	// URL is where notifications are POSTed: an http:// or https:// URL (a Slack or Teams incoming
+	// webhook, or any receiver of JSON). Status and Events name it as scheme://host only, since its
+	// path or query may carry a token. Required once the layers are merged (a beamline may override
+	// minSeverity alone).
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="self.matches('^https?://[^/?#@ ]+([/?#].*)?$')",message="must be an http:// or https:// URL with a host"
+	URL string `json:"url,omitempty"`
+
+	// SecretRef names a Secret of the instance's namespace and the key in it that holds the key the
+	// body is signed with (HMAC-SHA256, header X-Tiled-Signature: sha256=<hex>). Absent, the body is
+	// not signed.
+	// +optional
+	SecretRef *NotificationSecretRef `json:"secretRef,omitempty"`
+
+	// MinSeverity is the least severity sent: Info (absent: everything), Warning (a change waiting
+	// for approval, failures) or Error (failures only).
+	// +optional
+	// +kubebuilder:validation:Enum=Info;Warning;Error
+	MinSeverity string `json:"minSeverity,omitempty"`
+}
+
+// NotificationSecretRef names a key of a Secret in the instance's namespace.
+type NotificationSecretRef struct {
+	// Name is the Secret's name (required once the layers are merged).
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name,omitempty"`
+
+	// Key is the key of the Secret's data that holds the HMAC key; absent, "key".
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Key string `json:"key,omitempty"`
+}
+
+// The severities of notifications (spec.notifications.webhook.minSeverity).
+const (
+	NotificationSeverityInfo    = "Info"
+	NotificationSeverityWarning = "Warning"
+	NotificationSeverityError   = "Error"
+)

@@ -345,6 +345,12 @@ type TiledInstanceStatus struct {
 	// +optional
 	RefusedApproval *ApprovalRecord `json:"refusedApproval,omitempty"`
 
+	// Notifications is the delivery of the instance's notifications to spec.notifications.webhook:
+	// the notifications delivered (so that none is sent twice, also across restarts of the operator
+	// and changes of leader) and the last delivery error. Absent when spec.notifications is.
+	// +optional
+	Notifications *NotificationStatus `json:"notifications,omitempty"`
+
 	// ReplacedPods records the pods of the instance's StatefulSets (Tiled, PostgreSQL, streaming
 	// cache) the operator deleted because they were stuck: failing (an image that cannot be pulled,
 	// a crash loop, a container that cannot be created) and not Ready on an older revision of their
@@ -770,4 +776,42 @@ type TiledInstanceList struct {
 	metav1.TypeMeta `json:",inline"`
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []TiledInstance `json:"items"`
+}
+
+// NotificationStatus is the delivery of an instance's notifications.
+type NotificationStatus struct {
+	// Since is when notifications were first configured for the instance: a past upgrade or backup
+	// that ended before it is not notified.
+	// +optional
+	Since *metav1.Time `json:"since,omitempty"`
+
+	// Delivered are the notifications delivered, newest last (at most 32): each one's key (the
+	// X-Tiled-Notification-Id header it was sent with) and when.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	Delivered []DeliveredNotification `json:"delivered,omitempty"`
+
+	// Failures is the number of failed deliveries in a row (0 once one succeeds); the next attempt
+	// waits 10s, 20s, 40s... up to 10 minutes after the last.
+	// +optional
+	Failures int32 `json:"failures,omitempty"`
+
+	// LastError is the last delivery error (the URL as scheme://host), kept after a later success.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	LastError string `json:"lastError,omitempty"`
+
+	// LastErrorTime is when LastError happened.
+	// +optional
+	LastErrorTime *metav1.Time `json:"lastErrorTime,omitempty"`
+}
+
+// DeliveredNotification is one notification delivered.
+type DeliveredNotification struct {
+	// Key identifies the state change notified (e.g. approval/<changeHash>).
+	// +kubebuilder:validation:MaxLength=253
+	Key string `json:"key"`
+	// Time is when it was delivered.
+	Time metav1.Time `json:"time"`
 }

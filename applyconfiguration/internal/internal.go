@@ -353,6 +353,15 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: ready
       type:
         scalar: boolean
+- name: com.github.bluesky.tiled-operator.apis.v1alpha1.DeliveredNotification
+  map:
+    fields:
+    - name: key
+      type:
+        scalar: string
+    - name: time
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
 - name: com.github.bluesky.tiled-operator.apis.v1alpha1.EnvVar
   map:
     fields:
@@ -529,6 +538,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: networkPolicy
       type:
         namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.NetworkPolicySpec
+    - name: notifications
+      type:
+        namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.NotificationsSpec
     - name: storage
       type:
         namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.StorageSpec
@@ -764,6 +776,54 @@ var schemaYAML = typed.YAMLObject(`types:
           elementType:
             namedType: io.k8s.api.networking.v1.NetworkPolicyPeer
           elementRelationship: atomic
+- name: com.github.bluesky.tiled-operator.apis.v1alpha1.NotificationSecretRef
+  map:
+    fields:
+    - name: key
+      type:
+        scalar: string
+    - name: name
+      type:
+        scalar: string
+- name: com.github.bluesky.tiled-operator.apis.v1alpha1.NotificationStatus
+  map:
+    fields:
+    - name: delivered
+      type:
+        list:
+          elementType:
+            namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.DeliveredNotification
+          elementRelationship: atomic
+    - name: failures
+      type:
+        scalar: numeric
+    - name: lastError
+      type:
+        scalar: string
+    - name: lastErrorTime
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: since
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+- name: com.github.bluesky.tiled-operator.apis.v1alpha1.NotificationWebhook
+  map:
+    fields:
+    - name: minSeverity
+      type:
+        scalar: string
+    - name: secretRef
+      type:
+        namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.NotificationSecretRef
+    - name: url
+      type:
+        scalar: string
+- name: com.github.bluesky.tiled-operator.apis.v1alpha1.NotificationsSpec
+  map:
+    fields:
+    - name: webhook
+      type:
+        namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.NotificationWebhook
 - name: com.github.bluesky.tiled-operator.apis.v1alpha1.OIDCAuth
   map:
     fields:
@@ -1126,6 +1186,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: networkPolicy
       type:
         namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.NetworkPolicySpec
+    - name: notifications
+      type:
+        namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.NotificationsSpec
     - name: profileSelector
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector
@@ -1181,6 +1244,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: maintenance
       type:
         namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.MaintenanceStatus
+    - name: notifications
+      type:
+        namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.NotificationStatus
     - name: observedGeneration
       type:
         scalar: numeric
@@ -1283,6 +1349,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: networkPolicy
       type:
         namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.NetworkPolicySpec
+    - name: notifications
+      type:
+        namedType: com.github.bluesky.tiled-operator.apis.v1alpha1.NotificationsSpec
     - name: priority
       type:
         scalar: numeric

@@ -131,10 +131,13 @@ type InstanceSummary struct {
 	// status.refusedApproval (spec.maintenance.approval Manual).
 	LastApproval    *v1alpha1.ApprovalRecord `json:"lastApproval,omitempty"`
 	RefusedApproval *v1alpha1.ApprovalRecord `json:"refusedApproval,omitempty"`
-	Conditions      []ConditionSummary       `json:"conditions,omitempty"`
-	Generation      int64                    `json:"generation"`
-	Observed        int64                    `json:"observedGeneration"`
-	Restore         *v1alpha1.RestoreRecord  `json:"restore,omitempty"`
+	// Notifications is the instance's status.notifications (spec.notifications): what was
+	// delivered, and the last delivery error.
+	Notifications *v1alpha1.NotificationStatus `json:"notifications,omitempty"`
+	Conditions    []ConditionSummary           `json:"conditions,omitempty"`
+	Generation    int64                        `json:"generation"`
+	Observed      int64                        `json:"observedGeneration"`
+	Restore       *v1alpha1.RestoreRecord      `json:"restore,omitempty"`
 	// InPlaceRestore is the last restore in place (kubectl tiled restore): who, which backup, its
 	// phase or outcome.
 	InPlaceRestore *v1alpha1.InPlaceRestoreStatus `json:"inPlaceRestore,omitempty"`
@@ -564,7 +567,7 @@ func instanceSummary(ti *v1alpha1.TiledInstance, tc *v1alpha1.TiledCluster) Inst
 		ReadyReplicas: st.ReadyReplicas, Replicas: 1,
 		Image: st.Image, Version: st.Version, URL: st.URL,
 		LastMigration: st.LastMigration, Upgrade: st.Upgrade, PendingRollout: st.PendingRollout, Maintenance: st.Maintenance,
-		LastApproval: st.LastApproval, RefusedApproval: st.RefusedApproval,
+		LastApproval: st.LastApproval, RefusedApproval: st.RefusedApproval, Notifications: st.Notifications,
 		InPlaceRestore: st.InPlaceRestore,
 		Conditions:     conditionSummaries(st.Conditions),
 		Generation:     ti.Generation, Observed: st.ObservedGeneration,

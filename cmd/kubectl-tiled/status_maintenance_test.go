@@ -71,3 +71,23 @@ func TestStatusApprovalLines(t *testing.T) {
 	g.Expect(out).To(MatchRegexp(`Maintenance: +open: in window; approval needed`))
 	g.Expect(out).To(MatchRegexp(`Last approval: +change ffee by alice at .*, through the window`))
 }
+
+// A failing notification webhook is shown (status.notifications); one that delivers is not.
+func TestStatusNotificationsLine(t *testing.T) {
+	g := NewWithT(t)
+	now := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		failures int32
+		want     bool
+	}{{0, false}, {3, true}} {
+		var b strings.Builder
+		p := &statusPrinter{w: &b, now: now}
+		p.printInstance(&StatusDocument{Namespace: "nsls2", Instance: &InstanceSummary{Name: "nsls2-chx",
+			Notifications: &v1alpha1.NotificationStatus{Failures: tc.failures, LastError: "notification approval/0a1b: POST https://hooks.example.org: 500 Internal Server Error"}}})
+		if tc.want {
+			g.Expect(b.String()).To(MatchRegexp(`Notifications: +failing \(3 in a row, retried with backoff\): notification approval/0a1b: POST https://hooks.example.org: 500`))
+		} else {
+			g.Expect(b.String()).NotTo(ContainSubstring("Notifications:"))
+		}
+	}
+}

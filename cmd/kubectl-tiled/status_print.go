@@ -602,6 +602,9 @@ func (p *statusPrinter) printInstance(doc *StatusDocument) {
 	if a := in.RefusedApproval; a != nil {
 		p.line("Refused approval", cell{a.Message, colorRed})
 	}
+	if n := in.Notifications; n != nil && n.Failures > 0 {
+		p.line("Notifications", cell{fmt.Sprintf("failing (%d in a row, retried with backoff): %s", n.Failures, n.LastError), colorRed})
+	}
 
 	p.heading("Conditions")
 	if len(in.Conditions) == 0 {

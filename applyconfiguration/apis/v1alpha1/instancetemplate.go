@@ -62,6 +62,13 @@ type InstanceTemplateApplyConfiguration struct {
 	// Set it in a profile; a beamline overrides it (windows are replaced whole, exclusions merge by
 	// name). docs/maintenance.md.
 	Maintenance *MaintenanceSpecApplyConfiguration `json:"maintenance,omitempty"`
+	// Notifications sends the instance's state changes that need a person's attention — a change
+	// waiting for approval, a maintenance window opened with work queued, an upgrade started,
+	// finished or failed, a backup failed — to a generic webhook (Slack- and Teams-compatible
+	// payload), once per state change, in addition to the Kubernetes Events that are always sent.
+	// Absent, nothing is sent. Set it in a profile; a beamline overrides it. docs/maintenance.md
+	// "Notifications".
+	Notifications *NotificationsSpecApplyConfiguration `json:"notifications,omitempty"`
 	// Config is a free-form fragment of Tiled's own configuration file, merged over the configuration
 	// the operator renders (maps merge, other values replace). Tiled rejects unknown keys, so only keys
 	// of Tiled's config schema belong here, e.g. `{response_bytesize_limit: 500000000}`.
@@ -151,6 +158,14 @@ func (b *InstanceTemplateApplyConfiguration) WithNetworkPolicy(value *NetworkPol
 // If called multiple times, the Maintenance field is set to the value of the last call.
 func (b *InstanceTemplateApplyConfiguration) WithMaintenance(value *MaintenanceSpecApplyConfiguration) *InstanceTemplateApplyConfiguration {
 	b.Maintenance = value
+	return b
+}
+
+// WithNotifications sets the Notifications field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Notifications field is set to the value of the last call.
+func (b *InstanceTemplateApplyConfiguration) WithNotifications(value *NotificationsSpecApplyConfiguration) *InstanceTemplateApplyConfiguration {
+	b.Notifications = value
 	return b
 }
 

@@ -121,6 +121,14 @@ func (b *TiledInstanceSpecApplyConfiguration) WithMaintenance(value *Maintenance
 	return b
 }
 
+// WithNotifications sets the Notifications field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Notifications field is set to the value of the last call.
+func (b *TiledInstanceSpecApplyConfiguration) WithNotifications(value *NotificationsSpecApplyConfiguration) *TiledInstanceSpecApplyConfiguration {
+	b.InstanceTemplateApplyConfiguration.Notifications = value
+	return b
+}
+
 // WithConfig sets the Config field in the declarative configuration to the given value
 // and returns the receiver, so that objects can be built by chaining "With" function invocations.
 // If called multiple times, the Config field is set to the value of the last call.

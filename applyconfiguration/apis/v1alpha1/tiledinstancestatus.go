@@ -83,6 +83,10 @@ type TiledInstanceStatusApplyConfiguration struct {
 	// RefusedApproval is an approval the instance carries (the label tiled.blueskyproject.io/approve)
 	// that names no pending change: ignored, and reported here until it is removed or replaced.
 	RefusedApproval *ApprovalRecordApplyConfiguration `json:"refusedApproval,omitempty"`
+	// Notifications is the delivery of the instance's notifications to spec.notifications.webhook:
+	// the notifications delivered (so that none is sent twice, also across restarts of the operator
+	// and changes of leader) and the last delivery error. Absent when spec.notifications is.
+	Notifications *NotificationStatusApplyConfiguration `json:"notifications,omitempty"`
 	// ReplacedPods records the pods of the instance's StatefulSets (Tiled, PostgreSQL, streaming
 	// cache) the operator deleted because they were stuck: failing (an image that cannot be pulled,
 	// a crash loop, a container that cannot be created) and not Ready on an older revision of their
@@ -238,6 +242,14 @@ func (b *TiledInstanceStatusApplyConfiguration) WithLastApproval(value *Approval
 // If called multiple times, the RefusedApproval field is set to the value of the last call.
 func (b *TiledInstanceStatusApplyConfiguration) WithRefusedApproval(value *ApprovalRecordApplyConfiguration) *TiledInstanceStatusApplyConfiguration {
 	b.RefusedApproval = value
+	return b
+}
+
+// WithNotifications sets the Notifications field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Notifications field is set to the value of the last call.
+func (b *TiledInstanceStatusApplyConfiguration) WithNotifications(value *NotificationStatusApplyConfiguration) *TiledInstanceStatusApplyConfiguration {
+	b.Notifications = value
 	return b
 }
 

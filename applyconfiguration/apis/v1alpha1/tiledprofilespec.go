@@ -134,6 +134,14 @@ func (b *TiledProfileSpecApplyConfiguration) WithMaintenance(value *MaintenanceS
 	return b
 }
 
+// WithNotifications sets the Notifications field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Notifications field is set to the value of the last call.
+func (b *TiledProfileSpecApplyConfiguration) WithNotifications(value *NotificationsSpecApplyConfiguration) *TiledProfileSpecApplyConfiguration {
+	b.InstanceTemplateApplyConfiguration.Notifications = value
+	return b
+}
+
 // WithConfig sets the Config field in the declarative configuration to the given value
 // and returns the receiver, so that objects can be built by chaining "With" function invocations.
 // If called multiple times, the Config field is set to the value of the last call.
