@@ -5,7 +5,6 @@ import (
 	"errors"
 	"slices"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -16,7 +15,6 @@ import (
 	"github.com/bluesky/tiled-operator/controllers/applier"
 	"github.com/bluesky/tiled-operator/controllers/childset"
 	"github.com/bluesky/tiled-operator/controllers/desired"
-	"github.com/bluesky/tiled-operator/names"
 )
 
 // apply applies every child in order, one after another (package childset), each as the cache
@@ -37,7 +35,6 @@ func (r *TiledInstanceReconciler) apply(ctx context.Context, cur *instanceState,
 	if gate, err = r.gateDependencies(ctx, cur, in, want, gate); err != nil {
 		return nil, err
 	}
-	gate = r.holdConfigWithTiled(ctx, cur, in, want, gate)
 	cur.gate = gate
 	rec, err := childset.Apply(ctx, r.Applier, childSet{want: want, cur: cur}, childset.Options{
 		Group:         client.ObjectKeyFromObject(ti).String(),
@@ -71,45 +68,6 @@ func (r *TiledInstanceReconciler) apply(ctx context.Context, cur *instanceState,
 	}
 	r.memories.secrets.store(types.NamespacedName{Namespace: ti.Namespace, Name: ti.Name}, instanceSecrets{uid: ti.UID, data: in.render.SecretData, metrics: in.render.MetricsSecretData})
 	return rec, nil
-}
-
-// holdConfigWithTiled leaves the instance's ConfigMap (config.yml) as it is while a gate leaves the
-// Tiled StatefulSet as it is (the cluster's rollout, the maintenance calendar, a dependency not
-// ready): a held Tiled container that restarts on its own (a crash, a failed liveness probe) reads
-// config.yml again, and the new one may need what its old template does not give it (the streaming
-// cache's password in its environment, a cache that does not run yet), which would strand the pod
-// the hold protects. The ConfigMap goes with the StatefulSet's change. A ConfigMap that does not
-// exist yet, or already carries its intent, is applied as ever.
-func (r *TiledInstanceReconciler) holdConfigWithTiled(ctx context.Context, cur *instanceState, in instanceInputs, want *desired.Children, gate renderGate) renderGate {
-	ti := cur.ti
-	n := names.For(ti.Namespace, in.spec.Name)
-	tiledKey := stsKey(ti.Namespace, n.Tiled)
-	configKey := applier.Key{APIVersion: "v1", Kind: "ConfigMap", Namespace: ti.Namespace, Name: n.ConfigMap}
-	tiledIdx, configIdx := -1, -1
-	for i := range want.Len() {
-		switch want.Prepared(i).Key {
-		case tiledKey:
-			tiledIdx = i
-		case configKey:
-			configIdx = i
-		}
-	}
-	if tiledIdx < 0 || configIdx < 0 || !gate.skipped(tiledIdx) || gate.skipped(configIdx) {
-		return gate
-	}
-	p := want.Prepared(configIdx)
-	if r.Applier.Holds(p) {
-		return gate
-	}
-	live := metadataOnly(corev1.SchemeGroupVersion.WithKind("ConfigMap"))
-	if err := cur.c.Get(ctx, client.ObjectKey{Namespace: configKey.Namespace, Name: configKey.Name}, live); err != nil {
-		return gate // not there (made now), or not readable: applied
-	}
-	if was := applier.IntentOf(live); was == "" || was == p.Annotation() {
-		return gate
-	}
-	gate.skips = append(gate.skips, gateSkip{idx: configIdx, generation: live.Generation})
-	return gate
 }
 
 // childSet is an instance's desired children as a child set: each one's prepared intent, its object
