@@ -9,7 +9,9 @@ import (
 
 	. "github.com/onsi/gomega"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/test/support/fleet"
 )
 
@@ -73,7 +75,19 @@ func stampOutWith(t *testing.T, g Gomega, cfg *rest.Config, prefix string) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(fleet.Create(ctx, env.Client, fleet.ProfileObjects(fleet.Profiles(ns))...)).To(Succeed())
 	g.Expect(env.Client.Create(ctx, fleet.Cluster(ns, "nsls2", names))).To(Succeed())
-	g.Expect(fleet.Poll(ctx, 200*time.Millisecond, time.Minute, "stamp-out", func(ctx context.Context) (bool, error) {
+	err = fleet.Poll(ctx, 200*time.Millisecond, time.Minute, "stamp-out", func(ctx context.Context) (bool, error) {
 		return fleet.StampedOut(ctx, env.Client, ns, "nsls2", len(names))
-	})).To(Succeed())
+	})
+	if err != nil {
+		// What the stamp-out came to: the instances, their generations and conditions.
+		var tis tiledv1alpha1.TiledInstanceList
+		_ = env.Client.List(ctx, &tis, client.InNamespace(ns))
+		for _, ti := range tis.Items {
+			t.Logf("instance %s: generation %d, observed %d, conditions %v", ti.Name, ti.Generation, ti.Status.ObservedGeneration, ti.Status.Conditions)
+		}
+		var c tiledv1alpha1.TiledCluster
+		_ = env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "nsls2"}, &c)
+		t.Logf("cluster: generation %d, status %+v", c.Generation, c.Status)
+	}
+	g.Expect(err).To(Succeed())
 }
