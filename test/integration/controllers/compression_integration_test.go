@@ -3,6 +3,9 @@ package controllers_test
 import (
 	"context"
 	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -88,6 +91,10 @@ func stampOutWith(t *testing.T, g Gomega, cfg *rest.Config, prefix string) {
 		var c tiledv1alpha1.TiledCluster
 		_ = env.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "nsls2"}, &c)
 		t.Logf("cluster: generation %d, status %+v", c.Generation, c.Status)
+		buf := make([]byte, 64<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		_ = os.WriteFile(filepath.Join(os.TempDir(), "stampout-goroutines.txt"), buf, 0o644)
+		t.Logf("goroutines written to %s", filepath.Join(os.TempDir(), "stampout-goroutines.txt"))
 	}
 	g.Expect(err).To(Succeed())
 }
