@@ -28,7 +28,24 @@ echo "test.sh: promtool $PROMTOOL"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 rc=0
-go test -count=1 -timeout "${TEST_TIMEOUT:-30m}" "${@:-./...}" 2>&1 | tee "$log" || rc=$?
+if [ $# -gt 0 ]; then
+  go test -count=1 -timeout "${TEST_TIMEOUT:-30m}" "$@" 2>&1 | tee "$log" || rc=$?
+else
+  # test/integration/controllers runs in two processes, half of its tests each: run in one process
+  # after some fifty in-process operators had started and stopped, a late test's operator reconciled
+  # no instance within a minute (three full-package runs of three on 2026-12-07; never in a third
+  # of the package; a goroutine dump held hundreds of stopped managers' watch filters blocked
+  # sending; the cause not found, see the closing note of that day). Every test still runs.
+  ctl=github.com/bluesky/tiled-operator/test/integration/controllers
+  mapfile -t pkgs < <(go list ./... | grep -vx "$ctl")
+  go test -count=1 -timeout "${TEST_TIMEOUT:-30m}" "${pkgs[@]}" 2>&1 | tee "$log" || rc=$?
+  mapfile -t tests < <(go test -list '.*' "$ctl" | grep '^Test')
+  half=$(( (${#tests[@]} + 1) / 2 ))
+  for part in "${tests[*]:0:$half}" "${tests[*]:$half}"; do
+    [ -n "$part" ] || continue
+    go test -count=1 -timeout "${TEST_TIMEOUT:-30m}" "$ctl" -run "^($(echo $part | tr ' ' '|'))\$" 2>&1 | tee -a "$log" || rc=$?
+  done
+fi
 if [ "$rc" != 0 ]; then
   go run ./hack/testfailures -lines 40 "$log" || true
 fi
