@@ -45,7 +45,11 @@ func plan(cur *clusterState, want *desired.Instances) (clusterPlan, error) {
 			// the StatefulSet's pod is replaced. It takes the budget, as an upgrade's check does, so
 			// that the next instance's change waits for it; a check that fails (the image cannot be
 			// pulled or run) holds that change on its own, the instance serving, and takes nothing.
-			o.Ready = instanceReady(member) && !imageCheckRunning(member)
+			// Likewise a change of the Tiled pod template that waits for its dependency
+			// (RolloutPending WaitingForDependency): once the dependency is ready, the Tiled pods are
+			// replaced (the stranded-rollout e2e case saw two beamlines without a Ready Tiled pod at
+			// once when it took nothing).
+			o.Ready = instanceReady(member) && !imageCheckRunning(member) && !waitingForDependency(member)
 			// A change of the pod template the operator renders without a change of the spec (a new
 			// operator release) rolls as a change of the spec does; with one of the spec, it goes
 			// along with it.

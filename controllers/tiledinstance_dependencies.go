@@ -8,6 +8,8 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/controllers/applier"
@@ -260,4 +262,12 @@ func indexInRender(want *desired.Children, k applier.Key) int {
 		}
 	}
 	return -1
+}
+
+// waitingForDependency says whether a change of the instance's Tiled pod template waits for a
+// managed dependency (RolloutPending True, reason WaitingForDependency): the cluster's rollout
+// counts such an instance against its budget (tiledcluster_plan.go).
+func waitingForDependency(ti *tiledv1alpha1.TiledInstance) bool {
+	c := meta.FindStatusCondition(ti.Status.Conditions, ConditionRolloutPending)
+	return c != nil && c.Status == metav1.ConditionTrue && c.Reason == ReasonWaitingForDependency
 }
