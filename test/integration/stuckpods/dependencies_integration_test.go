@@ -18,7 +18,6 @@ import (
 	"github.com/bluesky/tiled-operator/controllers/applier"
 	"github.com/bluesky/tiled-operator/names"
 	"github.com/bluesky/tiled-operator/test/support/fixture"
-	"github.com/bluesky/tiled-operator/test/support/fleet"
 )
 
 // setPodStatus writes the status of the pod's first container as the kubelet would: running and
@@ -62,25 +61,7 @@ func statefulSet(t *testing.T, g Gomega, ns, name string) *appsv1.StatefulSet {
 func servingBeamline(t *testing.T, g Gomega) (string, *tiledv1alpha1.TiledInstance, names.Objects) {
 	ns := fixture.Namespace(ctxT(t), t, env.Client, "dependencies")
 	fixture.StartOperator(t, env.Config, fixture.OperatorOptions{Manager: fixture.InProcess(ns), SyncTimeout: time.Minute})
-	p := &tiledv1alpha1.TiledProfile{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "defaults", Labels: map[string]string{"facility": "test"}},
-		Spec: tiledv1alpha1.TiledProfileSpec{InstanceTemplate: tiledv1alpha1.InstanceTemplate{
-			Database: &tiledv1alpha1.DatabaseSpec{Managed: &tiledv1alpha1.ManagedDatabase{Size: "1Gi"}},
-		}},
-	}
-	c := &tiledv1alpha1.TiledCluster{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "fleet"},
-		Spec: tiledv1alpha1.TiledClusterSpec{
-			ProfileSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"facility": "test"}},
-			Instances: []tiledv1alpha1.ClusterInstance{{Name: "a", Overrides: &tiledv1alpha1.InstanceTemplate{
-				Streaming: &tiledv1alpha1.StreamingSpec{Enabled: ptr.To(false)}}}},
-		},
-	}
-	fixture.Create(ctxT(t), t, env.Client, p, c)
-	fixture.WaitStampedOut(ctxT(t), t, env.Client, ns, "fleet", 1, 250*time.Millisecond, 3*time.Minute)
-	ti := &tiledv1alpha1.TiledInstance{}
-	g.Expect(env.Client.Get(ctxT(t), client.ObjectKey{Namespace: ns, Name: "fleet-a"}, ti)).To(Succeed())
-	n := fleet.NamesOf(ti)
+	ti, n := oneBeamline(t, g, ns, false)
 	setPodStatus(t, g, podOn(t, g, ns, n.Postgres+"-0", updateRevision(t, g, ns, n.Postgres)), true, "")
 	setPodStatus(t, g, podOn(t, g, ns, n.Tiled+"-0", updateRevision(t, g, ns, n.Tiled)), true, "")
 	g.Eventually(func(g Gomega) {

@@ -21,7 +21,6 @@ import (
 	"github.com/bluesky/tiled-operator/operator/traffic"
 	"github.com/bluesky/tiled-operator/render"
 	"github.com/bluesky/tiled-operator/test/support/fixture"
-	"github.com/bluesky/tiled-operator/test/support/fleet"
 )
 
 // checkJobName is the name of the image check Job of image for component (render).
@@ -168,25 +167,7 @@ func TestImageCheckHoldsTheDatabase(t *testing.T) {
 	podDeletes := func() int64 {
 		return op.Traffic.Snapshot().Sum(func(k traffic.Key) bool { return k.Verb == traffic.VerbDelete && k.Resource == "pods" })
 	}
-	p := &tiledv1alpha1.TiledProfile{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "defaults", Labels: map[string]string{"facility": "test"}},
-		Spec: tiledv1alpha1.TiledProfileSpec{InstanceTemplate: tiledv1alpha1.InstanceTemplate{
-			Database: &tiledv1alpha1.DatabaseSpec{Managed: &tiledv1alpha1.ManagedDatabase{Size: "1Gi"}},
-		}},
-	}
-	c := &tiledv1alpha1.TiledCluster{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "fleet"},
-		Spec: tiledv1alpha1.TiledClusterSpec{
-			ProfileSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"facility": "test"}},
-			Instances: []tiledv1alpha1.ClusterInstance{{Name: "a", Overrides: &tiledv1alpha1.InstanceTemplate{
-				Streaming: &tiledv1alpha1.StreamingSpec{Enabled: ptr.To(true)}}}},
-		},
-	}
-	fixture.Create(ctxT(t), t, env.Client, p, c)
-	fixture.WaitStampedOut(ctxT(t), t, env.Client, ns, "fleet", 1, 250*time.Millisecond, 3*time.Minute)
-	ti := &tiledv1alpha1.TiledInstance{}
-	g.Expect(env.Client.Get(ctxT(t), client.ObjectKey{Namespace: ns, Name: "fleet-a"}, ti)).To(Succeed())
-	n := fleet.NamesOf(ti)
+	ti, n := oneBeamline(t, g, ns, true)
 
 	// The beamline serves: every pod Ready.
 	updateRevision(t, g, ns, n.Postgres)

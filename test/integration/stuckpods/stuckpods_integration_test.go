@@ -17,6 +17,7 @@ import (
 
 	tiledv1alpha1 "github.com/bluesky/tiled-operator/apis/v1alpha1"
 	"github.com/bluesky/tiled-operator/controllers"
+	"github.com/bluesky/tiled-operator/names"
 	"github.com/bluesky/tiled-operator/operator/traffic"
 	"github.com/bluesky/tiled-operator/render"
 	"github.com/bluesky/tiled-operator/test/support/fixture"
@@ -76,30 +77,30 @@ func updateRevision(t *testing.T, g Gomega, ns, name string) string {
 	return rev
 }
 
-// setStatus writes the pod's status as the kubelet would.
-func setStatus(t *testing.T, g Gomega, p *corev1.Pod, ready bool, waiting string) {
-	g.Eventually(func() error {
-		cur := &corev1.Pod{}
-		if err := env.Client.Get(ctxT(t), client.ObjectKeyFromObject(p), cur); err != nil {
-			return err
-		}
-		if cur.UID != p.UID {
-			return nil // replaced meanwhile: the test looks at the next one
-		}
-		cond := corev1.ConditionFalse
-		cs := corev1.ContainerStatus{Name: "cache", Image: cur.Spec.Containers[0].Image, Ready: ready}
-		if ready {
-			cond = corev1.ConditionTrue
-			cs.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.Now()}
-			cs.Started = ptr.To(true)
-		} else {
-			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: waiting, Message: "simulated"}
-		}
-		now := metav1.Now()
-		cur.Status = corev1.PodStatus{Phase: corev1.PodRunning, ContainerStatuses: []corev1.ContainerStatus{cs},
-			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: cond, LastTransitionTime: now}}}
-		return env.Client.Status().Update(ctxT(t), cur)
-	}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
+// oneBeamline makes, in ns, a profile with a managed database and a TiledCluster "fleet" of one
+// beamline "a" (its streaming cache on or off), waits until it is stamped out, and returns the
+// instance and the names of its objects.
+func oneBeamline(t *testing.T, g Gomega, ns string, streaming bool) (*tiledv1alpha1.TiledInstance, names.Objects) {
+	p := &tiledv1alpha1.TiledProfile{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "defaults", Labels: map[string]string{"facility": "test"}},
+		Spec: tiledv1alpha1.TiledProfileSpec{InstanceTemplate: tiledv1alpha1.InstanceTemplate{
+			Database: &tiledv1alpha1.DatabaseSpec{Managed: &tiledv1alpha1.ManagedDatabase{Size: "1Gi"}},
+		}},
+	}
+	c := &tiledv1alpha1.TiledCluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "fleet"},
+		Spec: tiledv1alpha1.TiledClusterSpec{
+			ProfileSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"facility": "test"}},
+			Instances: []tiledv1alpha1.ClusterInstance{{Name: "a", Overrides: &tiledv1alpha1.InstanceTemplate{
+				Streaming: &tiledv1alpha1.StreamingSpec{Enabled: ptr.To(streaming)}}}},
+		},
+	}
+	fixture.Create(ctxT(t), t, env.Client, p, c)
+	fixture.WaitStampedOut(ctxT(t), t, env.Client, ns, "fleet", 1, 250*time.Millisecond, 3*time.Minute)
+	ti := &tiledv1alpha1.TiledInstance{}
+	g.Expect(env.Client.Get(ctxT(t), client.ObjectKey{Namespace: ns, Name: "fleet-a"}, ti)).To(Succeed())
+	n := fleet.NamesOf(ti)
+	return ti, n
 }
 
 // setCacheImage sets the beamline's managed streaming cache image ("" for the default).
@@ -152,31 +153,13 @@ func TestStuckCachePodReplacedAfterTheFix(t *testing.T) {
 	podDeletes := func() int64 {
 		return op.Traffic.Snapshot().Sum(func(k traffic.Key) bool { return k.Verb == traffic.VerbDelete && k.Resource == "pods" })
 	}
-	p := &tiledv1alpha1.TiledProfile{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "defaults", Labels: map[string]string{"facility": "test"}},
-		Spec: tiledv1alpha1.TiledProfileSpec{InstanceTemplate: tiledv1alpha1.InstanceTemplate{
-			Database: &tiledv1alpha1.DatabaseSpec{Managed: &tiledv1alpha1.ManagedDatabase{Size: "1Gi"}},
-		}},
-	}
-	c := &tiledv1alpha1.TiledCluster{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "fleet"},
-		Spec: tiledv1alpha1.TiledClusterSpec{
-			ProfileSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"facility": "test"}},
-			Instances: []tiledv1alpha1.ClusterInstance{{Name: "a", Overrides: &tiledv1alpha1.InstanceTemplate{
-				Streaming: &tiledv1alpha1.StreamingSpec{Enabled: ptr.To(true)}}}},
-		},
-	}
-	fixture.Create(ctxT(t), t, env.Client, p, c)
-	fixture.WaitStampedOut(ctxT(t), t, env.Client, ns, "fleet", 1, 250*time.Millisecond, 3*time.Minute)
-	ti := &tiledv1alpha1.TiledInstance{}
-	g.Expect(env.Client.Get(ctxT(t), client.ObjectKey{Namespace: ns, Name: "fleet-a"}, ti)).To(Succeed())
-	n := fleet.NamesOf(ti)
+	ti, n := oneBeamline(t, g, ns, true)
 	pod := n.Cache + "-0"
 
 	// The cache runs, Ready, on the first revision.
 	good := updateRevision(t, g, ns, n.Cache)
 	first := podOn(t, g, ns, pod, good)
-	setStatus(t, g, first, true, "")
+	setPodStatus(t, g, first, true, "")
 
 	// A new image that passes its check: the StatefulSet controller replaces the Ready pod (the
 	// operator does not), and the new one cannot start.
@@ -188,7 +171,7 @@ func TestStuckCachePodReplacedAfterTheFix(t *testing.T) {
 	bad := updateRevision(t, g, ns, n.Cache)
 	broken := podOn(t, g, ns, pod, bad)
 	g.Expect(broken.UID).NotTo(Equal(first.UID))
-	setStatus(t, g, broken, false, "CreateContainerConfigError")
+	setPodStatus(t, g, broken, false, "CreateContainerConfigError")
 	time.Sleep(2 * time.Second)
 	g.Expect(cachePod(t, g, ns, pod).UID).To(Equal(broken.UID), "a pod failing on the update revision stays")
 	g.Expect(podDeletes()).To(BeZero(), "the StatefulSet controller rolled the Ready pod, not the operator")
@@ -211,7 +194,7 @@ func TestStuckCachePodReplacedAfterTheFix(t *testing.T) {
 	}, time.Minute, 100*time.Millisecond).Should(Succeed())
 
 	// It fails again, on the fixed revision (a crash loop): not deleted again.
-	setStatus(t, g, fixed, false, "CrashLoopBackOff")
+	setPodStatus(t, g, fixed, false, "CrashLoopBackOff")
 	time.Sleep(3 * time.Second)
 	op.WaitQuiet(ctxT(t), t, time.Second, time.Minute)
 	g.Expect(cachePod(t, g, ns, pod).UID).To(Equal(fixed.UID), "a pod failing on the update revision is not deleted")
@@ -219,7 +202,7 @@ func TestStuckCachePodReplacedAfterTheFix(t *testing.T) {
 	g.Expect(stuckEvents(t, g, ns)).To(HaveLen(1))
 
 	// Ready at last: the record goes.
-	setStatus(t, g, fixed, true, "")
+	setPodStatus(t, g, fixed, true, "")
 	g.Eventually(func(g Gomega) {
 		g.Expect(env.Client.Get(ctxT(t), client.ObjectKeyFromObject(ti), ti)).To(Succeed())
 		g.Expect(ti.Status.ReplacedPods).To(BeEmpty())
