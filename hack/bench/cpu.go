@@ -88,11 +88,10 @@ func cpuSummary(m map[string]float64) string {
 		return "—"
 	}
 	names := make([]string, 0, len(m))
-	total := 0.0
-	for n, v := range m {
+	for n := range m {
 		names = append(names, n)
-		total += v
 	}
+	total := cpuTotal(m)
 	sort.Slice(names, func(i, j int) bool {
 		return m[names[i]] > m[names[j]] || m[names[i]] == m[names[j]] && names[i] < names[j]
 	})
@@ -103,11 +102,18 @@ func cpuSummary(m map[string]float64) string {
 	return strings.Join(parts, ", ") + fmt.Sprintf("; total %.1f", total)
 }
 
-// cpuTotal sums a phase's CPU over its processes.
+// cpuTotal sums a phase's CPU over its processes in the order of their names: a float sum
+// depends on its order, and a map's order changes from run to run, so summing in map order made
+// the generated report differ in its last digit between two runs over the same results.
 func cpuTotal(m map[string]float64) float64 {
+	names := make([]string, 0, len(m))
+	for n := range m {
+		names = append(names, n)
+	}
+	sort.Strings(names)
 	t := 0.0
-	for _, v := range m {
-		t += v
+	for _, n := range names {
+		t += m[n]
 	}
 	return t
 }
