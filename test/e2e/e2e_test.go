@@ -67,6 +67,8 @@ func suite() []e2eCase {
 		c("operator upgrade 2: this build -> a prime build of itself: 0 pods replaced or restarted, 0 writes to the fleet", Alone, testOperatorUpgradePrime),
 		c("5 operator killed mid-rollout: budget kept, unchanged objects not rewritten", Alone, testOperatorKilledMidRollout),
 		c("6 leader failover within the lease; webhooks keep answering", Alone, testLeaderFailover),
+		// Short (two standalone instances): the leader killed while changes wait for approval.
+		c("23 notifications across a leader kill: changes waiting for approval notified to a receiver pod once each, the leader killed between them", Alone, testNotificationsLeaderKill),
 		c("operator upgrade 3: prime -> this build, the leader killed mid-rolling-update: 0 pods replaced or restarted, 0 writes to the fleet", Alone, testOperatorUpgradeFailover),
 
 		// Stuck pods, a lost catalog and a restore in place, each in a namespace and fleet of its own,
@@ -97,6 +99,7 @@ func suite() []e2eCase {
 		c("7 mutating webhook on the real path; a bad profile refused at admission", OwnNamespace, testMutatingWebhook),
 		c("19 Ready means serving: a stopped external cache and a catalog's tables gone make the beamline not Ready, named in the pod's events; Ready again once repaired", OwnNamespace, testReadyMeansServing),
 		c("21 stranded rollout: streaming turned on with a cache image the node cannot pull -> no Tiled pod replaced, every beamline accepts writes, the pull error named; the image fixed -> the fleet converges within its budget, the test deleting no pod", OwnNamespace, testStrandedRollout),
+		c("22 maintenance calendar: a Tiled pod-template change waits for a window that opens a minute in (exclusions past and inside it), then rolls within the budget; under approval Manual a change waits for kubectl tiled approve, the approver named; a stale approval refused; each notification received once", OwnNamespace, testMaintenanceCalendar),
 		c("operator upgrades 1-3 (end): every object the operator owns at the same resourceVersion from upgrade 1 until 2 minutes after upgrade 3", UpgradeFleet, testOperatorUpgradeWindow),
 		c("operator upgrades: the data written under the previous release read back after three upgrades", UpgradeFleet, testOperatorUpgradeData),
 

@@ -154,6 +154,17 @@ type Figures struct {
 	StrandedWritesFailed *int    `json:"stranded_writes_failed,omitempty"`
 	StuckPodsLeft        *int    `json:"stuck_pods_left,omitempty"`
 	FixConvergeSeconds   float64 `json:"fix_converge_seconds,omitempty"`
+
+	// The facility's calendar (calendar_test.go, cases 22 and 23): a maintenance window's opening
+	// -> the first Tiled pod of the change that waited for it replaced (terminating, seen by a
+	// watch); the notifications a receiver pod got more than once by their key, and those expected
+	// (a change pending approval) or recorded as delivered in status.notifications that it never
+	// got, across a leader kill too; and the gated changes applied before their window or approval
+	// (nil: neither case ran; 0 each).
+	WindowStartDelaySeconds float64 `json:"window_start_delay_seconds,omitempty"`
+	NotificationsDuplicated *int    `json:"notifications_duplicated,omitempty"`
+	NotificationsMissed     *int    `json:"notifications_missed,omitempty"`
+	GatedChangesLeaked      *int    `json:"gated_changes_leaked,omitempty"`
 }
 
 // CPUUse is the CPU the suite used while it ran, in seconds: the machine's busy time (all its

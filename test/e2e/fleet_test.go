@@ -226,6 +226,8 @@ type pythonPod struct {
 	specExtra string
 	// env is the container's env block, indented four spaces; empty: none.
 	env string
+	// labels are more labels of the pod, flow YAML ("app: x"), for a Service to select it.
+	labels string
 }
 
 // pythonPodYAML is the pod p as YAML: an init container that waits until the node's NetworkPolicy
@@ -239,12 +241,16 @@ func pythonPodYAML(p pythonPod) string {
 	for _, a := range p.args {
 		fmt.Fprintf(&argv, "    - %q\n", a)
 	}
+	labels := ""
+	if p.labels != "" {
+		labels = ", " + p.labels
+	}
 	return fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata:
   name: %s
   namespace: %s
-  labels: {%[9]s: "true"}
+  labels: {%[9]s: "true"%[10]s}
 spec:
   restartPolicy: Never
 %[3]s  securityContext:
@@ -262,7 +268,7 @@ spec:
 %[5]s%[6]s%[7]s    securityContext:
       allowPrivilegeEscalation: false
       capabilities: {drop: [ALL]}
-`, p.name, p.namespace, p.specExtra, p.image, ind.String(), argv.String(), p.env, settleInitContainerYAML(p.image), settleLabel)
+`, p.name, p.namespace, p.specExtra, p.image, ind.String(), argv.String(), p.env, settleInitContainerYAML(p.image), settleLabel, labels)
 }
 
 // runPythonPod runs the pod p (replacing one of its name) to its end within timeout and returns its

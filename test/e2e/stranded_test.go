@@ -45,11 +45,16 @@ const (
 
 var strandedBeamlines = []string{"a1", "a2"}
 
+// streamingOff turns the streaming cache off in a profile of profileYAMLIn's shape.
+func streamingOff(profile string) string {
+	return strings.Replace(profile, "  streaming:\n    managed:\n", "  streaming:\n    enabled: false\n    managed:\n", 1)
+}
+
 // strandedProfileYAML is the case's profile: streaming off, or on with the managed cache's image.
 func strandedProfileYAML(cacheImage string) string {
 	p := profileYAMLIn(strandedNS, "stranded-defaults", strandedNS, tiledImg())
 	if cacheImage == "" {
-		return strings.Replace(p, "  streaming:\n    managed:\n", "  streaming:\n    enabled: false\n    managed:\n", 1)
+		return streamingOff(p)
 	}
 	return strings.Replace(p, "      image: "+cacheImg+"\n", "      image: "+cacheImage+"\n", 1)
 }
@@ -124,11 +129,11 @@ func strandedWrites(t *testing.T, round string, count int) int {
 	return failed
 }
 
-// tiledPodsOf returns the UIDs of the Tiled pods of the case's instances, by pod name.
-func strandedTiledPods(t *testing.T) map[string]types.UID {
+// tiledPodUIDs returns the UIDs of the Tiled pods of namespace ns, by pod name.
+func tiledPodUIDs(t *testing.T, ns string) map[string]types.UID {
 	t.Helper()
 	var pods corev1.PodList
-	if err := cl.List(context.Background(), &pods, client.InNamespace(strandedNS),
+	if err := cl.List(context.Background(), &pods, client.InNamespace(ns),
 		client.MatchingLabels{v1alpha1.LabelAppComponent: render.ComponentServer}); err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +199,7 @@ func testStrandedRollout(t *testing.T) {
 	failed := strandedWrites(t, "before", 3)
 
 	// Streaming turned on with a cache image the node cannot pull.
-	podsBefore, setsBefore := strandedTiledPods(t), strandedTiledSets(t)
+	podsBefore, setsBefore := tiledPodUIDs(t, ns), strandedTiledSets(t)
 	w := watchUpgrade(t, ns)
 	defer w.stop(t)
 	start := time.Now()
@@ -242,7 +247,7 @@ func testStrandedRollout(t *testing.T) {
 		time.Sleep(time.Second)
 	}
 	failed += strandedWrites(t, "stranded", 3)
-	if got := strandedTiledPods(t); fmt.Sprint(got) != fmt.Sprint(podsBefore) {
+	if got := tiledPodUIDs(t, ns); fmt.Sprint(got) != fmt.Sprint(podsBefore) {
 		t.Errorf("Tiled pods replaced while the cache could not start: %v, before %v", got, podsBefore)
 	}
 

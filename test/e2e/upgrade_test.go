@@ -844,6 +844,7 @@ func upgradeFloorRun(t *testing.T, w *upgradeWatch, oldImg, newImg string) float
 type serverPodState struct {
 	instance, image string
 	ready           bool // Ready and not terminating
+	terminating     bool // deleted, not yet gone
 }
 
 // podTransition is a change of a Tiled pod's state, by this process's clock.
@@ -997,7 +998,7 @@ func (w *upgradeWatch) seenPod(o client.Object, gone bool, at time.Time) {
 		return
 	}
 	st := serverPodState{instance: p.Labels[v1alpha1.LabelAppInstance], image: podImage(p, "tiled"),
-		ready: !gone && p.DeletionTimestamp == nil && podReady(p)}
+		ready: !gone && p.DeletionTimestamp == nil && podReady(p), terminating: p.DeletionTimestamp != nil}
 	w.setPod(objKey(p), st, gone, at)
 }
 

@@ -222,6 +222,24 @@ func render(f *e2e.Figures, src string) string {
 		}
 		w("| … the cache image fixed in the profile → every instance Ready with its cache, Tiled rolled within the budget | %.1f s | |\n", f.FixConvergeSeconds)
 	}
+	if f.WindowStartDelaySeconds > 0 {
+		// Only from a run that had the maintenance-calendar case.
+		w("| maintenance window: its opening → the first Tiled pod of the change that waited for it replaced | %.1f s | |\n", f.WindowStartDelaySeconds)
+	}
+	if f.GatedChangesLeaked != nil {
+		// Only from a run that had the calendar cases (22, 23).
+		w("| gated changes applied before their window or approval | %d | 0 |\n", *f.GatedChangesLeaked)
+		w("| notifications received more than once by their key (a receiver pod; a leader killed between them) | %d | 0 |\n", deref(f.NotificationsDuplicated))
+		w("| … expected or recorded as delivered, never received | %d | 0 |\n", deref(f.NotificationsMissed))
+	}
 	w("| operator pod peak memory (cgroup) | %.1f MiB | |\n", f.OperatorPeakMemoryMiB)
 	return b.String()
+}
+
+// deref is *p, 0 for nil.
+func deref(p *int) int {
+	if p == nil {
+		return 0
+	}
+	return *p
 }
