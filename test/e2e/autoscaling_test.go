@@ -61,15 +61,7 @@ func autoscaleInstanceYAML(enabled bool, replicas int) string {
 	if !enabled {
 		tiled = fmt.Sprintf(`{replicas: %d, autoscaling: {enabled: false}, resources: {requests: {cpu: 50m}}}`, replicas)
 	}
-	return fmt.Sprintf(`apiVersion: tiled.blueskyproject.io/v1alpha1
-kind: TiledInstance
-metadata:
-  name: %s
-  namespace: %s
-spec:
-  profileSelector: {matchLabels: {facility: %s}}
-  tiled: %s
-`, autoscaleInstance, autoscaleNS, autoscaleFacility, tiled)
+	return standaloneYAMLIn(autoscaleNS, autoscaleInstance, autoscaleFacility, "  tiled: "+tiled+"\n")
 }
 
 // loadScript keeps Tiled busy: threads of authenticated searches, one new connection per request so
@@ -245,14 +237,7 @@ func (s *instanceSampler) finish() (stalled []string, states map[string]int, max
 // off, the autoscaler is pruned and the StatefulSet is back at tiled.replicas.
 func testAutoscaling(t *testing.T) {
 	ctx := ctxT(t)
-	mustKubectl(t, []byte(namespaceYAML(autoscaleNS)), "apply", "--server-side", "-f", "-")
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("namespace %s is kept for inspection", autoscaleNS)
-			return
-		}
-		_, _ = kubectl(nil, "delete", "namespace", autoscaleNS, "--wait=false")
-	})
+	caseNamespace(t, autoscaleNS)
 	// The node's metrics API answers (hack/node/cluster.sh waits for it at up).
 	if out, err := kubectl(nil, "get", "--raw", "/apis/metrics.k8s.io/v1beta1/nodes"); err != nil || !strings.Contains(out, `"cpu"`) {
 		t.Fatalf("the metrics API does not answer: %v\n%s", err, out)

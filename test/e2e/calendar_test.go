@@ -12,7 +12,6 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -324,7 +323,9 @@ func approverName(t *testing.T) string {
 	return u
 }
 
-func newNamespaceForCase(t *testing.T, ns string, volumes int) {
+// caseNamespace makes a case's own (restricted) namespace, deleted when the case ends unless it
+// failed (kept for inspection).
+func caseNamespace(t *testing.T, ns string) {
 	t.Helper()
 	mustKubectl(t, []byte(namespaceYAML(ns)), "apply", "--server-side", "-f", "-")
 	t.Cleanup(func() {
@@ -334,6 +335,13 @@ func newNamespaceForCase(t *testing.T, ns string, volumes int) {
 		}
 		_, _ = kubectl(nil, "delete", "namespace", ns, "--wait=false")
 	})
+}
+
+// newNamespaceForCase is caseNamespace with volumes free PersistentVolumes and its default
+// ServiceAccount made.
+func newNamespaceForCase(t *testing.T, ns string, volumes int) {
+	t.Helper()
+	caseNamespace(t, ns)
 	requireFreeVolumes(t, volumes)
 	waitDefaultServiceAccount(t, ns)
 }
@@ -574,18 +582,11 @@ func testMaintenanceCalendar(t *testing.T) {
 // notifyInstanceYAML is a standalone TiledInstance of the notifications case, its Tiled pod
 // annotation at rev ("" leaves the profile's).
 func notifyInstanceYAML(name, rev string) string {
-	y := fmt.Sprintf(`apiVersion: tiled.blueskyproject.io/v1alpha1
-kind: TiledInstance
-metadata:
-  name: %s
-  namespace: %s
-spec:
-  profileSelector: {matchLabels: {facility: %s}}
-`, name, notifyNS, notifyNS)
+	extra := ""
 	if rev != "" {
-		y += fmt.Sprintf("  tiled: {podAnnotations: {%s: %q}}\n", calendarAnnotation, rev)
+		extra = fmt.Sprintf("  tiled: {podAnnotations: {%s: %q}}\n", calendarAnnotation, rev)
 	}
-	return y
+	return standaloneYAMLIn(notifyNS, name, notifyNS, extra)
 }
 
 // testNotificationsLeaderKill: two standalone instances under approval Manual, with notifications
@@ -628,17 +629,7 @@ func testNotificationsLeaderKill(t *testing.T) {
 		out, err := kubectl([]byte(notifyInstanceYAML("n2", "2")), "apply", "--server-side", "-f", "-")
 		return err == nil, out + fmt.Sprint(err)
 	})
-	eventually(t, 2*time.Minute, 500*time.Millisecond, "another replica holds the Lease", func() (bool, string) {
-		var l coordinationv1.Lease
-		if err := cl.Get(context.Background(), types.NamespacedName{Namespace: operatorNS, Name: leaseName}, &l); err != nil {
-			return false, err.Error()
-		}
-		if l.Spec.HolderIdentity == nil {
-			return false, "no holder"
-		}
-		id, _, _ := strings.Cut(*l.Spec.HolderIdentity, "_")
-		return id != "" && id != old, "holder " + id
-	})
+	waitNewLeader(t, old, 2*time.Minute, 500*time.Millisecond)
 	p2 := waitPending(t, ns, []string{"n2"}, "2", 2*time.Minute, "n2's change waits for approval under the new leader", required)
 	expected["n2"] = []string{key(p2, "n2")}
 	waitDelivered(t, ns, []string{"n2"}, func(string) string { return key(p2, "n2") })

@@ -612,6 +612,24 @@ func testRollingChange(t *testing.T) {
 	}
 }
 
+// waitNewLeader waits until a replica other than the pod old holds the leader Lease, and returns it.
+func waitNewLeader(t *testing.T, old string, timeout, interval time.Duration) coordinationv1.Lease {
+	t.Helper()
+	var l coordinationv1.Lease
+	eventually(t, timeout, interval, "another replica holds the Lease", func() (bool, string) {
+		if err := cl.Get(context.Background(), types.NamespacedName{Namespace: operatorNS, Name: leaseName}, &l); err != nil {
+			return false, err.Error()
+		}
+		if l.Spec.HolderIdentity == nil {
+			return false, "no holder"
+		}
+		// A released Lease has an empty holder (and a 1 s duration): that is not a new leader yet.
+		id, _, _ := strings.Cut(*l.Spec.HolderIdentity, "_")
+		return id != "" && id != old, "holder " + id
+	})
+	return l
+}
+
 func leaderPod(t *testing.T) string {
 	var l coordinationv1.Lease
 	if err := cl.Get(context.Background(), types.NamespacedName{Namespace: operatorNS, Name: leaseName}, &l); err != nil {
@@ -717,18 +735,7 @@ func testLeaderFailover(t *testing.T) {
 	}()
 	start := time.Now()
 	mustKubectl(t, nil, "-n", operatorNS, "delete", "pod", old, "--wait=false")
-	var l coordinationv1.Lease
-	eventually(t, 60*time.Second, 200*time.Millisecond, "another replica holds the Lease", func() (bool, string) {
-		if err := cl.Get(context.Background(), types.NamespacedName{Namespace: operatorNS, Name: leaseName}, &l); err != nil {
-			return false, err.Error()
-		}
-		if l.Spec.HolderIdentity == nil {
-			return false, "no holder"
-		}
-		// A released Lease has an empty holder (and a 1 s duration): that is not a new leader yet.
-		id, _, _ := strings.Cut(*l.Spec.HolderIdentity, "_")
-		return id != "" && id != old, "holder " + id
-	})
+	l := waitNewLeader(t, old, 60*time.Second, 200*time.Millisecond)
 	fig.FailoverSeconds = time.Since(start).Seconds()
 	mustKubectl(t, nil, "-n", operatorNS, "rollout", "status", "deploy/"+operatorDep, "--timeout=3m")
 	close(stop)

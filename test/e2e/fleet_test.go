@@ -174,14 +174,20 @@ spec:
 // standaloneYAML is a terse standalone TiledInstance: the mutating webhook expands it from the
 // profiles it selects. extra is indented YAML appended under spec.
 func standaloneYAML(name, extra string) string {
+	return standaloneYAMLIn(tenantNS, name, "e2e", extra)
+}
+
+// standaloneYAMLIn is a terse standalone TiledInstance of namespace ns selecting the profiles of
+// facility; extra is indented YAML appended under spec.
+func standaloneYAMLIn(ns, name, facility, extra string) string {
 	return fmt.Sprintf(`apiVersion: tiled.blueskyproject.io/v1alpha1
 kind: TiledInstance
 metadata:
   name: %s
   namespace: %s
 spec:
-  profileSelector: {matchLabels: {facility: e2e}}
-%s`, name, tenantNS, extra)
+  profileSelector: {matchLabels: {facility: %s}}
+%s`, name, ns, facility, extra)
 }
 
 // clientPodYAML runs the Tiled Python client in the cluster against an instance's Service DNS name

@@ -60,14 +60,7 @@ func readyExternalProfileYAML() string {
 
 // readyInstanceYAML is a standalone TiledInstance of the namespace selecting facility's profile.
 func readyInstanceYAML(name, facility string) string {
-	return fmt.Sprintf(`apiVersion: tiled.blueskyproject.io/v1alpha1
-kind: TiledInstance
-metadata:
-  name: %s
-  namespace: %s
-spec:
-  profileSelector: {matchLabels: {facility: %s}}
-`, name, readyNS, facility)
+	return standaloneYAMLIn(readyNS, name, facility, "")
 }
 
 // readyExtCacheYAML is the external cache: a Secret with its password and the URI Tiled uses, a
@@ -196,14 +189,7 @@ func breakAndRepair(t *testing.T, name, named string, breakIt, repair func()) {
 }
 
 func testReadyMeansServing(t *testing.T) {
-	mustKubectl(t, []byte(namespaceYAML(readyNS)), "apply", "--server-side", "-f", "-")
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("namespace %s is kept for inspection", readyNS)
-			return
-		}
-		_, _ = kubectl(nil, "delete", "namespace", readyNS, "--wait=false")
-	})
+	caseNamespace(t, readyNS)
 	const password = "e2eReadyExternalCache0123456789"
 	mustKubectl(t, []byte(readyExtCacheYAML(password)), "apply", "--server-side", "-f", "-")
 	mustKubectl(t, []byte(profileYAMLIn(readyNS, "ready-managed", readyFacility, tiledImg())), "apply", "--server-side", "-f", "-")

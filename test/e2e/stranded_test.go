@@ -178,14 +178,7 @@ func strandedNamed(ti *v1alpha1.TiledInstance) (bool, string) {
 
 func testStrandedRollout(t *testing.T) {
 	ns := strandedNS
-	mustKubectl(t, []byte(namespaceYAML(ns)), "apply", "--server-side", "-f", "-")
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("namespace %s is kept for inspection", ns)
-			return
-		}
-		_, _ = kubectl(nil, "delete", "namespace", ns, "--wait=false")
-	})
+	caseNamespace(t, ns)
 	requireFreeVolumes(t, 2*len(strandedBeamlines))
 	mustKubectl(t, []byte(strandedProfileYAML("")), "apply", "--server-side", "-f", "-")
 	tc := upgradeClusterSpec{ns: ns, name: strandedCluster, facility: ns, beamlines: strandedBeamlines}

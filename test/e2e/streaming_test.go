@@ -68,14 +68,7 @@ func streamProfileYAML(name, facility string, off bool) string {
 // streamInstanceYAML is a standalone TiledInstance of the streaming namespace selecting the profile
 // of facility; extra is indented YAML appended under spec.
 func streamInstanceYAML(name, facility, extra string) string {
-	return fmt.Sprintf(`apiVersion: tiled.blueskyproject.io/v1alpha1
-kind: TiledInstance
-metadata:
-  name: %s
-  namespace: %s
-spec:
-  profileSelector: {matchLabels: {facility: %s}}
-%s`, name, streamNS, facility, extra)
+	return standaloneYAMLIn(streamNS, name, facility, extra)
 }
 
 // twoReplicas is the streaming instance's spec: two Tiled pods, which need a data claim every node
@@ -369,14 +362,7 @@ func tiledPodState(t *testing.T, instance string) map[string]string {
 }
 
 func testStreaming(t *testing.T) {
-	mustKubectl(t, []byte(namespaceYAML(streamNS)), "apply", "--server-side", "-f", "-")
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("namespace %s is kept for inspection", streamNS)
-			return
-		}
-		_, _ = kubectl(nil, "delete", "namespace", streamNS, "--wait=false")
-	})
+	caseNamespace(t, streamNS)
 	script := streamPy(t)
 	mustKubectl(t, []byte(streamProfileYAML("stream-defaults", streamFacility, false)), "apply", "--server-side", "-f", "-")
 	mustKubectl(t, []byte(streamProfileYAML("stream-off", streamOffFacility, true)), "apply", "--server-side", "-f", "-")
