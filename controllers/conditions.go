@@ -61,10 +61,14 @@ const (
 	ReasonWaitingForPods     = "WaitingForPods"
 	ReasonWaitingForDatabase = "WaitingForDatabase"
 	ReasonDatabaseSecret     = "DatabaseSecretInvalid"
-	ReasonRenderFailed       = "RenderFailed"
-	ReasonFieldsManaged      = "FieldsManagedElsewhere"
-	ReasonProfileDeleted     = "ProfileDeleted"
-	ReasonChildRefused       = "ChildRefused"
+	// ReasonStreamingCacheSecret: the Secret or key an external streaming cache's URI or password
+	// is read from does not exist; nothing is applied (the Tiled pods keep what they have) until
+	// it does.
+	ReasonStreamingCacheSecret = "StreamingCacheSecretInvalid"
+	ReasonRenderFailed         = "RenderFailed"
+	ReasonFieldsManaged        = "FieldsManagedElsewhere"
+	ReasonProfileDeleted       = "ProfileDeleted"
+	ReasonChildRefused         = "ChildRefused"
 	// ReasonHostWithoutEnabled: spec.expose.ingress has a host, but enabled is not set.
 	ReasonHostWithoutEnabled = "HostWithoutEnabled"
 	// ReasonNotAMember: a TiledInstance wears the operator's managed-by label without a TiledCluster

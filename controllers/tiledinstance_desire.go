@@ -76,14 +76,13 @@ func (r *TiledInstanceReconciler) inputs(ctx context.Context, cur *instanceState
 		in.external = true
 		keys, msg := cur.externalSecretKeys(ctx, spec)
 		if msg != "" {
-			retry := r.ExternalSecretRetry
-			if retry == 0 {
-				retry = 10 * time.Second
-			}
 			return instanceInputs{}, &stall{reason: ReasonDatabaseSecret, message: msg,
-				database: &tiledv1alpha1.DatabaseStatus{Mode: "External"}, retry: retry}
+				database: &tiledv1alpha1.DatabaseStatus{Mode: "External"}, retry: r.externalSecretRetry()}
 		}
 		in.render.ExternalSecretKeys = keys
+	}
+	if msg := cur.externalCacheSecretProblem(ctx, spec); msg != "" {
+		return instanceInputs{}, &stall{reason: ReasonStreamingCacheSecret, message: msg, retry: r.externalSecretRetry()}
 	}
 	if in.render.SecretData, err = r.secretData(ctx, cur, spec); err != nil {
 		return instanceInputs{}, err
@@ -189,4 +188,13 @@ func renderStall(err error) error {
 		return &stall{reason: ReasonRenderFailed, message: renderErr.Error()}
 	}
 	return err
+}
+
+// externalSecretRetry is how often a stall for a missing external Secret (the database's, the
+// streaming cache's) looks again: Secrets the operator does not own are not watched.
+func (r *TiledInstanceReconciler) externalSecretRetry() time.Duration {
+	if r.ExternalSecretRetry == 0 {
+		return 10 * time.Second
+	}
+	return r.ExternalSecretRetry
 }

@@ -132,6 +132,29 @@ func (s *instanceState) externalSecretKeys(ctx context.Context, spec *tiledv1alp
 	return keys, ""
 }
 
+// externalCacheSecretProblem reads the Secret an external streaming cache's URI or password comes
+// from (spec is the expanded instance) past the cache, and returns a message naming what is missing
+// ("" when nothing is, or the instance has no such Secret). Tiled pods rendered against a missing
+// Secret or key never start (CreateContainerConfigError): the StatefulSet controller would replace
+// the serving pods with them (issue 43: dependencies before dependants).
+func (s *instanceState) externalCacheSecretProblem(ctx context.Context, spec *tiledv1alpha1.TiledInstance) string {
+	name, key, field, ok := render.ExternalCacheSecret(spec)
+	if !ok {
+		return ""
+	}
+	secret := &corev1.Secret{}
+	if err := s.api.Get(ctx, client.ObjectKey{Namespace: spec.Namespace, Name: name}, secret); err != nil {
+		if apierrors.IsNotFound(err) {
+			return fmt.Sprintf("the external streaming cache's Secret %s/%s (%s) does not exist", spec.Namespace, name, field)
+		}
+		return fmt.Sprintf("reading the external streaming cache's Secret %s/%s: %v", spec.Namespace, name, err)
+	}
+	if len(secret.Data[key]) == 0 {
+		return fmt.Sprintf("the external streaming cache's Secret %s/%s has no key %q (%s.key)", spec.Namespace, name, key, field)
+	}
+	return ""
+}
+
 // child returns the child k as the cache holds it now, or nil: typed for the kinds of the scheme,
 // as metadata for the kinds cached as metadata only (ChildKinds), unstructured for the others
 // (ServiceMonitors).

@@ -51,6 +51,23 @@ func externalCache(ti *v1alpha1.TiledInstance) *v1alpha1.ExternalCache {
 	return ti.Spec.Streaming.External
 }
 
+// ExternalCacheSecret is the Secret, key and field (for messages) the Tiled pods of an instance
+// with an external streaming cache read (its URI, or its Sentinel deployment's password); ok is
+// false when they read none.
+func ExternalCacheSecret(ti *v1alpha1.TiledInstance) (name, key, field string, ok bool) {
+	x := externalCache(ti)
+	switch {
+	case x == nil:
+		return "", "", "", false
+	case x.URISecretRef != nil:
+		return x.URISecretRef.Name, keyOr(x.URISecretRef.Key, ExternalCacheKeyURI), "spec.streaming.external.uriSecretRef", true
+	case x.Sentinel != nil && x.Sentinel.PasswordSecretRef != nil:
+		r := x.Sentinel.PasswordSecretRef
+		return r.Name, keyOr(r.Key, ExternalCacheKeyPassword), "spec.streaming.external.sentinel.passwordSecretRef", true
+	}
+	return "", "", "", false
+}
+
 // ManagedCacheEnabled reports whether the operator runs a streaming cache for the instance.
 func ManagedCacheEnabled(ti *v1alpha1.TiledInstance) bool { return managedCache(ti) != nil }
 

@@ -175,3 +175,51 @@ func TestTiledWaitsForItsDatabaseRollout(t *testing.T) {
 		g.Expect(meta.FindStatusCondition(ti.Status.Conditions, controllers.ConditionRolloutPending)).To(BeNil())
 	}, time.Minute, 100*time.Millisecond).Should(Succeed())
 }
+
+// TestTiledWaitsForItsExternalCacheSecret: a serving beamline is pointed at an external streaming
+// cache whose URI Secret does not exist yet. Tiled pods rendered against it would never start
+// (CreateContainerConfigError, the Secret missing), and the StatefulSet controller would replace
+// the serving pod with one: instead the Tiled StatefulSet stays exactly as it is and the instance
+// is Stalled, naming the Secret and the field; then the Secret lacks its key (named too); once the
+// key is there, the Tiled StatefulSet gets its new template.
+func TestTiledWaitsForItsExternalCacheSecret(t *testing.T) {
+	g := NewWithT(t)
+	ns, ti, n := servingBeamline(t, g)
+	before := statefulSet(t, g, ns, n.Tiled)
+	intent := before.Annotations[applier.AnnotationIntent]
+
+	g.Eventually(func() error {
+		c := &tiledv1alpha1.TiledCluster{}
+		if err := env.Client.Get(ctxT(t), client.ObjectKey{Namespace: ns, Name: "fleet"}, c); err != nil {
+			return err
+		}
+		c.Spec.Instances[0].Overrides = &tiledv1alpha1.InstanceTemplate{Streaming: &tiledv1alpha1.StreamingSpec{Enabled: ptr.To(true),
+			External: &tiledv1alpha1.ExternalCache{URISecretRef: &tiledv1alpha1.SecretKeyRef{Name: "site-cache"}}}}
+		return env.Client.Update(ctxT(t), c)
+	}, 30*time.Second, 100*time.Millisecond).Should(Succeed())
+	stalled := func(contains string) {
+		g.Eventually(func(g Gomega) {
+			g.Expect(env.Client.Get(ctxT(t), client.ObjectKeyFromObject(ti), ti)).To(Succeed())
+			c := meta.FindStatusCondition(ti.Status.Conditions, controllers.ConditionStalled)
+			g.Expect(c).NotTo(BeNil(), "%v", ti.Status.Conditions)
+			g.Expect(c.Reason).To(Equal(controllers.ReasonStreamingCacheSecret))
+			g.Expect(c.Message).To(ContainSubstring(contains))
+		}, time.Minute, 100*time.Millisecond).Should(Succeed())
+		s := statefulSet(t, g, ns, n.Tiled)
+		g.Expect(s.Generation).To(Equal(before.Generation), "the serving Tiled StatefulSet is left as it was")
+		g.Expect(s.Annotations[applier.AnnotationIntent]).To(Equal(intent))
+	}
+	stalled("the external streaming cache's Secret " + ns + "/site-cache (spec.streaming.external.uriSecretRef) does not exist")
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "site-cache"}, Data: map[string][]byte{"other": []byte("x")}}
+	fixture.Create(ctxT(t), t, env.Client, secret)
+	stalled(`has no key "uri" (spec.streaming.external.uriSecretRef.key)`)
+
+	secret.Data = map[string][]byte{"uri": []byte("redis://:pw@cache.example.org:6379/0")}
+	g.Expect(env.Client.Update(ctxT(t), secret)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		s := statefulSet(t, g, ns, n.Tiled)
+		g.Expect(s.Annotations[applier.AnnotationIntent]).NotTo(Equal(intent))
+		g.Expect(env.Client.Get(ctxT(t), client.ObjectKeyFromObject(ti), ti)).To(Succeed())
+		g.Expect(meta.FindStatusCondition(ti.Status.Conditions, controllers.ConditionStalled)).To(BeNil())
+	}, time.Minute, 100*time.Millisecond).Should(Succeed())
+}
