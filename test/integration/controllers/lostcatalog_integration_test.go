@@ -224,7 +224,9 @@ func TestLostCatalogAccepted(t *testing.T) {
 	markReady(t, g, ns, f.n.Tiled)
 	claim := f.databaseClaim()
 	g.Eventually(func(g Gomega) {
-		g.Expect(f.instance(g).Status.Database.ClaimUID).To(Equal(string(claim.UID)))
+		db := f.instance(g).Status.Database // nil until the operator's first status write
+		g.Expect(db).NotTo(BeNil())
+		g.Expect(db.ClaimUID).To(Equal(string(claim.UID)))
 		g.Expect(configMapData(t, g, ns, f.n.ConfigMap)).To(HaveKey(render.CatalogExpectedKey))
 	}, upgradeWithin, upgradePoll).Should(Succeed())
 
