@@ -114,18 +114,12 @@ func (s *instanceState) externalSecretKeys(ctx context.Context, spec *tiledv1alp
 	if key == "" {
 		key = "uri"
 	}
-	secret := &corev1.Secret{}
-	if err := s.api.Get(ctx, client.ObjectKey{Namespace: spec.Namespace, Name: ref.Name}, secret); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, fmt.Sprintf("the external database Secret %s/%s (spec.database.external.uriSecretRef) does not exist", spec.Namespace, ref.Name)
-		}
-		return nil, fmt.Sprintf("reading the external database Secret %s/%s: %v", spec.Namespace, ref.Name, err)
+	data, msg := s.externalSecret(ctx, spec.Namespace, ref.Name, key, "the external database Secret", "spec.database.external.uriSecretRef")
+	if msg != "" {
+		return nil, msg
 	}
-	if len(secret.Data[key]) == 0 {
-		return nil, fmt.Sprintf("the external database Secret %s/%s has no key %q (spec.database.external.uriSecretRef.key)", spec.Namespace, ref.Name, key)
-	}
-	keys := make([]string, 0, len(secret.Data))
-	for k := range secret.Data {
+	keys := make([]string, 0, len(data))
+	for k := range data {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
@@ -142,17 +136,25 @@ func (s *instanceState) externalCacheSecretProblem(ctx context.Context, spec *ti
 	if !ok {
 		return ""
 	}
+	_, msg := s.externalSecret(ctx, spec.Namespace, name, key, "the external streaming cache's Secret", field)
+	return msg
+}
+
+// externalSecret reads a Secret the instance refers to but the operator does not own (its cache
+// holds only the operator's objects) past the cache, and returns its data, or a message naming what
+// is missing: the Secret (what, its field) or its key.
+func (s *instanceState) externalSecret(ctx context.Context, namespace, name, key, what, field string) (map[string][]byte, string) {
 	secret := &corev1.Secret{}
-	if err := s.api.Get(ctx, client.ObjectKey{Namespace: spec.Namespace, Name: name}, secret); err != nil {
+	if err := s.api.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, secret); err != nil {
 		if apierrors.IsNotFound(err) {
-			return fmt.Sprintf("the external streaming cache's Secret %s/%s (%s) does not exist", spec.Namespace, name, field)
+			return nil, fmt.Sprintf("%s %s/%s (%s) does not exist", what, namespace, name, field)
 		}
-		return fmt.Sprintf("reading the external streaming cache's Secret %s/%s: %v", spec.Namespace, name, err)
+		return nil, fmt.Sprintf("reading %s %s/%s: %v", what, namespace, name, err)
 	}
 	if len(secret.Data[key]) == 0 {
-		return fmt.Sprintf("the external streaming cache's Secret %s/%s has no key %q (%s.key)", spec.Namespace, name, key, field)
+		return nil, fmt.Sprintf("%s %s/%s has no key %q (%s.key)", what, namespace, name, key, field)
 	}
-	return ""
+	return secret.Data, ""
 }
 
 // child returns the child k as the cache holds it now, or nil: typed for the kinds of the scheme,

@@ -8,7 +8,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -38,22 +37,8 @@ func TestWaitingForADependencyTakesTheBudget(t *testing.T) {
 	g := NewWithT(t)
 	ns := fixture.Namespace(ctxT(t), t, env.Client, "budget")
 	fixture.StartOperator(t, env.Config, fixture.OperatorOptions{Manager: fixture.InProcess(ns), SyncTimeout: time.Minute})
-	p := &tiledv1alpha1.TiledProfile{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "defaults", Labels: map[string]string{"facility": "test"}},
-		Spec: tiledv1alpha1.TiledProfileSpec{InstanceTemplate: tiledv1alpha1.InstanceTemplate{
-			Database:  &tiledv1alpha1.DatabaseSpec{Managed: &tiledv1alpha1.ManagedDatabase{Size: "1Gi"}},
-			Streaming: &tiledv1alpha1.StreamingSpec{Enabled: ptr.To(false)},
-		}},
-	}
-	c := &tiledv1alpha1.TiledCluster{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "fleet"},
-		Spec: tiledv1alpha1.TiledClusterSpec{
-			ProfileSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"facility": "test"}},
-			Instances:       []tiledv1alpha1.ClusterInstance{{Name: "a"}, {Name: "b"}},
-		},
-	}
-	fixture.Create(ctxT(t), t, env.Client, p, c)
-	fixture.WaitStampedOut(ctxT(t), t, env.Client, ns, "fleet", 2, 250*time.Millisecond, 3*time.Minute)
+	makeFleet(t, ns, tiledv1alpha1.InstanceTemplate{Streaming: &tiledv1alpha1.StreamingSpec{Enabled: ptr.To(false)}},
+		tiledv1alpha1.ClusterInstance{Name: "a"}, tiledv1alpha1.ClusterInstance{Name: "b"})
 	instance := func(g Gomega, name string) *tiledv1alpha1.TiledInstance {
 		ti := &tiledv1alpha1.TiledInstance{}
 		g.Expect(env.Client.Get(ctxT(t), client.ObjectKey{Namespace: ns, Name: name}, ti)).To(Succeed())
@@ -89,7 +74,7 @@ func TestWaitingForADependencyTakesTheBudget(t *testing.T) {
 	// Streaming on for the fleet: the rollout reaches one beamline, whose cache's pod cannot pull.
 	g.Eventually(func() error {
 		cur := &tiledv1alpha1.TiledProfile{}
-		if err := env.Client.Get(ctxT(t), client.ObjectKeyFromObject(p), cur); err != nil {
+		if err := env.Client.Get(ctxT(t), client.ObjectKey{Namespace: ns, Name: "defaults"}, cur); err != nil {
 			return err
 		}
 		cur.Spec.Streaming = &tiledv1alpha1.StreamingSpec{Enabled: ptr.To(true)}

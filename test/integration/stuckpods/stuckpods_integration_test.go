@@ -77,30 +77,33 @@ func updateRevision(t *testing.T, g Gomega, ns, name string) string {
 	return rev
 }
 
-// oneBeamline makes, in ns, a profile with a managed database and a TiledCluster "fleet" of one
-// beamline "a" (its streaming cache on or off), waits until it is stamped out, and returns the
-// instance and the names of its objects.
+// oneBeamline makes, in ns, a fleet (makeFleet) of one beamline "a" (its streaming cache on or
+// off), and returns the instance and the names of its objects.
 func oneBeamline(t *testing.T, g Gomega, ns string, streaming bool) (*tiledv1alpha1.TiledInstance, names.Objects) {
+	makeFleet(t, ns, tiledv1alpha1.InstanceTemplate{}, tiledv1alpha1.ClusterInstance{Name: "a", Overrides: &tiledv1alpha1.InstanceTemplate{
+		Streaming: &tiledv1alpha1.StreamingSpec{Enabled: ptr.To(streaming)}}})
+	ti := &tiledv1alpha1.TiledInstance{}
+	g.Expect(env.Client.Get(ctxT(t), client.ObjectKey{Namespace: ns, Name: "fleet-a"}, ti)).To(Succeed())
+	return ti, fleet.NamesOf(ti)
+}
+
+// makeFleet makes, in ns, a profile "defaults" (defaults, with a managed database) and a
+// TiledCluster "fleet" of the instances, and waits until they are stamped out.
+func makeFleet(t *testing.T, ns string, defaults tiledv1alpha1.InstanceTemplate, instances ...tiledv1alpha1.ClusterInstance) {
+	defaults.Database = &tiledv1alpha1.DatabaseSpec{Managed: &tiledv1alpha1.ManagedDatabase{Size: "1Gi"}}
 	p := &tiledv1alpha1.TiledProfile{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "defaults", Labels: map[string]string{"facility": "test"}},
-		Spec: tiledv1alpha1.TiledProfileSpec{InstanceTemplate: tiledv1alpha1.InstanceTemplate{
-			Database: &tiledv1alpha1.DatabaseSpec{Managed: &tiledv1alpha1.ManagedDatabase{Size: "1Gi"}},
-		}},
+		Spec:       tiledv1alpha1.TiledProfileSpec{InstanceTemplate: defaults},
 	}
 	c := &tiledv1alpha1.TiledCluster{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "fleet"},
 		Spec: tiledv1alpha1.TiledClusterSpec{
 			ProfileSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"facility": "test"}},
-			Instances: []tiledv1alpha1.ClusterInstance{{Name: "a", Overrides: &tiledv1alpha1.InstanceTemplate{
-				Streaming: &tiledv1alpha1.StreamingSpec{Enabled: ptr.To(streaming)}}}},
+			Instances:       instances,
 		},
 	}
 	fixture.Create(ctxT(t), t, env.Client, p, c)
-	fixture.WaitStampedOut(ctxT(t), t, env.Client, ns, "fleet", 1, 250*time.Millisecond, 3*time.Minute)
-	ti := &tiledv1alpha1.TiledInstance{}
-	g.Expect(env.Client.Get(ctxT(t), client.ObjectKey{Namespace: ns, Name: "fleet-a"}, ti)).To(Succeed())
-	n := fleet.NamesOf(ti)
-	return ti, n
+	fixture.WaitStampedOut(ctxT(t), t, env.Client, ns, "fleet", len(instances), 250*time.Millisecond, 3*time.Minute)
 }
 
 // setCacheImage sets the beamline's managed streaming cache image ("" for the default).
