@@ -175,5 +175,5 @@ func jobEnded(j *batchv1.Job) bool {
 
 // backupJob is package backup's view of the Job name in state st.
 func backupJob(name string, st upgrade.Job) backup.Job {
-	return backup.Job{Name: name, Complete: st.Complete, Failed: st.Failed, StartTime: st.StartTime, CompletionTime: st.CompletionTime, Message: st.Message}
+	return backup.Job{Name: name, Complete: st.Complete, Failed: st.Failed, StartTime: st.StartTime, CompletionTime: st.CompletionTime, Message: st.Message, Retrying: st.Retrying}
 }

@@ -239,12 +239,23 @@ func (s *instanceState) jobOf(ctx context.Context, j *batchv1.Job) (*upgrade.Job
 		if p, _ := podstatus.Diagnose(pods.Items, time.Now(), DefaultProbeGrace); p != nil && p.Stalled {
 			out.Failed, out.Message, out.CompletionTime = true, p.Message, time.Now()
 		}
+		var last time.Time
+		for _, p := range pods.Items {
+			for _, cs := range p.Status.ContainerStatuses {
+				if t := cs.State.Terminated; t != nil && t.ExitCode == render.ExitTryAgain && !t.FinishedAt.Time.Before(last) {
+					out.Retrying, last = t.Message, t.FinishedAt.Time
+				}
+			}
+		}
 		return &out, nil
 	}
+	// A Job runs a pod again after one that could not reach what it needed (render.ExitTryAgain):
+	// the last pod to end speaks for the Job.
+	var last time.Time
 	for _, p := range pods.Items {
 		for _, cs := range p.Status.ContainerStatuses {
-			if t := cs.State.Terminated; t != nil && t.Message != "" {
-				out.Message = t.Message
+			if t := cs.State.Terminated; t != nil && t.Message != "" && !t.FinishedAt.Time.Before(last) {
+				out.Message, last = t.Message, t.FinishedAt.Time
 			}
 		}
 	}

@@ -242,8 +242,7 @@ func BackupCronJob(ti *v1alpha1.TiledInstance, in Inputs) (*batchv1ac.CronJobApp
 		WithFailedJobsHistoryLimit(BackupJobsHistory).
 		WithJobTemplate(batchv1ac.JobTemplateSpec().
 			WithLabels(labels).
-			WithSpec(batchv1ac.JobSpec().
-				WithBackoffLimit(0).
+			WithSpec(tryAgainOnly(batchv1ac.JobSpec()).
 				WithActiveDeadlineSeconds(BackupJobDeadlineSeconds).
 				WithTemplate(corev1ac.PodTemplateSpec().
 					WithLabels(labels).

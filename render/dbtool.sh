@@ -20,12 +20,18 @@
 #   RESTORE_IF_EMPTY  restore: only into an empty catalog database; one holding tables is kept
 #   WORK            a scratch directory (S3: dumps are staged there)
 #
+# A run that could not reach the S3 endpoint at all (no connection, no answer: not an answer such as
+# 403 or 404) exits with status 75 (EX_TEMPFAIL) before it has changed anything: the Jobs' pod
+# failure policy runs such a pod again, and fails the Job at once on any other status.
+#
 # The last line of a run is a JSON report written to /dev/termination-log, which the operator reads:
 # a backup's manifest (plus "available", the whole backups after pruning as NAME:BYTES, newest
 # first), {"restored":NAME,...} or {"skipped":NAME,...}; a failure writes its reason there instead.
 set -eu
 
 say() { echo "[tiled-operator] $*" >&2; }
+# The log's own descriptor: what is said while a request's errors go to a file (s3curl) reaches it.
+exec 3>&2
 # The termination log is written when it can be (the kubelet's file); where it cannot, the shell's own
 # "cannot create" must not become the log's last line, which FallbackToLogsOnError would quote.
 report() { { printf '%s' "$1" > /dev/termination-log; } 2> /dev/null || true; printf '%s\n' "$1"; }
@@ -33,6 +39,13 @@ fail() {
 	say "$*"
 	{ printf '%s' "$*" | head -c 3900 > /dev/termination-log; } 2> /dev/null || true
 	exit 1
+}
+
+# tempfail: as fail, with status 75: the S3 endpoint did not answer, and nothing was changed.
+tempfail() {
+	say "$*"
+	{ printf '%s' "$*" | head -c 3900 > /dev/termination-log; } 2> /dev/null || true
+	exit 75
 }
 
 mode=${1:-}
@@ -78,16 +91,54 @@ urlenc() {
 	done
 }
 
-# s3 METHOD KEY [curl args...]: one request for the object KEY ("" for the bucket) of S3_BUCKET.
-# Transient failures (a refused connection, a timeout, 408, 429, 5xx) are tried again; an answer
-# (403, 404) is not, and fails at once.
+# unanswered RC: curl's exit status RC says that no answer came from the endpoint: a name not
+# resolved, a connection not made or cut, a timeout, a TLS handshake that failed.
+unanswered() {
+	case $1 in
+	6 | 7 | 18 | 28 | 35 | 52 | 55 | 56) return 0 ;;
+	esac
+	return 1
+}
+
+# s3curl URL [curl args...]: one signed request. curl tries a timeout, a refused connection, 408,
+# 429 and 5xx again; any other request that got no answer (an unreachable address, a connection
+# reset, an empty reply: a Service whose endpoints or a network policy's rules are not ready yet) is
+# tried again here, S3_ATTEMPTS times in all, waiting S3_RETRY_SECONDS more each time (about
+# 75 s). An answer (403, 404) fails at once.
+s3curl() {
+	u=$1
+	shift
+	n=1
+	while :; do
+		rc=0
+		curl --silent --show-error --fail --retry 3 --retry-connrefused --connect-timeout 20 --max-time 3600 \
+			--aws-sigv4 "aws:amz:${S3_REGION:-us-east-1}:s3" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" \
+			-H "x-amz-content-sha256: UNSIGNED-PAYLOAD" "$@" "$u" || rc=$?
+		if [ "$rc" -eq 0 ] || ! unanswered "$rc" || [ "$n" -ge "${S3_ATTEMPTS:-6}" ]; then
+			return "$rc"
+		fi
+		pause=$((n * ${S3_RETRY_SECONDS:-5}))
+		say "no answer from $S3_ENDPOINT (curl exit $rc); trying again in $pause s" 2>&3
+		sleep "$pause"
+		n=$((n + 1))
+	done
+}
+
+# s3 METHOD KEY [curl args...]: one request for the object KEY of S3_BUCKET.
 s3() {
 	m=$1 k=$2
 	shift 2
-	curl --silent --show-error --fail --retry 3 --retry-connrefused --max-time 3600 \
-		--aws-sigv4 "aws:amz:${S3_REGION:-us-east-1}:s3" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" \
-		-H "x-amz-content-sha256: UNSIGNED-PAYLOAD" -X "$m" "$@" \
-		"${S3_ENDPOINT%/}/$S3_BUCKET/$(urlenc "$k" path)"
+	s3curl "${S3_ENDPOINT%/}/$S3_BUCKET/$(urlenc "$k" path)" -X "$m" "$@"
+}
+
+# s3_or_fail RC MESSAGE: after a request that failed with curl's status RC (its errors in WORK/err),
+# fails with MESSAGE when the endpoint answered, and to be run again when it did not.
+s3_or_fail() {
+	why=$(tail -n 1 "$WORK/err" | tail -c 300) # the last attempt's
+	if unanswered "$1"; then
+		tempfail "$(where) did not answer (curl exit $1: $why): a Job's pod that stops here is run again"
+	fi
+	fail "$2 ($why)"
 }
 
 # s3_list: "KEY SIZE" for every object under S3_PREFIX/, following continuation tokens.
@@ -96,10 +147,10 @@ s3_list() {
 	while :; do
 		q="list-type=2&prefix=$(urlenc "$S3_PREFIX/")"
 		[ -z "$token" ] || q="continuation-token=$(urlenc "$token")&$q"
-		page=$(curl --silent --show-error --fail --retry 3 --retry-connrefused \
-			--aws-sigv4 "aws:amz:${S3_REGION:-us-east-1}:s3" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" \
-			-H "x-amz-content-sha256: UNSIGNED-PAYLOAD" "${S3_ENDPOINT%/}/$S3_BUCKET?$q") ||
-			fail "cannot list s3://$S3_BUCKET/$S3_PREFIX/ at $S3_ENDPOINT (is the bucket there, are the credentials right?)"
+		rc=0
+		page=$(s3curl "${S3_ENDPOINT%/}/$S3_BUCKET?$q" 2> "$WORK/err") || rc=$?
+		[ "$rc" -eq 0 ] ||
+			s3_or_fail "$rc" "cannot list s3://$S3_BUCKET/$S3_PREFIX/ at $S3_ENDPOINT (is the bucket there, are the credentials right?)"
 		# One line a key; the page's last one ends with a newline too (sed would not add it to a last
 		# line without one, and the next page's first key would run on into it and be lost).
 		printf '%s\n' "$page" | sed 's#<Contents>#\n<Contents>#g' | sed -n 's#.*<Key>\([^<]*\)</Key>.*<Size>\([0-9]*\)</Size>.*#\1 \2#p'
@@ -181,14 +232,15 @@ fetch() {
 		d=$WORK/restore/$1
 		rm -rf "$d"
 		mkdir -p "$d"
-		s3 GET "$S3_PREFIX/$1/manifest.json" -o "$d/manifest.json" 2> "$WORK/err" ||
-			fail "backup $1 not found: s3://$S3_BUCKET/$S3_PREFIX/$1/manifest.json cannot be read ($(tail -c 300 "$WORK/err"))"
-		s3 GET "$S3_PREFIX/$1/SHA256SUMS" -o "$d/SHA256SUMS" 2> "$WORK/err" ||
-			fail "backup $1 is corrupt: its SHA256SUMS cannot be read ($(tail -c 300 "$WORK/err"))"
+		rc=0
+		s3 GET "$S3_PREFIX/$1/manifest.json" -o "$d/manifest.json" 2> "$WORK/err" || rc=$?
+		[ "$rc" -eq 0 ] || s3_or_fail "$rc" "backup $1 not found: s3://$S3_BUCKET/$S3_PREFIX/$1/manifest.json cannot be read"
+		s3 GET "$S3_PREFIX/$1/SHA256SUMS" -o "$d/SHA256SUMS" 2> "$WORK/err" || rc=$?
+		[ "$rc" -eq 0 ] || s3_or_fail "$rc" "backup $1 is corrupt: its SHA256SUMS cannot be read"
 		for f in $(awk '{print $2}' "$d/SHA256SUMS"); do
 			case $f in *.dump) ;; *) fail "backup $1 is corrupt: SHA256SUMS names $f" ;; esac
-			s3 GET "$S3_PREFIX/$1/$f" -o "$d/$f" 2> "$WORK/err" ||
-				fail "backup $1 is corrupt: $f cannot be read ($(tail -c 300 "$WORK/err"))"
+			s3 GET "$S3_PREFIX/$1/$f" -o "$d/$f" 2> "$WORK/err" || rc=$?
+			[ "$rc" -eq 0 ] || s3_or_fail "$rc" "backup $1 is corrupt: $f cannot be read"
 		done
 		echo "$d"
 		;;
@@ -273,12 +325,13 @@ do_backup() {
 		mv "$out" "$BACKUP_ROOT/$name"
 		;;
 	s3)
-		for f in $files SHA256SUMS; do
-			s3 PUT "$S3_PREFIX/$name/$f" -T "$out/$f" -o /dev/null 2> "$WORK/err" ||
-				fail "uploading $f of backup $name to $(where) failed: $(tail -c 400 "$WORK/err")"
+		# A backup not whole is never listed nor restored: one cut short here is written again whole
+		# by the Job's next pod, or pruned a day later.
+		rc=0
+		for f in $files SHA256SUMS manifest.json; do
+			s3 PUT "$S3_PREFIX/$name/$f" -T "$out/$f" -o /dev/null 2> "$WORK/err" || rc=$?
+			[ "$rc" -eq 0 ] || s3_or_fail "$rc" "uploading $f of backup $name to $(where) failed"
 		done
-		s3 PUT "$S3_PREFIX/$name/manifest.json" -T "$out/manifest.json" -o /dev/null 2> "$WORK/err" ||
-			fail "uploading manifest.json of backup $name to $(where) failed: $(tail -c 400 "$WORK/err")"
 		rm -rf "$out"
 		;;
 	esac

@@ -173,14 +173,15 @@ func LifecycleJob(ti *v1alpha1.TiledInstance, in Inputs) (*batchv1ac.JobApplyCon
 	}
 	labels := Labels(ti, ComponentJob)
 	labels[v1alpha1.LabelStep] = string(s.Kind)
+	// A failed step is reported, not retried: only a pod that could not reach what it needed runs again.
+	spec := tryAgainOnly(batchv1ac.JobSpec()).
+		WithActiveDeadlineSeconds(JobDeadlineSeconds).
+		WithTemplate(corev1ac.PodTemplateSpec().
+			WithLabels(labels).
+			WithSpec(pod.WithRestartPolicy(corev1.RestartPolicyNever)))
 	return batchv1ac.Job(s.JobName(ti, in), ti.Namespace).
 		WithLabels(labels).
-		WithSpec(batchv1ac.JobSpec().
-			WithBackoffLimit(0). // a failed step is reported, never retried
-			WithActiveDeadlineSeconds(JobDeadlineSeconds).
-			WithTemplate(corev1ac.PodTemplateSpec().
-				WithLabels(labels).
-				WithSpec(pod.WithRestartPolicy(corev1.RestartPolicyNever)))).
+		WithSpec(spec).
 		WithAnnotations(backupAnnotation(s.Backup)), nil
 }
 

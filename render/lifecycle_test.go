@@ -112,8 +112,7 @@ func TestLifecycleJobs(t *testing.T) {
 			step := f.in.Lifecycle.Step
 			g.Expect(job.Name).To(Equal(step.JobName(ti, f.in)))
 			g.Expect(job.Namespace).To(Equal(ti.Namespace))
-			g.Expect(job.Spec.BackoffLimit).NotTo(BeNil())
-			g.Expect(*job.Spec.BackoffLimit).To(BeZero(), "a failed step is never retried")
+			expectTryAgainOnly(g, job.Spec)
 			g.Expect(job.Spec.ActiveDeadlineSeconds).NotTo(BeNil())
 			g.Expect(*job.Spec.ActiveDeadlineSeconds).To(Equal(int64(JobDeadlineSeconds)))
 			g.Expect(job.Spec.Template.Spec.RestartPolicy).To(Equal(corev1.RestartPolicyNever))

@@ -48,6 +48,9 @@ type Job struct {
 	StartTime, CompletionTime time.Time
 	// Message is its pod's termination message: dbtool.sh's report, or why it failed.
 	Message string
+	// Retrying, while it runs, is why its last pod stopped to be run again (the S3 endpoint did not
+	// answer).
+	Retrying string
 }
 
 // Report is dbtool.sh's report: a backup's manifest (plus the backups left after pruning) or a
@@ -284,6 +287,9 @@ func Restore(o RestoreObserved, recorded *v1alpha1.RestoreRecord) RestoreDecisio
 	case j == nil || (!j.Complete && !j.Failed):
 		d.Progress = &Note{ReasonRestoring, fmt.Sprintf("restoring the databases of %s from backup %s on %s (spec.backup.restoreFrom) before Tiled starts",
 			o.Instance, b.RestoreFrom, target)}
+		if j != nil && j.Retrying != "" {
+			d.Progress.Message += fmt.Sprintf("; Job %s runs again, its last pod stopped: %s", j.Name, tail(j.Retrying))
+		}
 	case j.Failed:
 		msg := tail(j.Message)
 		if msg == "" {

@@ -187,6 +187,12 @@ func TestRestore(t *testing.T) {
 			g.Expect(d.Lifecycle.Stopped).To(BeTrue())
 			g.Expect(d.Record).To(BeNil())
 		}},
+		{"a pod that could not reach S3: still restoring, saying why the Job runs again", obs(restoring, &Job{Name: "j", Retrying: "s3 did not answer"}), nil, func(g Gomega, d RestoreDecision) {
+			g.Expect(d.Lifecycle).To(Equal(&render.Lifecycle{Stopped: true, Step: step, ToolsImage: "postgres:15"}))
+			g.Expect(d.Stall).To(BeNil())
+			g.Expect(d.Progress.Reason).To(Equal(ReasonRestoring))
+			g.Expect(d.Progress.Message).To(ContainSubstring("Job j runs again, its last pod stopped: s3 did not answer"))
+		}},
 		{"no Job yet: Tiled stopped, the step rendered, progress", obs(restoring, nil), nil, func(g Gomega, d RestoreDecision) {
 			g.Expect(d.Lifecycle).To(Equal(&render.Lifecycle{Stopped: true, Step: step, ToolsImage: "postgres:15"}))
 			g.Expect(d.Progress.Reason).To(Equal(ReasonRestoring))

@@ -44,6 +44,9 @@ type Job struct {
 	Message string
 	// StartTime and CompletionTime are the Job's (CompletionTime of a failed Job: when it failed).
 	StartTime, CompletionTime time.Time
+	// Retrying, while the Job runs, is the termination message of its last pod that could not
+	// reach what it needed (render.ExitTryAgain): the Job runs another.
+	Retrying string
 }
 
 // Observed is what Decide decides from.

@@ -10,7 +10,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"encoding/xml"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
@@ -1324,4 +1326,108 @@ func TestDBToolTiledBackupAndBootstrap(t *testing.T) {
 
 	again := reportJSON(t, d.runRendered(bootstrap).ok(t))
 	g.Expect(again).To(HaveKeyWithValue("skipped", "latest"))
+}
+
+// flakyS3 is a TCP proxy on loopback in front of the suite's S3 server that closes its first `drop`
+// connections at once, unanswered (curl: "Empty reply from server", exit 52: not one curl tries
+// again by itself), as a Service whose endpoints, or a network policy's rules, are not ready yet
+// would. drop < 0 closes every connection. It returns the endpoint to give dbtool.sh and a count
+// of the connections it took.
+func flakyS3(t *testing.T, s s3Server, drop int) (endpoint string, conns func() int) {
+	t.Helper()
+	u, err := url.Parse(s.endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	var mu sync.Mutex
+	n := 0
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			n++
+			closeIt := drop < 0 || n <= drop
+			mu.Unlock()
+			if closeIt {
+				c.Close()
+				continue
+			}
+			go func() {
+				defer c.Close()
+				up, err := net.Dial("tcp", u.Host)
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				done := make(chan struct{}, 2)
+				go func() { io.Copy(up, c); up.(*net.TCPConn).CloseWrite(); done <- struct{}{} }()
+				go func() { io.Copy(c, up); c.(*net.TCPConn).CloseWrite(); done <- struct{}{} }()
+				<-done
+				<-done
+			}()
+		}
+	}()
+	return "http://" + l.Addr().String(), func() int { mu.Lock(); defer mu.Unlock(); return n }
+}
+
+// An S3 endpoint that does not answer is not a corrupt or a missing backup: dbtool.sh tries again
+// (S3_ATTEMPTS, S3_RETRY_SECONDS) and, still unanswered, exits with render.ExitTryAgain before it
+// has changed anything, saying so (the Jobs' pod failure policy then runs another pod). An endpoint
+// that answers after a few such connections restores and backs up as ever.
+func TestDBToolS3Unanswered(t *testing.T) {
+	t.Parallel()
+	e := getEnv(t)
+	in := newInstance(t, e)
+	tg := newTarget(t, "s3")
+	in.seed()
+	const name = "20250101T000000Z"
+	backup(t, in, tg, name)
+	in.change("made_after_the_backup")
+	before := in.snapshot()
+	quick := []string{"S3_ATTEMPTS=3", "S3_RETRY_SECONDS=1"}
+
+	t.Run("never answers", func(t *testing.T) {
+		g := NewWithT(t)
+		endpoint, conns := flakyS3(t, tg.s3, -1)
+		for _, c := range []struct{ mode, backup string }{{"restore", name}, {"restore", "latest"}, {"backup", ""}} {
+			env := append([]string{"S3_ENDPOINT=" + endpoint, "BACKUP=" + c.backup}, quick...)
+			was := conns()
+			r := dbtool(t, in, tg, c.mode, env...)
+			msg := r.failed(t)
+			var exit *exec.ExitError
+			g.Expect(errors.As(r.err, &exit)).To(BeTrue(), "%v", r.err)
+			g.Expect(exit.ExitCode()).To(Equal(render.ExitTryAgain), "%s %s: %s", c.mode, c.backup, msg)
+			g.Expect(msg).To(HavePrefix("s3://" + tg.bucket + "/" + tg.prefix + " at " + endpoint + " did not answer (curl exit "))
+			g.Expect(msg).To(MatchRegexp(`did not answer \(curl exit (52|56): curl: \((52|56)\) [^\n]*\): `), "the last attempt's error, one line")
+			g.Expect(msg).To(ContainSubstring("run again"))
+			g.Expect(msg).NotTo(ContainSubstring("corrupt"))
+			g.Expect(msg).NotTo(ContainSubstring("not found"))
+			g.Expect(r.stderr).To(ContainSubstring("trying again in 2 s"), "tried again, waiting longer each time")
+			g.Expect(conns()-was).To(BeNumerically(">=", 3), "S3_ATTEMPTS requests at least")
+			g.Expect(dataDiff(in.snapshot(), before)).To(BeEmpty(), "%s changed the databases", c.mode)
+		}
+		g.Expect(tg.entries()).To(Equal([]string{name}), "the backup that could not be written left nothing")
+	})
+
+	t.Run("answers after two connections", func(t *testing.T) {
+		g := NewWithT(t)
+		endpoint, conns := flakyS3(t, tg.s3, 2)
+		r := restore(t, in, tg, name, append([]string{"S3_ENDPOINT=" + endpoint}, quick...)...)
+		g.Expect(r).To(HaveKeyWithValue("restored", name))
+		g.Expect(dataDiff(in.snapshot(), before)).NotTo(BeEmpty(), "restored")
+		g.Expect(in.snapshot()["catalog tables"]).NotTo(ContainSubstring("made_after_the_backup"))
+		g.Expect(conns()).To(BeNumerically(">", 2))
+
+		endpoint, _ = flakyS3(t, tg.s3, 2)
+		b := backup(t, in, tg, "20250102T000000Z", append([]string{"S3_ENDPOINT=" + endpoint}, quick...)...)
+		checkManifest(t, tg, b)
+	})
 }

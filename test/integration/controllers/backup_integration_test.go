@@ -169,7 +169,8 @@ func TestBackupCronJob(t *testing.T) {
 	g.Expect(jt.Labels).To(HaveKeyWithValue(tiledv1alpha1.LabelAppInstance, name))
 	g.Expect(jt.Labels).To(HaveKeyWithValue(tiledv1alpha1.LabelManagedBy, tiledv1alpha1.ManagedByValue))
 	g.Expect(jt.Spec.Template.Labels).To(HaveKeyWithValue(tiledv1alpha1.LabelStep, render.LabelStepScheduledBackup))
-	g.Expect(jt.Spec.BackoffLimit).To(HaveValue(BeZero()), "a backup is never retried")
+	g.Expect(jt.Spec.BackoffLimit).To(HaveValue(BeEquivalentTo(render.JobRetries)), "only a backup that could not reach S3 runs again")
+	g.Expect(jt.Spec.PodFailurePolicy).NotTo(BeNil())
 	g.Expect(jt.Spec.Template.Spec.RestartPolicy).To(Equal(corev1.RestartPolicyNever))
 	c := backupContainer(g, cj)
 	e := envOf(c)
@@ -438,7 +439,8 @@ func (f *upgradeFixture) bootstrapJob(backup string, not ...string) *batchv1.Job
 	owner := metav1.GetControllerOf(j)
 	g.Expect(owner).NotTo(BeNil())
 	g.Expect(owner.Kind).To(Equal("TiledInstance"))
-	g.Expect(j.Spec.BackoffLimit).To(HaveValue(BeZero()))
+	g.Expect(j.Spec.BackoffLimit).To(HaveValue(BeEquivalentTo(render.JobRetries)))
+	g.Expect(j.Spec.PodFailurePolicy).NotTo(BeNil())
 	g.Expect(j.Spec.Template.Spec.RestartPolicy).To(Equal(corev1.RestartPolicyNever))
 	g.Expect(j.Spec.Template.Spec.Containers).To(HaveLen(1))
 	c := j.Spec.Template.Spec.Containers[0]
@@ -574,4 +576,46 @@ func TestBackupRestoreSkipped(t *testing.T) {
 	waitQuiet(t, f.op)
 	g.Expect(f.jobs(g, render.StepBootstrap)).To(BeEmpty())
 	g.Expect(meta.FindStatusCondition(f.instance(g).Status.Conditions, controllers.ConditionStalled)).To(BeNil())
+}
+
+// TestBackupRestoreTriesAgain: a bootstrap pod that could not reach its target (dbtool.sh exits with
+// render.ExitTryAgain before it changes anything) is run again by the job controller, under the
+// Job's pod failure policy: the instance keeps restoring, saying why, and is not Stalled; the next
+// pod's report is the one recorded. A pod that fails otherwise fails the Job at once
+// (TestBackupRestoreNewInstance).
+func TestBackupRestoreTriesAgain(t *testing.T) {
+	g := NewWithT(t)
+	start := time.Now()
+	f := newRestoreFixture(t, g, "backup-again", "latest")
+	ns, name := f.ns, f.name
+	j := f.bootstrapJob("latest")
+	first := f.jobPods(j, 1)[0]
+	unanswered := "s3://tiled-backups/" + ns + "/" + name + " at http://s3:7070 did not answer (curl exit 7: Failed to connect to s3 port 7070): a Job's pod that stops here is run again"
+	f.endPod(first, render.ExitTryAgain, unanswered)
+
+	// The job controller runs a second pod (after its back-off); the Job is not failed meanwhile.
+	pods := f.jobPods(j, 2)
+	g.Expect(pods[0].Name).To(Equal(first.Name))
+	cur := f.getJob(j.Name)
+	for _, c := range cur.Status.Conditions {
+		g.Expect(c.Type).NotTo(Equal(batchv1.JobFailed), "Job %s failed after a pod that could not reach S3", j.Name)
+	}
+	ti := condition(t, g, ns, name, controllers.ConditionReconciling, metav1.ConditionTrue, backup.ReasonRestoring, upgradeWithin,
+		"backup latest", "Job "+j.Name+" runs again, its last pod stopped: "+unanswered)
+	g.Expect(meta.FindStatusCondition(ti.Status.Conditions, controllers.ConditionStalled)).To(BeNil())
+	f.expectReplicas(0)
+
+	// The second pod restores: its report, not the first pod's message, is recorded.
+	f.endPod(pods[1], 0, `{"restored":"`+backupName+`","tiledVersion":"0.2.20","seconds":2}`)
+	g.Eventually(func(g Gomega) {
+		ti = f.instance(g)
+		g.Expect(ti.Status.Backup).NotTo(BeNil())
+		g.Expect(ti.Status.Backup.Restore).NotTo(BeNil())
+	}, upgradeWithin, upgradePoll).Should(Succeed())
+	g.Expect(ti.Status.Backup.Restore.Backup).To(Equal(backupName), "the report of the pod that restored")
+	g.Expect(ti.Status.Backup.Restore.Result).To(Equal(backup.ResultRestored))
+	g.Expect(f.eventOnce("Restored", corev1.EventTypeNormal)).To(ContainSubstring("from backup " + backupName))
+	g.Expect(f.events(g, backup.ReasonRestoreFailed)).To(BeEmpty())
+	f.expectReplicas(upgradeReplicas)
+	t.Logf("took %v", time.Since(start).Round(time.Millisecond))
 }

@@ -1,6 +1,7 @@
 package controllers_test
 
 import (
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -168,7 +169,8 @@ func (f *upgradeFixture) job(step render.StepKind) *batchv1.Job {
 		j = &list[0]
 	}, upgradeWithin, upgradePoll).Should(Succeed())
 	f.g.Expect(j.Labels).To(HaveKeyWithValue(tiledv1alpha1.LabelAppComponent, render.ComponentJob))
-	f.g.Expect(j.Spec.BackoffLimit).To(HaveValue(BeZero()))
+	f.g.Expect(j.Spec.BackoffLimit).To(HaveValue(BeEquivalentTo(render.JobRetries)), "only a pod that exits with render.ExitTryAgain runs again")
+	f.g.Expect(j.Spec.PodFailurePolicy).NotTo(BeNil())
 	f.g.Expect(j.Spec.Template.Spec.Containers).To(HaveLen(1))
 	f.g.Expect(j.Spec.Template.Spec.Containers[0].Name).To(Equal(string(step)))
 	return j
@@ -185,26 +187,7 @@ func (f *upgradeFixture) jobGone(name string) {
 // finish plays the kubelet for the pod the job controller created for j: its container ends with
 // exitCode and leaves message as its termination message.
 func (f *upgradeFixture) finish(j *batchv1.Job, exitCode int32, message string) {
-	var pod *corev1.Pod
-	f.g.Eventually(func(g Gomega) {
-		var pods corev1.PodList
-		g.Expect(env.Client.List(ctxT(f.t), &pods, client.InNamespace(f.ns), client.MatchingLabels{batchv1.JobNameLabel: j.Name})).To(Succeed())
-		g.Expect(pods.Items).To(HaveLen(1), "pods of Job %s", j.Name)
-		pod = &pods.Items[0]
-	}, upgradeWithin, upgradePoll).Should(Succeed())
-	f.g.Expect(pod.Labels).To(HaveKeyWithValue(tiledv1alpha1.LabelAppInstance, f.name))
-	c := pod.Spec.Containers[0]
-	phase, reason := corev1.PodSucceeded, "Completed"
-	if exitCode != 0 {
-		phase, reason = corev1.PodFailed, "Error"
-	}
-	started := metav1.NewTime(time.Now().Add(-2 * time.Second))
-	setPodStatus(f.t, f.g, pod, corev1.PodStatus{Phase: phase, ContainerStatuses: []corev1.ContainerStatus{{
-		Name: c.Name, Image: c.Image, Started: ptr.To(false),
-		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
-			ExitCode: exitCode, Reason: reason, Message: message, StartedAt: started, FinishedAt: metav1.Now(),
-		}},
-	}}})
+	f.endPod(f.jobPods(j, 1)[0], exitCode, message)
 	// The job controller turns the pod's end into the Job's; the operator then moves on and deletes
 	// the Job, which may be gone by the time it is read.
 	want := batchv1.JobComplete
@@ -224,6 +207,37 @@ func (f *upgradeFixture) finish(j *batchv1.Job, exitCode int32, message string) 
 		}
 		g.Expect(ok).To(BeTrue(), "Job %s conditions: %v", j.Name, cur.Status.Conditions)
 	}, upgradeWithin, upgradePoll).Should(Succeed())
+}
+
+// jobPods waits until Job j has n pods (the job controller makes them: no kubelet runs them) and
+// returns them, oldest first.
+func (f *upgradeFixture) jobPods(j *batchv1.Job, n int) []corev1.Pod {
+	var pods corev1.PodList
+	f.g.Eventually(func(g Gomega) {
+		g.Expect(env.Client.List(ctxT(f.t), &pods, client.InNamespace(f.ns), client.MatchingLabels{batchv1.JobNameLabel: j.Name})).To(Succeed())
+		g.Expect(pods.Items).To(HaveLen(n), "pods of Job %s", j.Name)
+	}, upgradeWithin, upgradePoll).Should(Succeed())
+	slices.SortFunc(pods.Items, func(a, b corev1.Pod) int { return a.CreationTimestamp.Compare(b.CreationTimestamp.Time) })
+	return pods.Items
+}
+
+// endPod ends pod as the kubelet would: its container terminated with exitCode and message (the
+// termination log).
+func (f *upgradeFixture) endPod(p corev1.Pod, exitCode int32, message string) {
+	pod := &p
+	f.g.Expect(pod.Labels).To(HaveKeyWithValue(tiledv1alpha1.LabelAppInstance, f.name))
+	c := pod.Spec.Containers[0]
+	phase, reason := corev1.PodSucceeded, "Completed"
+	if exitCode != 0 {
+		phase, reason = corev1.PodFailed, "Error"
+	}
+	started := metav1.NewTime(time.Now().Add(-2 * time.Second))
+	setPodStatus(f.t, f.g, pod, corev1.PodStatus{Phase: phase, ContainerStatuses: []corev1.ContainerStatus{{
+		Name: c.Name, Image: c.Image, Started: ptr.To(false),
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
+			ExitCode: exitCode, Reason: reason, Message: message, StartedAt: started, FinishedAt: metav1.Now(),
+		}},
+	}}})
 }
 
 // events are the Events about the instance with reason.

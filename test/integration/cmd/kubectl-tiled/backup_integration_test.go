@@ -164,6 +164,8 @@ func TestBackupCreatesTheJobKubectlWould(t *testing.T) {
 	g.Expect(job.Spec.Template.Spec).To(Equal(rendered.Spec.JobTemplate.Spec.Template.Spec))
 	g.Expect(job.Spec.ActiveDeadlineSeconds).To(Equal(rendered.Spec.JobTemplate.Spec.ActiveDeadlineSeconds))
 	g.Expect(job.Spec.BackoffLimit).To(Equal(rendered.Spec.JobTemplate.Spec.BackoffLimit))
+	g.Expect(job.Spec.PodFailurePolicy).NotTo(BeNil())
+	g.Expect(job.Spec.PodFailurePolicy).To(Equal(rendered.Spec.JobTemplate.Spec.PodFailurePolicy), "a pod that could not reach S3 runs again")
 
 	// By short name.
 	code, out, errOut = runPlugin(t, "backup", "csx", "-n", backupsNS, "--kubeconfig", env.Kubeconfig)
