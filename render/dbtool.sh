@@ -264,6 +264,23 @@ revision() {
 
 # --- backup --------------------------------------------------------------------------------------
 
+# dump DB URI: the database's custom-format dump to $out/DB.dump, its SHA-256 (a SHA256SUMS line)
+# to WORK/DB.sum and its Alembic revision to WORK/DB.rev; a failure leaves WORK/DB.failed, and
+# pg_dump's or tee's errors in WORK/DB.err. Run in the background, one per database.
+dump() {
+	rm -f "$WORK/$1.failed" "$WORK/$1.sum" "$WORK/$1.rev"
+	say "dumping the $1 database"
+	{ pg_dump --format=custom --no-owner --no-privileges --dbname "$2" 2> "$WORK/$1.err" || : > "$WORK/$1.failed"; } |
+		{ tee "$out/$1.dump" 2>> "$WORK/$1.err" || : > "$WORK/$1.failed"; } |
+		sha256sum | sed "s/ -\$/ $1.dump/" > "$WORK/$1.sum.part"
+	if [ -e "$WORK/$1.failed" ]; then
+		return 1
+	fi
+	mv "$WORK/$1.sum.part" "$WORK/$1.sum"
+	revision "$2" > "$WORK/$1.rev"
+}
+
+
 do_backup() {
 	name=${BACKUP:-$(date -u +%Y%m%dT%H%M%SZ)}
 	start=$(date +%s)
@@ -290,21 +307,29 @@ do_backup() {
 	esac
 	rm -rf "$out"
 	mkdir -p "$out"
-	files='' revs=''
+	# The databases are dumped at once, each checksummed as it is written (not read again after):
+	# their dumps are then also nearer one moment than one after another.
+	files='' revs='' pids=''
 	for db in catalog storage auth; do
 		uri=$(uri_of $db)
 		[ -n "$uri" ] || continue
 		wait_for "$uri"
-		say "dumping the $db database"
-		pg_dump --format=custom --no-owner --no-privileges --file "$out/$db.dump" --dbname "$uri" 2> "$WORK/err" ||
-			fail "pg_dump of the $db database failed: $(tail -c 400 "$WORK/err")"
 		files="$files $db.dump"
-		rev=$(revision "$uri")
-		[ -z "$rev" ] || revs="$revs${revs:+,}\"$db\":\"$rev\""
+		dump "$db" "$uri" &
+		pids="$pids $!"
 	done
 	[ -n "$files" ] || fail "no database to back up"
+	for p in $pids; do wait "$p" || true; done
+	: > "$out/SHA256SUMS"
+	for f in $files; do
+		db=${f%.dump}
+		[ ! -e "$WORK/$db.failed" ] || fail "pg_dump of the $db database failed: $(tail -c 400 "$WORK/$db.err")"
+		[ -s "$WORK/$db.sum" ] || fail "the dump of the $db database was not written whole to $out: $(tail -c 400 "$WORK/$db.err")"
+		cat "$WORK/$db.sum" >> "$out/SHA256SUMS"
+		rev=$(cat "$WORK/$db.rev")
+		[ -z "$rev" ] || revs="$revs${revs:+,}\"$db\":\"$rev\""
+	done
 	entries='' total=0
-	(cd "$out" && sha256sum $files > SHA256SUMS)
 	for f in $files; do
 		size=$(stat -c %s "$out/$f")
 		sum=$(grep " $f\$" "$out/SHA256SUMS" | cut -d' ' -f1)

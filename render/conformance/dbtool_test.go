@@ -1431,3 +1431,27 @@ func TestDBToolS3Unanswered(t *testing.T) {
 		checkManifest(t, tg, b)
 	})
 }
+
+// The databases are dumped at once: one that cannot be dumped (its database gone while the
+// server answers) fails the backup with pg_dump's reason, naming it, and leaves no whole backup;
+// the others' dumps are not taken for a backup. The checksums written while dumping are the
+// files' own (checkManifest, every case).
+func TestDBToolDumpFails(t *testing.T) {
+	forEachTarget(t, func(t *testing.T, e suiteEnv, in *dbtoolInstance, tg *dbtoolTarget) {
+		g := NewWithT(t)
+		in.seed()
+		const name = "20250101T000000Z"
+		storage := in.dbs["storage"]
+		msg := dbtool(t, in, tg, "backup", "BACKUP="+name,
+			"DUMP_STORAGE_URI=postgresql://"+in.e.pg+"/"+storage.name+"_gone").failed(t)
+		g.Expect(msg).To(HavePrefix("pg_dump of the storage database failed: "))
+		g.Expect(msg).To(ContainSubstring(storage.name + "_gone"))
+		g.Expect(list(t, in, tg)).To(BeEmpty(), "no whole backup")
+		r := dbtool(t, in, tg, "restore", "BACKUP="+name)
+		g.Expect(r.failed(t)).To(ContainSubstring("backup " + name + " not found"))
+
+		// Whole once the database is back: the same name, every file's checksum its own.
+		checkManifest(t, tg, backup(t, in, tg, name))
+		g.Expect(list(t, in, tg)).To(HaveLen(1))
+	})
+}

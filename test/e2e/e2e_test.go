@@ -839,7 +839,13 @@ func testBadInput(t *testing.T) {
 					}
 				}
 				if time.Now().After(deadline) {
-					t.Fatalf("%s: no condition naming pod %s, container %q and %s within %s; conditions: %s", c.name, c.pod, c.container, c.reason, badInputWait, last)
+					// What the node did with the pod, for whoever reads a failure: its phase and
+					// containers' states, and the Events about it.
+					pods, _ := kubectl(nil, "-n", tenantNS, "get", "pods", "-l", v1alpha1.LabelAppInstance+"="+c.name, "-o", "wide")
+					events, _ := kubectl(nil, "-n", tenantNS, "get", "events", "--field-selector", "involvedObject.name="+c.pod, "--sort-by", ".lastTimestamp")
+					states, _ := kubectl(nil, "-n", tenantNS, "get", "pod", c.pod, "-o", "jsonpath={.status.phase} {.status.conditions} {.status.initContainerStatuses} {.status.containerStatuses}")
+					t.Fatalf("%s: no condition naming pod %s, container %q and %s within %s; conditions: %s\npods:\n%s\npod %s: %s\nevents:\n%s",
+						c.name, c.pod, c.container, c.reason, badInputWait, last, pods, c.pod, states, events)
 				}
 				time.Sleep(2 * time.Second)
 			}
