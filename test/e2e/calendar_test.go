@@ -101,10 +101,10 @@ spec:
 func calendarProfileYAML(ns, name, facility, rev, maintenance string) string {
 	p := streamingOff(profileYAMLIn(ns, name, facility, tiledImg()))
 	// The calendar cases run beside the long cases on the node's two cores, and what they prove
-	// is gating, not throughput: their pods ask for little CPU, so that the other cases' pods stay
-	// schedulable (with the fleet's 50m each, bad input's pods stayed Pending, "Insufficient cpu",
-	// in the rehearsal of 691282e).
-	p = strings.ReplaceAll(p, "requests: {cpu: 50m,", "requests: {cpu: 5m,")
+	// is gating, not throughput: their pods ask for even less CPU than the profile's, so that the
+	// other cases' pods stay schedulable (bad input's pods stayed Pending, "Insufficient cpu", in the
+	// rehearsal of 691282e).
+	p = strings.ReplaceAll(p, "requests: {cpu: 10m,", "requests: {cpu: 5m,")
 	p = strings.Replace(p, "    imagePullPolicy: IfNotPresent\n",
 		fmt.Sprintf("    imagePullPolicy: IfNotPresent\n    podAnnotations: {%s: %q}\n", calendarAnnotation, rev), 1)
 	p += fmt.Sprintf("  notifications:\n    webhook: {url: %q}\n", receiverURL(ns))

@@ -79,8 +79,9 @@ spec:
   tiled:
     image: %s
     imagePullPolicy: IfNotPresent
+    # Small CPU requests, as the first fleet's profile's (fleet_test.go).
     resources:
-      requests: {cpu: 50m, memory: 256Mi}
+      requests: {cpu: 10m, memory: 256Mi}
       limits: {memory: 1Gi}
   storage:
     data: {storageClassName: %s, size: 1Gi, accessModes: [ReadWriteOnce]}
@@ -91,7 +92,7 @@ spec:
       storageClassName: %s
       size: 1Gi
       resources:
-        requests: {cpu: 50m, memory: 64Mi}
+        requests: {cpu: 10m, memory: 64Mi}
         limits: {memory: 512Mi}
   auth:
     singleUserAPIKey: {}
