@@ -74,6 +74,14 @@ func (r *TiledInstanceReconciler) status(ctx context.Context, cur *instanceState
 		// A backup Job ended and its pod's report has not reached the cache yet.
 		result.RequeueAfter = 2 * time.Second
 	}
+	if catalogExpected(status) != catalogExpected(&ti.Status) && (result.RequeueAfter == 0 || result.RequeueAfter > time.Second) {
+		// The status written now changes what the ConfigMap says (render.CatalogExpectedKey: the
+		// instance has a catalog, the migrate step must never initialise one), and this reconcile
+		// rendered it from the status it began with (desire). A status write triggers no reconcile
+		// of its own (the generation does not change): look again until the cache shows the new
+		// status and the render follows it.
+		result.RequeueAfter = time.Second
+	}
 	if in.claimRecheck && (result.RequeueAfter == 0 || result.RequeueAfter > claimRecheck) {
 		result.RequeueAfter = claimRecheck
 	}
