@@ -239,30 +239,31 @@ func (s *instanceState) jobOf(ctx context.Context, j *batchv1.Job) (*upgrade.Job
 		if p, _ := podstatus.Diagnose(pods.Items, time.Now(), DefaultProbeGrace); p != nil && p.Stalled {
 			out.Failed, out.Message, out.CompletionTime = true, p.Message, time.Now()
 		}
-		var last time.Time
-		for _, p := range pods.Items {
-			for _, cs := range p.Status.ContainerStatuses {
-				if t := cs.State.Terminated; t != nil && t.ExitCode == render.ExitTryAgain && !t.FinishedAt.Time.Before(last) {
-					out.Retrying, last = t.Message, t.FinishedAt.Time
-				}
-			}
-		}
+		out.Retrying = lastTermination(pods.Items, func(t *corev1.ContainerStateTerminated) bool { return t.ExitCode == render.ExitTryAgain })
 		return &out, nil
 	}
 	// A Job runs a pod again after one that could not reach what it needed (render.ExitTryAgain):
 	// the last pod to end speaks for the Job.
-	var last time.Time
-	for _, p := range pods.Items {
-		for _, cs := range p.Status.ContainerStatuses {
-			if t := cs.State.Terminated; t != nil && t.Message != "" && !t.FinishedAt.Time.Before(last) {
-				out.Message, last = t.Message, t.FinishedAt.Time
-			}
-		}
-	}
+	out.Message = lastTermination(pods.Items, func(t *corev1.ContainerStateTerminated) bool { return t.Message != "" })
 	if out.Failed && out.Message == "" {
 		out.Message = failure // no pod said why (a deadline, a pod that never ran): the Job does
 	}
 	return &out, nil
+}
+
+// lastTermination is the termination message of the container of pods that ended last among those
+// keep accepts ("" when none did).
+func lastTermination(pods []corev1.Pod, keep func(*corev1.ContainerStateTerminated) bool) string {
+	var msg string
+	var last time.Time
+	for _, p := range pods {
+		for _, cs := range p.Status.ContainerStatuses {
+			if t := cs.State.Terminated; t != nil && keep(t) && !t.FinishedAt.Time.Before(last) {
+				msg, last = t.Message, t.FinishedAt.Time
+			}
+		}
+	}
+	return msg
 }
 
 // jobConditions is what the Job's own status says: complete or failed, its times, and why it
